@@ -1,0 +1,155 @@
+package webhookidempotency
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// keyKind is the kind of a key source.
+type keyKind uint8
+
+const (
+	keyHeader keyKind = iota + 1
+	keyJSON
+	keyQuery
+	keyBody
+)
+
+// keySource is one parsed entry of the `key` list.
+type keySource struct {
+	kind keyKind
+	arg  string // header name (canonical), JSON path or query parameter
+}
+
+// maxKeyValueLen is the longest key value stored as is; longer values and
+// values that are not printable ASCII are stored as their SHA-256.
+const maxKeyValueLen = 200
+
+// parseKeySource parses `header:<Name>`, `json:<path>`, `query:<name>` or
+// `body`.
+func parseKeySource(s string) (keySource, error) {
+	if s == "body" {
+		return keySource{kind: keyBody}, nil
+	}
+	kind, arg, ok := strings.Cut(s, ":")
+	if !ok || arg == "" {
+		return keySource{}, fmt.Errorf("invalid key source %q: want header:<name>, json:<path>, query:<name> or body", s)
+	}
+	switch kind {
+	case "header":
+		return keySource{kind: keyHeader, arg: textproto.CanonicalMIMEHeaderKey(arg)}, nil
+	case "json":
+		return keySource{kind: keyJSON, arg: arg}, nil
+	case "query":
+		return keySource{kind: keyQuery, arg: arg}, nil
+	}
+	return keySource{}, fmt.Errorf("invalid key source %q: unknown kind %q (want header, json, query or body)", s, kind)
+}
+
+// parseKeySources parses a whole `key` list.
+func parseKeySources(list []string) ([]keySource, error) {
+	out := make([]keySource, 0, len(list))
+	for _, s := range list {
+		ks, err := parseKeySource(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ks)
+	}
+	return out, nil
+}
+
+// resolveKey returns the key value from the first key source that yields a
+// non-empty value, and whether it is the body hash. Values that are too long
+// or not printable ASCII become `sha256:<hex>` of the value; the body source
+// is `sha256:<hex>` of the body. A list that yields nothing falls back to the
+// body hash, so every request has a key.
+func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, fromBody bool) {
+	for _, ks := range sources {
+		var v string
+		switch ks.kind {
+		case keyHeader:
+			if vs := r.Header[ks.arg]; len(vs) > 0 {
+				v = strings.TrimSpace(vs[0])
+			}
+		case keyJSON:
+			res := gjson.GetBytes(body, ks.arg)
+			switch res.Type {
+			case gjson.String:
+				v = res.Str
+			case gjson.Number, gjson.True, gjson.False:
+				v = res.Raw
+			case gjson.JSON:
+				// an object or array as the id is unusual but stable
+				v = res.Raw
+			}
+		case keyQuery:
+			v = queryValue(r.URL.RawQuery, ks.arg)
+		case keyBody:
+			return hashKey(bodyHash), true
+		}
+		if v != "" {
+			return sanitizeKeyValue(v), false
+		}
+	}
+	return hashKey(bodyHash), true
+}
+
+// queryValue returns the first value of name in a raw query without parsing
+// the whole query into a map.
+func queryValue(rawQuery, name string) string {
+	for rawQuery != "" {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k == name {
+			if strings.ContainsAny(v, "%+") {
+				if u, err := url.QueryUnescape(v); err == nil {
+					return u
+				}
+			}
+			return v
+		} else if strings.ContainsAny(k, "%+") {
+			if u, err := url.QueryUnescape(k); err == nil && u == name {
+				if uv, err := url.QueryUnescape(v); err == nil {
+					return uv
+				}
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// sanitizeKeyValue returns v if it is short printable ASCII, else its hash.
+func sanitizeKeyValue(v string) string {
+	if len(v) > maxKeyValueLen {
+		return hashString(v)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return hashString(v)
+		}
+	}
+	return v
+}
+
+func hashString(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hashKey(&sum)
+}
+
+// hashKey formats a SHA-256 as `sha256:<hex>`.
+func hashKey(sum *[32]byte) string {
+	var b [7 + 64]byte
+	copy(b[:], "sha256:")
+	hex.Encode(b[7:], sum[:])
+	return string(b[:])
+}
