@@ -1,0 +1,36 @@
+# make test   installs redis-server when missing (and possible), then runs every test
+# make run    runs Caddy with Caddyfile.example on the embedded store
+# make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
+# make lint   gofmt and go vet
+
+GO ?= go
+
+.PHONY: test run build lint redis-server
+
+test: redis-server
+	$(GO) test -race -count=1 ./...
+
+run:
+	$(GO) run ./cmd/caddy run --config Caddyfile.example
+
+build:
+	$(GO) build -o caddy ./cmd/caddy
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# The tests start their own redis-server processes (standalone, Cluster and
+# Sentinel), so the binaries must be installed.
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "redis-server is missing: installing redis-server and redis-tools with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null || { \
+			echo "installing redis-server with apt-get failed: install Redis >= 7 (redis-server, redis-cli) and run make test again" >&2; exit 1; }; \
+	else \
+		echo "redis-server is missing and cannot be installed here (needs root and apt-get):" >&2; \
+		echo "install Redis >= 7 (redis-server and redis-cli on PATH) and run make test again" >&2; \
+		exit 1; \
+	fi

@@ -1,0 +1,208 @@
+package webhookidempotency
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	// the standard modules, as in cmd/caddy
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+// This file is the end-to-end harness: a real Caddy running in the test
+// process, on free ports, in front of a real upstream HTTP server that
+// records what it received. Tests that use it must not run in parallel
+// (Caddy runs one configuration per process).
+
+// receivedRequest is what the upstream saw.
+type receivedRequest struct {
+	Method           string
+	URI              string
+	Header           http.Header
+	Body             []byte
+	ContentLength    int64
+	TransferEncoding []string
+}
+
+// upstream stands in for the application behind reverse_proxy.
+type upstream struct {
+	*httptest.Server
+	calls    atomic.Int64
+	mu       sync.Mutex
+	received []receivedRequest
+}
+
+// newUpstream starts an upstream that records every request and answers
+// with fn (call is 1 for the first request). A nil fn answers 200 with a
+// body that differs on every call.
+func newUpstream(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, call int64)) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		call := u.calls.Add(1)
+		u.mu.Lock()
+		u.received = append(u.received, receivedRequest{
+			Method: r.Method, URI: r.RequestURI, Header: r.Header.Clone(), Body: body,
+			ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
+		})
+		u.mu.Unlock()
+		if fn == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Upstream-Call", fmt.Sprint(call))
+			fmt.Fprintf(w, `{"call":%d}`, call)
+			return
+		}
+		fn(w, r, call)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// addr is the upstream's host:port, for reverse_proxy.
+func (u *upstream) addr() string { return u.Listener.Addr().String() }
+
+// requests returns a copy of what the upstream received so far.
+func (u *upstream) requests() []receivedRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]receivedRequest(nil), u.received...)
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// testCaddy is a Caddy running in this process.
+type testCaddy struct {
+	t         *testing.T
+	adminPort int
+	globals   string
+}
+
+// startCaddy adapts and loads a Caddyfile made of the harness's global
+// options (a free admin port, no HTTPS, logs discarded), extra global
+// options, and sites. It stops Caddy when the test ends.
+func startCaddy(t *testing.T, globals, sites string) *testCaddy {
+	t.Helper()
+	c := &testCaddy{t: t, adminPort: freePort(t), globals: globals}
+	if err := caddy.Load(c.adapt(sites), true); err != nil {
+		t.Fatalf("loading config: %v\n%s", err, sites)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Logf("stopping caddy: %v", err)
+		}
+	})
+	return c
+}
+
+// caddyfile returns the whole Caddyfile for sites.
+func (c *testCaddy) caddyfile(sites string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%d
+	auto_https off
+	persist_config off
+	grace_period 2s
+	log default {
+		output discard
+	}
+	%s
+}
+%s
+`, c.adminPort, c.globals, sites)
+}
+
+// adapt turns sites into JSON config.
+func (c *testCaddy) adapt(sites string) []byte {
+	c.t.Helper()
+	cfg, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(c.caddyfile(sites)), nil)
+	if err != nil {
+		c.t.Fatalf("adapting Caddyfile: %v\n%s", err, c.caddyfile(sites))
+	}
+	for _, w := range warnings {
+		c.t.Logf("adapt warning: %s", w.String())
+	}
+	return cfg
+}
+
+// reload loads new sites through the admin API, as `caddy reload` does.
+func (c *testCaddy) reload(sites string) error {
+	cfg := c.adapt(sites)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", c.adminPort), bytes.NewReader(cfg))
+	req.Header.Set("Content-Type", "application/json")
+	// a reload of an identical config is skipped unless forced
+	req.Header.Set("Cache-Control", "must-revalidate")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("reload: %s: %s", resp.Status, b)
+	}
+	return nil
+}
+
+// testClient is the client tests use against Caddy.
+var testClient = &http.Client{Timeout: 20 * time.Second}
+
+// post sends a request and returns the response with its body read.
+func post(t testing.TB, url string, body []byte, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	return do(t, http.MethodPost, url, body, header...)
+}
+
+// do sends a request with headers given as name, value pairs.
+func do(t testing.TB, method, url string, body []byte, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading response of %s %s: %v", method, url, err)
+	}
+	return resp, b
+}
+
+// siteURL is the base URL of a site listening on port.
+func siteURL(port int) string { return fmt.Sprintf("http://127.0.0.1:%d", port) }
+
+// mustContain fails unless s contains every part.
+func mustContain(t testing.TB, s string, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			t.Fatalf("%q does not contain %q", s, p)
+		}
+	}
+}
