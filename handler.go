@@ -92,14 +92,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rs.key = h.keyPrefix + value
 	rs.owner = newOwner()
 
+	start := time.Now()
 	res, err := h.store.Claim(r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
+	h.metrics.observeStore(opClaim, start, err)
 	if err != nil {
-		return rs.storeFailed(w, next, "claim", err)
+		return rs.storeFailed(w, next, opClaim, err)
 	}
 	if res.State == InFlight && h.InFlight == inFlightWait {
 		res, err = rs.wait(res)
 		if err != nil {
-			return rs.storeFailed(w, next, "claim", err)
+			return rs.storeFailed(w, next, opClaim, err)
 		}
 	}
 
@@ -141,6 +143,7 @@ func (rs *requestState) set(name, value string) {
 
 func (rs *requestState) setResult(result string) {
 	rs.set(placeholderResult, result)
+	rs.h.metrics.countResult(result)
 	rs.h.debug("handled delivery", zap.String("source", rs.h.Source), zap.String("result", result))
 }
 
@@ -169,13 +172,19 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 	}
 	cacheable := err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil && h.cacheable.has(status)
 	if cacheable {
-		if cerr := h.store.Complete(ctx, rs.key, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+		start := time.Now()
+		cerr := h.store.Complete(ctx, rs.key, rs.owner, rec.record, time.Duration(h.TTL))
+		h.metrics.observeStore(opComplete, start, cerr)
+		if cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("source", h.Source), zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
 		return err
 	}
-	if rerr := h.store.Release(ctx, rs.key, rs.owner); rerr != nil && !errors.Is(rerr, ErrNotOwner) {
+	start := time.Now()
+	rerr := h.store.Release(ctx, rs.key, rs.owner)
+	h.metrics.observeStore(opRelease, start, rerr)
+	if rerr != nil && !errors.Is(rerr, ErrNotOwner) {
 		h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
 			zap.String("source", h.Source), zap.String("key", rs.key), zap.Error(rerr))
 	}
@@ -188,7 +197,8 @@ func (rs *requestState) replay(w http.ResponseWriter, next caddyhttp.Handler, en
 	h := rs.h
 	rec, err := decodeRecord(encoded)
 	if err != nil {
-		return rs.storeFailed(w, next, "replay", err)
+		h.metrics.storeErrors[opReplay].Inc()
+		return rs.storeFailed(w, next, opReplay, err)
 	}
 	if !rs.keyFromBody && !bytes.Equal(rec.bodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
@@ -233,7 +243,10 @@ func (rs *requestState) wait(res ClaimResult) (ClaimResult, error) {
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
 		var err error
-		if res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease)); err != nil {
+		start := time.Now()
+		res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
+		h.metrics.observeStore(opClaim, start, err)
+		if err != nil {
 			return res, err
 		}
 	}
@@ -470,7 +483,9 @@ func (h *Handler) startRenewal(key, owner string) *renewal {
 
 func (rn *renewal) fire() {
 	lease := time.Duration(rn.h.Lease)
+	start := time.Now()
 	err := rn.h.store.Renew(context.Background(), rn.key, rn.owner, lease)
+	rn.h.metrics.observeStore(opRenew, start, err)
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if rn.stopped {

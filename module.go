@@ -109,6 +109,7 @@ type Handler struct {
 	failClosed  bool
 	rejectDiffs bool
 	logger      *zap.Logger
+	metrics     *handlerMetrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -156,6 +157,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if len(h.Key) == 0 {
 		h.Key = []string{"header:Idempotency-Key", "body"}
+	}
+	if err := h.registerMetrics(ctx); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
 	}
 	if h.TTL == 0 {
 		h.TTL = caddy.Duration(defaultTTL)
