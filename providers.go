@@ -1,29 +1,225 @@
 package webhookidempotency
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
 // provider is a preset of SPEC §5: a source name, a verification scheme and
 // a stable default key. This table is the one place that knows providers.
 type provider struct {
 	// defaultKey is the key chain used when the handler sets none; it
 	// always ends with body.
 	defaultKey []string
+
+	// verifier builds the provider's scheme from a config whose secrets
+	// are resolved and whose tolerance is defaulted.
+	verifier func(cfg VerifyConfig) (Verifier, error)
+
+	// options are the verify subdirectives the scheme takes besides
+	// `secret` and `tolerance`.
+	options verifyOptions
+
+	// volatile are headers the provider sets anew on every delivery
+	// attempt (signatures over a timestamp): a key taken from one of
+	// them never deduplicates a retry.
+	volatile []string
 }
+
+// verifyOptions is a set of the optional verify subdirectives.
+type verifyOptions uint8
+
+const (
+	optHeader verifyOptions = 1 << iota
+	optPrefix
+	optURL
+)
 
 // providers maps each preset name to its preset.
 var providers = map[string]provider{
-	"stripe":      {defaultKey: []string{"json:id", "body"}},
-	"github":      {defaultKey: []string{"header:X-GitHub-Delivery", "body"}},
-	"shopify":     {defaultKey: []string{"header:X-Shopify-Webhook-Id", "body"}},
-	"slack":       {defaultKey: []string{"json:event_id", "body"}},
-	"standard":    {defaultKey: []string{"header:webhook-id", "body"}},
-	"svix":        {defaultKey: []string{"header:svix-id", "body"}},
-	"whatsapp":    {defaultKey: []string{"body"}},
-	"ifood":       {defaultKey: []string{"json:id", "body"}},
-	"mercadopago": {defaultKey: []string{"header:x-request-id", "body"}},
-	"pagbank":     {defaultKey: []string{"body"}},
-	"paddle":      {defaultKey: []string{"json:notification_id", "body"}},
-	"twilio":      {defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"}},
-	"square":      {defaultKey: []string{"json:event_id", "body"}},
-	"gitlab":      {defaultKey: []string{"header:Idempotency-Key", "body"}},
-	"stone":       {defaultKey: []string{"header:x-stone-webhook-event-id", "body"}},
-	"evolution":   {defaultKey: []string{"body"}},
+	"stripe": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   newStripeVerifier,
+		volatile:   []string{"Stripe-Signature"},
+	},
+	"github": {
+		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+	},
+	"shopify": {
+		defaultKey: []string{"header:X-Shopify-Webhook-Id", "body"},
+		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", encBase64),
+	},
+	"slack": {
+		defaultKey: []string{"json:event_id", "body"},
+		verifier:   newSlackVerifier,
+		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+	},
+	"standard": {
+		defaultKey: []string{"header:webhook-id", "body"},
+		verifier:   standardWebhooks("webhook-"),
+		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+	},
+	"svix": {
+		defaultKey: []string{"header:svix-id", "body"},
+		verifier:   standardWebhooks("svix-"),
+		volatile:   []string{"svix-signature", "svix-timestamp"},
+	},
+	"whatsapp": {
+		defaultKey: []string{"body"},
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+	},
+	"ifood": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   bodyHMAC("X-IFood-Signature", "", encHex),
+	},
+	"mercadopago": {
+		defaultKey: []string{"header:x-request-id", "body"},
+		verifier:   newMercadoPagoVerifier,
+		volatile:   []string{"x-signature"},
+	},
+	"pagbank": {
+		defaultKey: []string{"body"},
+		verifier:   newPagBankVerifier,
+	},
+	"paddle": {
+		defaultKey: []string{"json:notification_id", "body"},
+		verifier:   newPaddleVerifier,
+		volatile:   []string{"Paddle-Signature"},
+	},
+	"twilio": {
+		defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
+		verifier:   newTwilioVerifier,
+		options:    optURL,
+	},
+	"square": {
+		defaultKey: []string{"json:event_id", "body"},
+		verifier:   newSquareVerifier,
+		options:    optURL,
+	},
+	"gitlab": {
+		defaultKey: []string{"header:Idempotency-Key", "body"},
+		verifier:   newGitLabVerifier,
+		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+	},
+	"stone": {
+		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
+		verifier:   newStoneVerifier,
+		options:    optHeader | optPrefix,
+	},
+	"evolution": {
+		defaultKey: []string{"body"},
+		verifier:   func(cfg VerifyConfig) (Verifier, error) { return newTokenVerifier(cfg) },
+		options:    optHeader | optPrefix,
+	},
+}
+
+// checkOptions rejects verify subdirectives the preset's scheme has no
+// use for, rather than silently ignoring them.
+func (p provider) checkOptions(cfg VerifyConfig) error {
+	var bad []string
+	if cfg.Header != "" && p.options&optHeader == 0 {
+		bad = append(bad, "header")
+	}
+	if cfg.Prefix != "" && p.options&optPrefix == 0 {
+		bad = append(bad, "prefix")
+	}
+	if cfg.URL != "" && p.options&optURL == 0 {
+		bad = append(bad, "url")
+	}
+	if cfg.Algorithm != "" {
+		bad = append(bad, "algorithm")
+	}
+	if cfg.Encoding != "" {
+		bad = append(bad, "encoding")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("the %s scheme does not take %s (the generic `hmac` and `token` schemes do)", cfg.Scheme, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// bodyHMAC is the scheme of providers that sign the raw body alone with
+// an HMAC-SHA256 in one header.
+func bodyHMAC(header, prefix string, enc sigEncoding) func(VerifyConfig) (Verifier, error) {
+	return func(cfg VerifyConfig) (Verifier, error) {
+		encoding := "hex"
+		if enc == encBase64 {
+			encoding = "base64"
+		}
+		return newHMACVerifier(VerifyConfig{
+			Scheme:   cfg.Scheme,
+			Secrets:  cfg.Secrets,
+			Header:   header,
+			Prefix:   prefix,
+			Encoding: encoding,
+		})
+	}
+}
+
+// newStoneVerifier: Stone signs nothing that can be checked with a shared
+// secret (its payload is a JWE/JWS, whose keys are Stone's to publish), so
+// without a secret `stone` verifies nothing and Provision warns about it.
+// With a secret it is the `token` scheme on a header the user names, for
+// setups where a gateway or Stone's endpoint configuration adds one.
+func newStoneVerifier(cfg VerifyConfig) (Verifier, error) {
+	if len(cfg.Secrets) == 0 {
+		return nil, nil
+	}
+	if cfg.Header == "" {
+		return nil, errors.New("stone has no signature scheme: with a secret, name the header that carries it (verify stone { header <name> })")
+	}
+	return newTokenVerifier(cfg)
+}
+
+// warnVerifyConfig logs, at provision, configurations that work but will
+// not do what their author most likely wants. It never rejects them.
+func (h *Handler) warnVerifyConfig() {
+	if h.logger == nil {
+		return
+	}
+	scheme := h.Provider
+	if h.Verify != nil && h.Verify.Scheme != "" {
+		scheme = h.Verify.Scheme
+	}
+	if scheme == "stone" && h.verifier == nil {
+		h.logger.Warn("stone deliveries are not authenticated: Stone has no shared-secret signature; verify the JWS of the payload in the application or restrict the route to Stone's addresses",
+			zap.String("source", h.Source))
+	}
+	for _, k := range h.Key {
+		name, ok := strings.CutPrefix(k, "header:")
+		if !ok {
+			continue
+		}
+		if preset, volatile := volatileHeader(name, scheme); volatile {
+			h.logger.Warn("the key header changes on every delivery attempt (the provider signs each attempt with a new timestamp), so retries will not be deduplicated; key on the provider's stable event id instead",
+				zap.String("source", h.Source),
+				zap.String("header", name),
+				zap.String("provider", preset),
+				zap.Strings("use_instead", providers[preset].defaultKey))
+		}
+	}
+}
+
+// volatileHeader reports whether a header changes on every delivery
+// attempt of some provider, and which: prefer, when it lists the header,
+// else the first such provider by name.
+func volatileHeader(name, prefer string) (string, bool) {
+	for _, v := range providers[prefer].volatile {
+		if strings.EqualFold(v, name) {
+			return prefer, true
+		}
+	}
+	found := ""
+	for preset, p := range providers {
+		for _, v := range p.volatile {
+			if strings.EqualFold(v, name) && (found == "" || preset < found) {
+				found = preset
+			}
+		}
+	}
+	return found, found != ""
 }
