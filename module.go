@@ -207,6 +207,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionVerifier(); err != nil {
 		return err
 	}
+	h.warnVerifyConfig()
 
 	app, err := appFor(ctx)
 	if err != nil {
