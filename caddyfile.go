@@ -19,22 +19,27 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("webhook_idempotency", parseGlobalOption)
 }
 
-// parseCaddyfile sets up the handler from Caddyfile tokens. Within one site
-// block it also refuses two handlers that take the same source from a
-// preset, naming both lines (Provision catches the rest of the config).
+// parseCaddyfile sets up the handler from Caddyfile tokens. Across the
+// Caddyfile's sites it also refuses two handlers that take the same source
+// from a preset, naming both lines (Provision catches the rest of the
+// config).
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	line := h.Line()
+	// the dispenser was reset after the matcher lookahead: read the
+	// directive's own position, then rewind for the parser
+	h.Next()
+	file, line := h.File(), h.Line()
+	h.Reset()
 	m := new(Handler)
 	if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
 		return nil, err
 	}
 	if m.Provider != "" && m.Source == "" {
 		stateKey := "webhook_idempotency.preset_source." + m.Provider
-		if prev, ok := h.State[stateKey].(int); ok {
-			return nil, fmt.Errorf("%s:%d: the %q preset is used without a 'source' here and at line %d: both routes would share keys and replay one endpoint's answers to the other; give each a distinct 'source'",
-				h.File(), line, m.Provider, prev)
+		if prev, ok := h.State[stateKey].(string); ok {
+			return nil, fmt.Errorf("%s:%d: the %q preset is used without a 'source' here and at %s: both routes would share keys and replay one endpoint's answers to the other; give each a distinct 'source'",
+				file, line, m.Provider, prev)
 		}
-		h.State[stateKey] = line
+		h.State[stateKey] = fmt.Sprintf("%s:%d", file, line)
 	}
 	return m, nil
 }
