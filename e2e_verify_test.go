@@ -1,0 +1,169 @@
+package webhookidempotency
+
+import (
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v82/webhook"
+)
+
+// wantRejected checks a 401 with the JSON reason of SPEC §3.3.
+func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string) {
+	t.Helper()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d (%s), want 401", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	if want := `{"error":"` + reason + `"}`; string(body) != want {
+		t.Fatalf("body %s, want %s", body, want)
+	}
+}
+
+func stripeHeader(secret string, body []byte, at time.Time) string {
+	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at}).Header
+}
+
+func TestE2EVerifyForgedDeliveriesNeverReachUpstream(t *testing.T) {
+	t.Setenv("WEBHOOK_TEST_STRIPE_SECRET", "whsec_e2e_secret")
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	startCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency stripe {
+		secret {env.WEBHOOK_TEST_STRIPE_SECRET}
+	}
+	reverse_proxy %s
+}`, port, up.addr()))
+	url := siteURL(port) + "/stripe"
+	body := []byte(`{"id":"evt_e2e_1","type":"invoice.paid"}`)
+
+	resp, rb := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
+	wantRejected(t, resp, rb, "invalid signature")
+	resp, rb = post(t, url, body)
+	wantRejected(t, resp, rb, "missing signature")
+	resp, rb = post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(-time.Hour)))
+	wantRejected(t, resp, rb, "timestamp outside tolerance")
+	tampered := []byte(`{"id":"evt_e2e_1","type":"invoice.paid" }`)
+	resp, rb = post(t, url, tampered, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
+	wantRejected(t, resp, rb, "invalid signature")
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("upstream called %d times by forged deliveries", n)
+	}
+
+	// none of them claimed the key: the genuine delivery is new
+	first, firstBody := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
+	if first.StatusCode != http.StatusOK || first.Header.Get(replayedHeader) != "" {
+		t.Fatalf("genuine delivery: %d %v %s", first.StatusCode, first.Header, firstBody)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream called %d times, want 1", n)
+	}
+
+	// Stripe's retry is signed anew with a later timestamp: same event id,
+	// so it is a duplicate
+	retry, retryBody := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(2*time.Second)))
+	if retry.StatusCode != http.StatusOK || retry.Header.Get(replayedHeader) != "true" || string(retryBody) != string(firstBody) {
+		t.Fatalf("retry: %d replayed=%q %s", retry.StatusCode, retry.Header.Get(replayedHeader), retryBody)
+	}
+	// a forged copy of the same event is still rejected, not replayed
+	resp, rb = post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
+	wantRejected(t, resp, rb, "invalid signature")
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream called %d times, want 1", n)
+	}
+}
+
+func TestE2EVerifyGenericHMACRotation(t *testing.T) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	startCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source acme
+		key header:X-Delivery body
+		verify hmac {
+			header    X-Acme-Signature
+			algorithm sha1
+			encoding  hex
+			prefix    sha1=
+			secret    old-secret new-secret
+		}
+	}
+	reverse_proxy %s
+}`, port, up.addr()))
+	url := siteURL(port) + "/acme"
+	sign := func(secret string, body []byte) string {
+		m := hmac.New(sha1.New, []byte(secret))
+		m.Write(body)
+		return "sha1=" + hex.EncodeToString(m.Sum(nil))
+	}
+	for i, secret := range []string{"old-secret", "new-secret"} {
+		body := []byte(`{"n":` + strconv.Itoa(i) + `}`)
+		resp, rb := post(t, url, body, "X-Acme-Signature", sign(secret, body), "X-Delivery", "d-"+strconv.Itoa(i))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("signed with %s: %d %s", secret, resp.StatusCode, rb)
+		}
+	}
+	body := []byte(`{"n":9}`)
+	resp, rb := post(t, url, body, "X-Acme-Signature", sign("retired-secret", body), "X-Delivery", "d-9")
+	wantRejected(t, resp, rb, "invalid signature")
+	resp, rb = post(t, url, body, "X-Acme-Signature", "sha256="+sign("new-secret", body)[5:], "X-Delivery", "d-9")
+	wantRejected(t, resp, rb, "invalid signature")
+	if n := up.calls.Load(); n != 2 {
+		t.Fatalf("upstream called %d times, want 2", n)
+	}
+}
+
+// Twilio signs the public URL; behind a proxy it is rebuilt from
+// X-Forwarded-* only when the proxy is trusted.
+func TestE2EVerifyTwilioForwardedURL(t *testing.T) {
+	form := []byte("From=%2B14158675309&MessageSid=SM1&Body=hi")
+	// sorted: Body, From, MessageSid
+	signed := "https://hooks.example.com/sms?acct=1" + "Bodyhi" + "From+14158675309" + "MessageSidSM1"
+	m := hmac.New(sha1.New, []byte("twilio-token"))
+	m.Write([]byte(signed))
+	sig := base64.StdEncoding.EncodeToString(m.Sum(nil))
+
+	for _, c := range []struct {
+		name    string
+		globals string
+		want    int
+	}{
+		{"untrusted", "", http.StatusUnauthorized},
+		{"trusted", "servers {\n\t\ttrusted_proxies static private_ranges\n\t}", http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newUpstream(t, nil)
+			port := freePort(t)
+			startCaddy(t, c.globals, fmt.Sprintf(`:%d {
+	webhook_idempotency twilio {
+		secret twilio-token
+	}
+	reverse_proxy %s
+}`, port, up.addr()))
+			resp, rb := post(t, siteURL(port)+"/sms?acct=1", form,
+				"Content-Type", "application/x-www-form-urlencoded",
+				"X-Twilio-Signature", sig,
+				"X-Forwarded-Proto", "https",
+				"X-Forwarded-Host", "hooks.example.com",
+				"I-Twilio-Idempotency-Token", "tok-1")
+			if resp.StatusCode != c.want {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, rb, c.want)
+			}
+			wantCalls := int64(0)
+			if c.want == http.StatusOK {
+				wantCalls = 1
+			}
+			if n := up.calls.Load(); n != wantCalls {
+				t.Fatalf("upstream called %d times, want %d", n, wantCalls)
+			}
+		})
+	}
+}
