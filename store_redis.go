@@ -10,6 +10,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -77,10 +79,11 @@ type RedisStore struct {
 	// CPU (go-redis's default).
 	PoolSize int `json:"pool_size,omitempty"`
 
-	client  *redisClient
-	poolKey string
-	timeout time.Duration
-	logger  *zap.Logger
+	client   *redisClient
+	poolKey  string
+	released bool
+	timeout  time.Duration
+	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -237,11 +240,16 @@ func (s *RedisStore) Validate() error {
 
 // Cleanup releases this configuration's use of the shared client; the
 // client is closed when no configuration uses it any more.
+//
+// On a reload Caddy cleans up the old configuration while its last
+// requests may still be running, so the store stays usable: the client
+// lives on while the new configuration shares it, and otherwise closes once
+// the claims taken through it are completed or released (see Destruct).
 func (s *RedisStore) Cleanup() error {
-	if s.client == nil {
+	if s.client == nil || s.released {
 		return nil
 	}
-	s.client = nil
+	s.released = true
 	_, err := redisPool.Delete(s.poolKey)
 	return err
 }
@@ -348,9 +356,11 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 	case int64:
 		switch {
 		case v == -1:
+			s.client.claims.Add(1)
 			return ClaimResult{State: Claimed}, nil
 		case v == -2:
 			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.String("key", key))
+			s.client.claims.Add(1)
 			return ClaimResult{State: Claimed}, nil
 		case v >= 0:
 			return ClaimResult{State: InFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, nil
@@ -366,6 +376,7 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 			return ClaimResult{}, err
 		}
 		if ok == int64(1) {
+			s.client.claims.Add(1)
 			return ClaimResult{State: Claimed}, nil
 		}
 		// someone else changed the key meanwhile: it is theirs
@@ -376,11 +387,13 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	defer s.client.claimDone()
 	return s.ownerOp(ctx, "complete", redisCompleteScript, key, owner, record, redisMillis(ttl))
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
+	defer s.client.claimDone()
 	return s.ownerOp(ctx, "release", redisReleaseScript, key, owner)
 }
 
@@ -436,7 +449,22 @@ type redisClient struct {
 	client  redis.UniversalClient
 	breaker *breaker
 	logger  *zap.Logger
+
+	// claims counts the keys claimed through this client and not yet
+	// completed or released, so a client whose last configuration was
+	// cleaned up stays open for the requests that configuration is still
+	// finishing.
+	claims    atomic.Int64
+	closing   atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	mu        sync.Mutex
+	drain     *time.Timer // guarded by mu
 }
+
+// redisDrainMax bounds how long a client outlives its last configuration
+// while claims taken through it are outstanding.
+const redisDrainMax = 2 * time.Minute
 
 func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 	opts := &redis.UniversalOptions{
@@ -480,11 +508,41 @@ func (c *redisClient) checkReachable(timeout time.Duration) {
 	}
 }
 
-// Destruct stops the breaker's probe and closes the client, when the last
-// configuration using it is cleaned up.
+// Destruct stops the breaker's probe when the last configuration using the
+// client is cleaned up, and closes the client at once, or when the claims
+// still outstanding are completed or released (at most redisDrainMax later).
 func (c *redisClient) Destruct() error {
 	c.breaker.close()
-	return c.client.Close()
+	c.closing.Store(true)
+	if c.claims.Load() <= 0 {
+		c.close()
+		return c.closeErr
+	}
+	c.mu.Lock()
+	c.drain = time.AfterFunc(redisDrainMax, c.close)
+	c.mu.Unlock()
+	if c.claims.Load() <= 0 { // the last claim ended meanwhile
+		c.close()
+	}
+	return nil
+}
+
+// claimDone records the end of a claim: completed or released.
+func (c *redisClient) claimDone() {
+	if c.claims.Add(-1) <= 0 && c.closing.Load() {
+		c.close()
+	}
+}
+
+func (c *redisClient) close() {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		if c.drain != nil {
+			c.drain.Stop()
+		}
+		c.mu.Unlock()
+		c.closeErr = c.client.Close()
+	})
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
