@@ -163,7 +163,7 @@ func newHMACVerifier(cfg VerifyConfig) (*HMACVerifier, error) {
 		return nil, errors.New("hmac verification does not sign a url")
 	}
 	return &HMACVerifier{
-		header:   cfg.Header,
+		header:   http.CanonicalHeaderKey(cfg.Header),
 		prefix:   cfg.Prefix,
 		encoding: enc,
 		keys:     newHMACKeyring(newHash, rawSecrets(cfg.Secrets)),
@@ -172,7 +172,7 @@ func newHMACVerifier(cfg VerifyConfig) (*HMACVerifier, error) {
 
 // Verify implements Verifier.
 func (v *HMACVerifier) Verify(r *http.Request, body []byte) error {
-	values := r.Header.Values(v.header)
+	values := r.Header[v.header]
 	if len(values) == 0 {
 		return errMissingSignature
 	}
@@ -212,12 +212,12 @@ func newTokenVerifier(cfg VerifyConfig) (*TokenVerifier, error) {
 	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
 		return nil, fmt.Errorf("%s verification takes no algorithm, encoding or url", cfg.Scheme)
 	}
-	return &TokenVerifier{header: cfg.Header, prefix: cfg.Prefix, tokens: newTokenSet(cfg.Secrets)}, nil
+	return &TokenVerifier{header: http.CanonicalHeaderKey(cfg.Header), prefix: cfg.Prefix, tokens: newTokenSet(cfg.Secrets)}, nil
 }
 
 // Verify implements Verifier.
 func (v *TokenVerifier) Verify(r *http.Request, _ []byte) error {
-	val := r.Header.Get(v.header)
+	val := headerValue(r.Header, v.header)
 	if val == "" {
 		return errMissingSignature
 	}
@@ -231,6 +231,15 @@ func (v *TokenVerifier) Verify(r *http.Request, _ []byte) error {
 		return errInvalidSignature
 	}
 	return nil
+}
+
+// headerValue is the first value of a header given by its canonical name;
+// unlike http.Header.Get it does not allocate to canonicalize the name.
+func headerValue(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // hashFunc maps an `algorithm` value to its hash.

@@ -39,7 +39,7 @@ func newStripeVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *StripeVerifier) Verify(r *http.Request, body []byte) error {
-	ts, sigs, err := parseStripeSignature(r.Header.Get("Stripe-Signature"))
+	ts, sigs, err := parseStripeSignature(headerValue(r.Header, "Stripe-Signature"))
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func newSlackVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *SlackVerifier) Verify(r *http.Request, body []byte) error {
-	sig, ts := r.Header.Get("X-Slack-Signature"), r.Header.Get("X-Slack-Request-Timestamp")
+	sig, ts := headerValue(r.Header, "X-Slack-Signature"), headerValue(r.Header, "X-Slack-Request-Timestamp")
 	if sig == "" || ts == "" {
 		return errMissingSignature
 	}
@@ -143,9 +143,9 @@ func newStandardWebhooksVerifier(prefix string, secrets []string, tolerance time
 		keys[i] = k
 	}
 	return &StandardWebhooksVerifier{
-		idHeader:  prefix + "id",
-		tsHeader:  prefix + "timestamp",
-		sigHeader: prefix + "signature",
+		idHeader:  http.CanonicalHeaderKey(prefix + "id"),
+		tsHeader:  http.CanonicalHeaderKey(prefix + "timestamp"),
+		sigHeader: http.CanonicalHeaderKey(prefix + "signature"),
 		keys:      newHMACKeyring(sha256.New, keys),
 		tolerance: tolerance,
 	}, nil
@@ -153,7 +153,7 @@ func newStandardWebhooksVerifier(prefix string, secrets []string, tolerance time
 
 // Verify implements Verifier.
 func (v *StandardWebhooksVerifier) Verify(r *http.Request, body []byte) error {
-	id, ts, sig := r.Header.Get(v.idHeader), r.Header.Get(v.tsHeader), r.Header.Get(v.sigHeader)
+	id, ts, sig := headerValue(r.Header, v.idHeader), headerValue(r.Header, v.tsHeader), headerValue(r.Header, v.sigHeader)
 	if id == "" || ts == "" || sig == "" {
 		return errMissingSignature
 	}
@@ -206,7 +206,7 @@ func newMercadoPagoVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *MercadoPagoVerifier) Verify(r *http.Request, body []byte) error {
-	ts, sigs, err := parseMercadoPagoSignature(r.Header.Get("x-signature"))
+	ts, sigs, err := parseMercadoPagoSignature(headerValue(r.Header, "X-Signature"))
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (v *MercadoPagoVerifier) Verify(r *http.Request, body []byte) error {
 	if dataID != "" {
 		*msg = append(append(append(*msg, "id:"...), dataID...), ';')
 	}
-	if reqID := r.Header.Get("x-request-id"); reqID != "" {
+	if reqID := headerValue(r.Header, "X-Request-Id"); reqID != "" {
 		*msg = append(append(append(*msg, "request-id:"...), reqID...), ';')
 	}
 	*msg = append(append(append(*msg, "ts:"...), ts...), ';')
@@ -269,7 +269,7 @@ func newPagBankVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *PagBankVerifier) Verify(r *http.Request, body []byte) error {
-	sig := strings.TrimSpace(r.Header.Get("x-authenticity-token"))
+	sig := strings.TrimSpace(headerValue(r.Header, "X-Authenticity-Token"))
 	if sig == "" {
 		return errMissingSignature
 	}
@@ -298,7 +298,7 @@ func newPaddleVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *PaddleVerifier) Verify(r *http.Request, body []byte) error {
-	ts, sigs, err := parsePaddleSignature(r.Header.Get("Paddle-Signature"))
+	ts, sigs, err := parsePaddleSignature(headerValue(r.Header, "Paddle-Signature"))
 	if err != nil {
 		return err
 	}
@@ -356,7 +356,7 @@ func newTwilioVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *TwilioVerifier) Verify(r *http.Request, body []byte) error {
-	sig := r.Header.Get("X-Twilio-Signature")
+	sig := headerValue(r.Header, "X-Twilio-Signature")
 	if sig == "" {
 		return errMissingSignature
 	}
@@ -426,7 +426,7 @@ func newSquareVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *SquareVerifier) Verify(r *http.Request, body []byte) error {
-	sig := r.Header.Get("x-square-hmacsha256-signature")
+	sig := headerValue(r.Header, "X-Square-Hmacsha256-Signature")
 	if sig == "" {
 		return errMissingSignature
 	}
@@ -473,10 +473,10 @@ func newGitLabVerifier(cfg VerifyConfig) (Verifier, error) {
 
 // Verify implements Verifier.
 func (v *GitLabVerifier) Verify(r *http.Request, body []byte) error {
-	if v.standard != nil && r.Header.Get("webhook-signature") != "" {
+	if v.standard != nil && headerValue(r.Header, "Webhook-Signature") != "" {
 		return v.standard.Verify(r, body)
 	}
-	token := r.Header.Get("X-Gitlab-Token")
+	token := headerValue(r.Header, "X-Gitlab-Token")
 	if token == "" || len(v.tokens) == 0 {
 		return errMissingSignature
 	}
@@ -508,10 +508,10 @@ func appendPublicURL(dst []byte, r *http.Request, configured string) []byte {
 		scheme = "https"
 	}
 	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
-		if p := firstListItem(r.Header.Get("X-Forwarded-Proto")); p == "http" || p == "https" {
+		if p := firstListItem(headerValue(r.Header, "X-Forwarded-Proto")); p == "http" || p == "https" {
 			scheme = p
 		}
-		if h := firstListItem(r.Header.Get("X-Forwarded-Host")); h != "" {
+		if h := firstListItem(headerValue(r.Header, "X-Forwarded-Host")); h != "" {
 			host = h
 		}
 	}

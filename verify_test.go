@@ -75,7 +75,7 @@ type presetCase struct {
 	target  string
 	body    string
 	// sign signs d with secret in place
-	sign func(t *testing.T, secret string, d *delivery)
+	sign func(t testing.TB, secret string, d *delivery)
 	// headers are the signature headers, each of which is required
 	headers []string
 	// timestamped: the scheme signs a timestamp checked against tolerance
@@ -97,7 +97,7 @@ func presetCases() []presetCase {
 			scheme:  "stripe",
 			secrets: [3]string{"whsec_test_secret_one", "whsec_test_secret_two", "whsec_wrong"},
 			body:    `{"id":"evt_1NG8Du2eZvKYlo2C","object":"event","type":"charge.succeeded"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				p := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: d.body, Secret: secret, Timestamp: d.at})
 				d.req.Header.Set("Stripe-Signature", p.Header)
 			},
@@ -108,7 +108,7 @@ func presetCases() []presetCase {
 			scheme:  "github",
 			secrets: [3]string{"gh-secret-1", "gh-secret-2", "gh-wrong"},
 			body:    `{"action":"opened","number":1}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				sig := "sha256=" + hmacHex(secret, string(d.body))
 				if err := github.ValidateSignature(sig, d.body, []byte(secret)); err != nil {
 					t.Fatalf("go-github rejects the helper's signature: %v", err)
@@ -121,7 +121,7 @@ func presetCases() []presetCase {
 			scheme:  "shopify",
 			secrets: [3]string{"shpss_one", "shpss_two", "shpss_wrong"},
 			body:    `{"id":820982911946154508,"email":"jon@example.com"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("X-Shopify-Hmac-Sha256", hmacBase64(secret, string(d.body)))
 			},
 			headers: []string{"X-Shopify-Hmac-Sha256"},
@@ -130,7 +130,7 @@ func presetCases() []presetCase {
 			scheme:  "slack",
 			secrets: [3]string{"8f742231b10e8888abcd99yyyzzz85a5", "e6b19c573432dcc6b075501d51b51bb8", "0000000000000000000000000000dead"},
 			body:    `{"type":"event_callback","event_id":"Ev0PV52K21"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				ts := unix(d.at)
 				d.req.Header.Set("X-Slack-Request-Timestamp", ts)
 				d.req.Header.Set("X-Slack-Signature", "v0="+hmacHex(secret, "v0:", ts, ":", string(d.body)))
@@ -154,7 +154,7 @@ func presetCases() []presetCase {
 			scheme:  "whatsapp",
 			secrets: [3]string{"meta-app-secret-1", "meta-app-secret-2", "meta-wrong"},
 			body:    `{"object":"whatsapp_business_account","entry":[{"id":"1"}]}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, string(d.body)))
 			},
 			headers: []string{"X-Hub-Signature-256"},
@@ -163,7 +163,7 @@ func presetCases() []presetCase {
 			scheme:  "ifood",
 			secrets: [3]string{"ifood-client-secret-1", "ifood-client-secret-2", "ifood-wrong"},
 			body:    `{"id":"cd40582b-0ef2-4d52-bc7c-507e9f7ea5c0","code":"PLC"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("X-IFood-Signature", hmacHex(secret, string(d.body)))
 			},
 			headers: []string{"X-IFood-Signature"},
@@ -173,7 +173,7 @@ func presetCases() []presetCase {
 			secrets: [3]string{"mp-secret-1", "mp-secret-2", "mp-wrong"},
 			target:  "/hooks/mp?data.id=ABC123&type=payment",
 			body:    `{"action":"payment.updated","data":{"id":"abc123"},"type":"payment"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				ts := unix(d.at)
 				reqID := "bb56a2f1-6aae-46ac-982e-9dcd3581d08e"
 				// data.id is lower-cased in the manifest
@@ -192,7 +192,7 @@ func presetCases() []presetCase {
 			scheme:  "pagbank",
 			secrets: [3]string{"pagbank-token-1", "pagbank-token-2", "pagbank-wrong"},
 			body:    `{"id":"ORDE_1","charges":[{"status":"PAID"}]}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				sum := sha256.Sum256([]byte(secret + "-" + string(d.body)))
 				d.req.Header.Set("x-authenticity-token", hex.EncodeToString(sum[:]))
 			},
@@ -202,7 +202,7 @@ func presetCases() []presetCase {
 			scheme:  "paddle",
 			secrets: [3]string{"pdl_ntfset_01_one", "pdl_ntfset_01_two", "pdl_ntfset_01_wrong"},
 			body:    `{"event_id":"evt_01","notification_id":"ntf_01"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				ts := unix(d.at)
 				d.req.Header.Set("Paddle-Signature", "ts="+ts+";h1="+hmacHex(secret, ts, ":", string(d.body)))
 				// the Paddle SDK checks the helper
@@ -221,7 +221,7 @@ func presetCases() []presetCase {
 			target:  "/sms?tenant=7",
 			body:    "To=%2B18005551212&From=%2B14158675309&Body=hello&MessageSid=SM1",
 			cfg:     VerifyConfig{URL: "https://hooks.example.com/sms"},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				u := "https://hooks.example.com/sms?tenant=7"
 				form, _ := url.ParseQuery(string(d.body))
 				names := make([]string, 0, len(form))
@@ -251,7 +251,7 @@ func presetCases() []presetCase {
 			target:  "/square",
 			body:    `{"merchant_id":"M1","event_id":"6a8f5f28-54a1-4eb0-a98a-3111513fd4fc"}`,
 			cfg:     VerifyConfig{URL: "https://shop.example.com/square"},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("x-square-hmacsha256-signature", hmacBase64(secret, "https://shop.example.com/square", string(d.body)))
 			},
 			headers: []string{"x-square-hmacsha256-signature"},
@@ -260,7 +260,7 @@ func presetCases() []presetCase {
 			scheme:  "gitlab",
 			secrets: [3]string{"gitlab-token-1", "gitlab-token-2", "gitlab-wrong"},
 			body:    `{"object_kind":"push"}`,
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("X-Gitlab-Token", secret)
 			},
 			headers: []string{"X-Gitlab-Token"},
@@ -272,7 +272,7 @@ func presetCases() []presetCase {
 			secrets: [3]string{"evo-token-1", "evo-token-2", "evo-wrong"},
 			body:    `{"event":"messages.upsert"}`,
 			cfg:     VerifyConfig{Header: "apikey"},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("apikey", secret)
 			},
 			headers: []string{"apikey"},
@@ -283,7 +283,7 @@ func presetCases() []presetCase {
 			secrets: [3]string{"stone-gw-1", "stone-gw-2", "stone-wrong"},
 			body:    `{"event":"charge.paid"}`,
 			cfg:     VerifyConfig{Header: "X-Gateway-Token"},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("X-Gateway-Token", secret)
 			},
 			headers: []string{"X-Gateway-Token"},
@@ -294,7 +294,7 @@ func presetCases() []presetCase {
 			secrets: [3]string{"generic-1", "generic-2", "generic-wrong"},
 			body:    `{"id":"x"}`,
 			cfg:     VerifyConfig{Header: "X-Signature", Algorithm: "sha512", Encoding: "base64", Prefix: "sha512="},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				m := hmac.New(sha512.New, []byte(secret))
 				m.Write(d.body)
 				d.req.Header.Set("X-Signature", "sha512="+base64.StdEncoding.EncodeToString(m.Sum(nil)))
@@ -306,7 +306,7 @@ func presetCases() []presetCase {
 			secrets: [3]string{"tok-1", "tok-2", "tok-wrong"},
 			body:    `{"id":"x"}`,
 			cfg:     VerifyConfig{Header: "Authorization", Prefix: "Bearer "},
-			sign: func(t *testing.T, secret string, d *delivery) {
+			sign: func(t testing.TB, secret string, d *delivery) {
 				d.req.Header.Set("Authorization", "Bearer "+secret)
 			},
 			headers: []string{"Authorization"},
@@ -320,7 +320,7 @@ func standardCase(scheme, prefix string) presetCase {
 		scheme:  scheme,
 		secrets: [3]string{stdSecretA, stdSecretB, stdSecretC},
 		body:    `{"type":"invoice.paid","data":{"id":"in_1"}}`,
-		sign: func(t *testing.T, secret string, d *delivery) {
+		sign: func(t testing.TB, secret string, d *delivery) {
 			wh, err := standardwebhooks.NewWebhook(secret)
 			if err != nil {
 				t.Fatal(err)
