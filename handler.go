@@ -159,7 +159,19 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 		maxBody:               h.MaxResponse,
 		bodyHash:              &rs.bodyHash,
 	}
+	// A panic in next must still stop the renewal and release the key, or
+	// the key stays in flight, renewed for ever, and every retry gets 409:
+	// reverse_proxy panics with http.ErrAbortHandler when the upstream's
+	// response is cut short after its headers were sent.
+	returned := false
+	defer func() {
+		if !returned {
+			rn.stop()
+			rs.release(context.WithoutCancel(rs.r.Context()))
+		}
+	}()
 	err := next.ServeHTTP(rec, rs.r)
+	returned = true
 	rn.stop()
 
 	// completion and release must happen even when the client went away
@@ -181,6 +193,13 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 		}
 		return err
 	}
+	rs.release(ctx)
+	return err
+}
+
+// release deletes this request's claim so the provider's retry is processed.
+func (rs *requestState) release(ctx context.Context) {
+	h := rs.h
 	start := time.Now()
 	rerr := h.store.Release(ctx, rs.key, rs.owner)
 	h.metrics.observeStore(opRelease, start, rerr)
@@ -188,7 +207,6 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 		h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
 			zap.String("source", h.Source), zap.String("key", rs.key), zap.Error(rerr))
 	}
-	return err
 }
 
 // replay writes a recorded response.

@@ -172,7 +172,10 @@ func (t *memoryTable) claim(key, owner string, lease time.Duration) ClaimResult 
 
 // evict makes room in a full shard: it drops expired keys among a sample,
 // or else the sampled completed key closest to expiry. Go's randomised map
-// iteration order makes the sample random. Called with s.mu held.
+// iteration order makes the sample random. A sample of in-flight keys only
+// does not stop the search: it goes on until it finds an expired or a
+// completed key, so the shard grows past its bound only when every key in
+// it is in flight. Called with s.mu held.
 func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
 	const sample = 16
 	var victim string
@@ -185,7 +188,7 @@ func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
 		} else if e.record != nil && (victim == "" || e.expires < victimExpires) {
 			victim, victimExpires = k, e.expires
 		}
-		if seen++; seen >= sample {
+		if seen++; seen >= sample && (dropped > 0 || victim != "") {
 			break
 		}
 	}

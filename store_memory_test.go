@@ -1,0 +1,500 @@
+package webhookidempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+)
+
+// fakeClock replaces the package clock for one test. Tests that use it must
+// not run in parallel, and nothing else may read `now` concurrently with
+// the swap (the janitor of a table created after the swap is fine: it reads
+// through the fake, which is atomic).
+type fakeClock struct{ nanos atomic.Int64 }
+
+func useFakeClock(t *testing.T) *fakeClock {
+	t.Helper()
+	c := &fakeClock{}
+	c.nanos.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	prev := now
+	now = func() time.Time { return time.Unix(0, c.nanos.Load()) }
+	t.Cleanup(func() { now = prev })
+	return c
+}
+
+func (c *fakeClock) advance(d time.Duration) { c.nanos.Add(int64(d)) }
+
+// newTestTable returns a private table, destroyed when the test ends.
+func newTestTable(t *testing.T) *memoryTable {
+	t.Helper()
+	tbl := newMemoryTable(zap.NewNop())
+	t.Cleanup(func() { _ = tbl.Destruct() })
+	return tbl
+}
+
+func mustClaim(t *testing.T, tbl *memoryTable, key, owner string, lease time.Duration, want ClaimState) ClaimResult {
+	t.Helper()
+	res := tbl.claim(key, owner, lease)
+	if res.State != want {
+		t.Fatalf("claim(%q, %q) = %v, want %v", key, owner, res.State, want)
+	}
+	return res
+}
+
+func TestMemoryClaimCompleteReplay(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "a", 30*time.Second, Claimed)
+	res := mustClaim(t, tbl, "k", "b", 30*time.Second, InFlight)
+	if res.LeaseLeft != 30*time.Second {
+		t.Fatalf("LeaseLeft = %v, want 30s", res.LeaseLeft)
+	}
+	if err := tbl.complete("k", "b", []byte("other"), time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("complete by a non-owner: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
+		t.Fatalf("complete by the owner: %v", err)
+	}
+	res = mustClaim(t, tbl, "k", "c", 30*time.Second, Completed)
+	if string(res.Record) != "rec" {
+		t.Fatalf("record = %q, want %q", res.Record, "rec")
+	}
+	// a completed key is no longer owned by anyone
+	if err := tbl.release("k", "a"); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("release of a completed key: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.renew("k", "a", time.Minute); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("renew of a completed key: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.complete("k", "a", []byte("again"), time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("second complete: %v, want ErrNotOwner", err)
+	}
+	mustClaim(t, tbl, "k", "c", 30*time.Second, Completed)
+}
+
+func TestMemoryReleaseLetsTheNextClaim(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "a", time.Minute, Claimed)
+	if err := tbl.release("k", "b"); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("release by a non-owner: %v, want ErrNotOwner", err)
+	}
+	mustClaim(t, tbl, "k", "b", time.Minute, InFlight)
+	if err := tbl.release("k", "a"); err != nil {
+		t.Fatalf("release by the owner: %v", err)
+	}
+	if err := tbl.release("k", "a"); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("second release: %v, want ErrNotOwner", err)
+	}
+	mustClaim(t, tbl, "k", "b", time.Minute, Claimed)
+}
+
+func TestMemoryExpiredOwnerCannotTouchTheNewClaim(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "old", time.Second, Claimed)
+	clock.advance(2 * time.Second) // old's lease ran out without renewal
+	mustClaim(t, tbl, "k", "new", 10*time.Second, Claimed)
+
+	if err := tbl.complete("k", "old", []byte("stale"), time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.release("k", "old"); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("release by the expired owner: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.renew("k", "old", time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("renew by the expired owner: %v, want ErrNotOwner", err)
+	}
+	res := mustClaim(t, tbl, "k", "third", time.Second, InFlight)
+	if res.LeaseLeft != 10*time.Second {
+		t.Fatalf("the new owner's lease was changed: LeaseLeft = %v, want 10s", res.LeaseLeft)
+	}
+	if err := tbl.complete("k", "new", []byte("fresh"), time.Hour); err != nil {
+		t.Fatalf("complete by the new owner: %v", err)
+	}
+	if res := mustClaim(t, tbl, "k", "third", time.Second, Completed); string(res.Record) != "fresh" {
+		t.Fatalf("record = %q, want %q", res.Record, "fresh")
+	}
+}
+
+func TestMemoryExpiredLeaseCannotComplete(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "a", time.Second, Claimed)
+	clock.advance(time.Second)
+	if err := tbl.complete("k", "a", []byte("late"), time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("complete after the lease ran out: %v, want ErrNotOwner", err)
+	}
+	if err := tbl.renew("k", "a", time.Second); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("renew after the lease ran out: %v, want ErrNotOwner", err)
+	}
+	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+}
+
+func TestMemoryRenewExtendsTheLease(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "a", 10*time.Second, Claimed)
+	for range 5 {
+		clock.advance(8 * time.Second)
+		if err := tbl.renew("k", "a", 10*time.Second); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+	}
+	clock.advance(8 * time.Second)
+	res := mustClaim(t, tbl, "k", "b", time.Second, InFlight)
+	if res.LeaseLeft != 2*time.Second {
+		t.Fatalf("LeaseLeft = %v, want 2s", res.LeaseLeft)
+	}
+	if err := tbl.renew("k", "b", time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("renew by a non-owner: %v, want ErrNotOwner", err)
+	}
+	clock.advance(2 * time.Second)
+	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+}
+
+func TestMemoryTTLExpiry(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "k", "a", time.Second, Claimed)
+	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// the TTL counts from completion, not from the claim, and outlives the lease
+	clock.advance(time.Hour - time.Nanosecond)
+	mustClaim(t, tbl, "k", "b", time.Second, Completed)
+	clock.advance(time.Nanosecond)
+	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+}
+
+// sameShardKeys returns n keys that land in one shard of tbl.
+func sameShardKeys(tbl *memoryTable, prefix string, n int) []string {
+	var keys []string
+	want := tbl.shard(prefix + "0")
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		if tbl.shard(k) == want {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func shardLen(tbl *memoryTable, key string) int {
+	s := tbl.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+func TestMemoryBoundedEvictsCompletedClosestToExpiry(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(2 * memoryShards) // two keys per shard
+
+	keys := sameShardKeys(tbl, "bounded-", 3)
+	mustClaim(t, tbl, keys[0], "a", time.Minute, Claimed)
+	if err := tbl.complete(keys[0], "a", []byte("r0"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tbl, keys[1], "a", time.Minute, Claimed)
+	if err := tbl.complete(keys[1], "a", []byte("r1"), 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tbl, keys[2], "a", time.Minute, Claimed)
+
+	if n := shardLen(tbl, keys[0]); n != 2 {
+		t.Fatalf("shard holds %d keys, want 2", n)
+	}
+	mustClaim(t, tbl, keys[1], "b", time.Minute, Completed) // kept
+	mustClaim(t, tbl, keys[2], "b", time.Minute, InFlight)
+	mustClaim(t, tbl, keys[0], "b", time.Minute, Claimed) // evicted: closest to expiry
+}
+
+func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(2 * memoryShards)
+
+	keys := sameShardKeys(tbl, "inflight-", 3)
+	for _, k := range keys {
+		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+	}
+	// a full shard of in-flight keys grows rather than drop a claim
+	for _, k := range keys {
+		mustClaim(t, tbl, k, "b", time.Minute, InFlight)
+	}
+}
+
+func TestMemoryBoundedFindsCompletedAmongManyInFlight(t *testing.T) {
+	useFakeClock(t)
+	const perShard = 64
+	// Each round fills one shard with in-flight keys and a single completed
+	// key; the next claim must evict the completed one wherever it sits,
+	// not only when a random sample happens to include it.
+	for round := range 20 {
+		tbl := newTestTable(t)
+		tbl.setMaxEntries(perShard * memoryShards)
+		keys := sameShardKeys(tbl, fmt.Sprintf("many-%d-", round), perShard+1)
+		for _, k := range keys[:perShard-1] {
+			mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+		}
+		done := keys[perShard-1]
+		mustClaim(t, tbl, done, "a", time.Minute, Claimed)
+		if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		mustClaim(t, tbl, keys[perShard], "a", time.Minute, Claimed)
+		if n := shardLen(tbl, done); n != perShard {
+			t.Fatalf("round %d: shard holds %d keys, want %d (the completed key evicted)", round, n, perShard)
+		}
+		for _, k := range keys[:perShard-1] {
+			mustClaim(t, tbl, k, "b", time.Minute, InFlight)
+		}
+	}
+}
+
+func TestMemoryBoundedDropsExpiredFirst(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(2 * memoryShards)
+
+	keys := sameShardKeys(tbl, "expired-", 3)
+	mustClaim(t, tbl, keys[0], "a", time.Second, Claimed) // will die
+	mustClaim(t, tbl, keys[1], "a", time.Minute, Claimed)
+	if err := tbl.complete(keys[1], "a", []byte("r1"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * time.Second)
+	mustClaim(t, tbl, keys[2], "a", time.Minute, Claimed)
+	mustClaim(t, tbl, keys[1], "b", time.Minute, Completed)
+	if n := shardLen(tbl, keys[0]); n != 2 {
+		t.Fatalf("shard holds %d keys, want 2", n)
+	}
+}
+
+// settleGoroutines waits until the goroutine count is at most want.
+func settleGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > want {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), want, buf[:n])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMemoryJanitorSweepsAndStops(t *testing.T) {
+	clock := useFakeClock(t)
+	prevEvery := memorySweepEvery
+	memorySweepEvery = 64 * time.Millisecond // one shard a millisecond
+	t.Cleanup(func() { memorySweepEvery = prevEvery })
+
+	before := runtime.NumGoroutine()
+	tbl := newMemoryTable(zap.NewNop())
+	for i := range 200 {
+		k := fmt.Sprintf("sweep-%d", i)
+		mustClaim(t, tbl, k, "a", time.Second, Claimed)
+		if i%2 == 0 {
+			if err := tbl.complete(k, "a", []byte("r"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustClaim(t, tbl, "sweep-live", "a", time.Hour, Claimed)
+	if n := tbl.len(); n != 201 {
+		t.Fatalf("len = %d, want 201", n)
+	}
+	clock.advance(2 * time.Minute)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for tbl.len() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("janitor left %d keys, want 1", tbl.len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mustClaim(t, tbl, "sweep-live", "b", time.Hour, InFlight)
+
+	if err := tbl.Destruct(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tbl.done:
+	default:
+		t.Fatal("janitor still running after Destruct")
+	}
+	settleGoroutines(t, before)
+}
+
+func TestMemoryDestructWithoutUse(t *testing.T) {
+	before := runtime.NumGoroutine()
+	tbl := newMemoryTable(zap.NewNop())
+	done := make(chan struct{})
+	go func() { _ = tbl.Destruct(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Destruct of a table whose janitor never started hangs")
+	}
+	settleGoroutines(t, before)
+}
+
+func provisionMemoryStore(t *testing.T, ctx caddy.Context) *MemoryStore {
+	t.Helper()
+	m := new(MemoryStore)
+	if err := m.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	before := runtime.NumGoroutine()
+
+	a := provisionMemoryStore(t, ctx)
+	b := provisionMemoryStore(t, ctx)
+	if a.table != b.table {
+		t.Fatal("two memory stores got different tables")
+	}
+	bg := context.Background()
+	if res, err := a.Claim(bg, "shared", "a", time.Minute); err != nil || res.State != Claimed {
+		t.Fatalf("claim through a: %v, %v", res.State, err)
+	}
+	if err := a.Complete(bg, "shared", "a", []byte("rec"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := b.Claim(bg, "shared", "b", time.Minute); res.State != Completed || string(res.Record) != "rec" {
+		t.Fatalf("claim through b: %v %q, want the record written through a", res.State, res.Record)
+	}
+
+	// a reload: the new configuration provisions before the old one is
+	// cleaned up, so the records survive
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	c := provisionMemoryStore(t, ctx)
+	if c.table != b.table {
+		t.Fatal("a store provisioned while another is alive got a new table")
+	}
+	if res, _ := c.Claim(bg, "shared", "c", time.Minute); res.State != Completed {
+		t.Fatalf("after cleaning up one store: %v, want the record kept", res.State)
+	}
+	tbl := c.table
+	if err := b.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	// the last user gone, the janitor stopped
+	select {
+	case <-tbl.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("janitor still running after the last store was cleaned up")
+	}
+	settleGoroutines(t, before)
+
+	d := provisionMemoryStore(t, ctx)
+	defer d.Cleanup()
+	if d.table == tbl {
+		t.Fatal("a destroyed table was handed out again")
+	}
+	if res, _ := d.Claim(bg, "shared", "d", time.Minute); res.State != Claimed {
+		t.Fatalf("fresh table: %v, want Claimed", res.State)
+	}
+}
+
+func TestMemoryCleanupTwiceIsSafe(t *testing.T) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	keep := provisionMemoryStore(t, ctx)
+	defer keep.Cleanup()
+	m := provisionMemoryStore(t, ctx)
+	if err := m.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	// a second Cleanup must not drop the other store's reference
+	if err := m.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := keep.Claim(context.Background(), "twice", "a", time.Minute); res.State != Claimed {
+		t.Fatalf("claim: %v", res.State)
+	}
+}
+
+func TestMemoryConcurrentClaims(t *testing.T) {
+	tbl := newTestTable(t)
+	const (
+		keys       = 50
+		perKey     = 20
+		goroutines = keys * perKey
+	)
+	var claimed [keys]atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			k := g % keys
+			key := fmt.Sprintf("race-%d", k)
+			owner := fmt.Sprintf("owner-%d", g)
+			res := tbl.claim(key, owner, time.Minute)
+			switch res.State {
+			case Claimed:
+				claimed[k].Add(1)
+				// half the winners complete, the other half keep the claim
+				if k%2 == 0 {
+					if err := tbl.renew(key, owner, time.Minute); err != nil {
+						t.Errorf("renew %s: %v", key, err)
+					}
+					if err := tbl.complete(key, owner, []byte(key), time.Hour); err != nil {
+						t.Errorf("complete %s: %v", key, err)
+					}
+				}
+			case InFlight:
+			case Completed:
+				if string(res.Record) != key {
+					t.Errorf("record of %s = %q", key, res.Record)
+				}
+			}
+			// a loser can never touch the winner's claim
+			if res.State != Claimed {
+				if err := tbl.release(key, owner); !errors.Is(err, ErrNotOwner) {
+					t.Errorf("release by a loser of %s: %v", key, err)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for k := range keys {
+		if n := claimed[k].Load(); n != 1 {
+			t.Errorf("key %d claimed %d times, want exactly 1", k, n)
+		}
+	}
+}
