@@ -199,22 +199,22 @@ func TestRedisConcurrentDuplicatesAcrossInstances(t *testing.T) {
 // a duplicate on the other instance gets 409, never a second execution.
 func TestRedisLeaseRenewalKeepsSlowRequest(t *testing.T) {
 	srv := startRedis(t)
-	a, b := twoRedisInstances(t, srv.addr(), `"lease":600000000,`)
-	up := newKeyedUpstream(2 * time.Second)
+	a, b := twoRedisInstances(t, srv.addr(), `"lease":1500000000,`)
+	up := newKeyedUpstream(3500 * time.Millisecond)
 	rc := srv.client(t)
 
 	done := make(chan *http.Response)
 	start := time.Now()
 	go func() { done <- redisDeliver(t, a, "evt_slow", up) }()
-	// past the 600ms lease, twice over
-	for _, at := range []time.Duration{900 * time.Millisecond, 1500 * time.Millisecond} {
+	// past the 1.5s lease, twice over
+	for _, at := range []time.Duration{2 * time.Second, 3 * time.Second} {
 		time.Sleep(time.Until(start.Add(at)))
 		resp := redisDeliver(t, b, "evt_slow", up)
 		if resp.StatusCode != http.StatusConflict || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("duplicate during a slow request past its lease: %d %v", resp.StatusCode, resp.Header)
 		}
-		if pttl := rc.PTTL(context.Background(), "idem:shop:evt_slow").Val(); pttl <= 0 || pttl > 600*time.Millisecond {
-			t.Fatalf("in-flight PTTL %v, want within the 600ms lease", pttl)
+		if pttl := rc.PTTL(context.Background(), "idem:shop:evt_slow").Val(); pttl <= 0 || pttl > 1500*time.Millisecond {
+			t.Fatalf("in-flight PTTL %v, want within the 1.5s lease", pttl)
 		}
 	}
 	first := <-done
