@@ -145,11 +145,19 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		if len(args) != 1 {
 			return "", d.Errf("'%s' takes exactly one value, got %d", name, len(args))
 		}
+		if args[0] == "" {
+			return "", d.Errf("'%s' has an empty value", name)
+		}
 		return args[0], nil
 	}
 	atLeastOne := func() error {
 		if len(args) == 0 {
 			return d.Errf("'%s' needs at least one value", name)
+		}
+		for _, a := range args {
+			if a == "" {
+				return d.Errf("'%s' has an empty value", name)
+			}
 		}
 		return nil
 	}
@@ -187,6 +195,9 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		if *keySet {
 			return d.Errf("'header' and 'key' both set the key: use one")
+		}
+		if !validHeaderName(v) {
+			return d.Errf("invalid header '%s': not a valid header name", v)
 		}
 		*headerSet = true
 		h.Key = []string{"header:" + v, "body"}
@@ -325,12 +336,20 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 			if len(sub) != 1 {
 				return "", d.Errf("verify '%s' takes exactly one value, got %d", name, len(sub))
 			}
+			if sub[0] == "" {
+				return "", d.Errf("verify '%s' has an empty value", name)
+			}
 			return sub[0], nil
 		}
 		switch name {
 		case "secret":
 			if len(sub) == 0 {
 				return d.Errf("verify 'secret' needs at least one value")
+			}
+			for _, s := range sub {
+				if s == "" {
+					return d.Errf("verify 'secret' has an empty value")
+				}
 			}
 			v.Secrets = append(v.Secrets, sub...)
 		case "header":

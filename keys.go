@@ -44,6 +44,9 @@ func parseKeySource(s string) (keySource, error) {
 	}
 	switch kind {
 	case "header":
+		if !validHeaderName(arg) {
+			return keySource{}, fmt.Errorf("invalid key source %q: %q is not a valid header name", s, arg)
+		}
 		return keySource{kind: keyHeader, arg: textproto.CanonicalMIMEHeaderKey(arg)}, nil
 	case "json":
 		return keySource{kind: keyJSON, arg: arg}, nil
@@ -51,6 +54,25 @@ func parseKeySource(s string) (keySource, error) {
 		return keySource{kind: keyQuery, arg: arg}, nil
 	}
 	return keySource{}, fmt.Errorf("invalid key source %q: unknown kind %q (want header, json, query or body)", s, kind)
+}
+
+// validHeaderName reports whether name is an HTTP header field name (an
+// RFC 9110 token); a name that no request can carry would silently never
+// match.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseKeySources parses a whole `key` list.

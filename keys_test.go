@@ -52,6 +52,8 @@ func TestParseKeySource(t *testing.T) {
 		{"json:data.object.id", keySource{kind: keyJSON, arg: "data.object.id"}},
 		{"json:a:b", keySource{kind: keyJSON, arg: "a:b"}},
 		{"query:data.id", keySource{kind: keyQuery, arg: "data.id"}},
+		{"query:a b", keySource{kind: keyQuery, arg: "a b"}},
+		{"header:X_Custom.Id~1", keySource{kind: keyHeader, arg: "X_custom.id~1"}},
 	} {
 		got, err := parseKeySource(tc.in)
 		if err != nil {
@@ -62,7 +64,7 @@ func TestParseKeySource(t *testing.T) {
 			t.Errorf("parseKeySource(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
-	for _, in := range []string{"", "Body", "body:", "header", "header:", "json:", "query:", "cookie:x", ":x", "id"} {
+	for _, in := range []string{"", "Body", "body:", "header", "header:", "json:", "query:", "cookie:x", ":x", "id", "header:X Id", "header:X-Id:", "header:é", "header:(x)"} {
 		if got, err := parseKeySource(in); err == nil {
 			t.Errorf("parseKeySource(%q) = %+v, want an error", in, got)
 		} else if !strings.Contains(err.Error(), `"`+in+`"`) {
