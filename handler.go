@@ -49,7 +49,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rs := requestState{h: h, r: r}
 	rs.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	rs.extra, _ = r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
-	rs.set(placeholderSource, h.Source)
+	if rs.repl != nil {
+		rs.repl.Set(placeholderSource, h.sourceValue)
+	}
+	if rs.extra != nil {
+		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
+	}
 
 	if !slices.Contains(h.methods, r.Method) {
 		rs.setResult(resultSkipped)
@@ -80,7 +85,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if errors.As(err, &ve) {
 				reason = ve.Reason
 			}
-			h.debug("rejected delivery", zap.String("source", h.Source), zap.String("reason", reason))
+			if ce := h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
+				ce.Write(zap.String("source", h.Source), zap.String("reason", reason))
+			}
 			return writeError(w, http.StatusUnauthorized, reason, "")
 		}
 	}
@@ -111,6 +118,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case InFlight:
 		if h.InFlight == inFlightProceed {
 			rs.setResult(resultNew)
+			rs.handOn()
 			return next.ServeHTTP(w, r)
 		}
 		rs.setResult(resultConflict)
@@ -144,7 +152,9 @@ func (rs *requestState) set(name, value string) {
 func (rs *requestState) setResult(result string) {
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
-	rs.h.debug("handled delivery", zap.String("source", rs.h.Source), zap.String("result", result))
+	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
+		ce.Write(zap.String("source", rs.h.Source), zap.String("key", rs.key), zap.String("result", result))
+	}
 }
 
 // process hands a claimed delivery to the next handler, records its answer
@@ -167,15 +177,16 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 	defer func() {
 		if !returned {
 			rn.stop()
-			rs.release(context.WithoutCancel(rs.r.Context()))
+			rs.release(completionCtx)
 		}
 	}()
+	rs.handOn()
 	err := next.ServeHTTP(rec, rs.r)
 	returned = true
 	rn.stop()
 
 	// completion and release must happen even when the client went away
-	ctx := context.WithoutCancel(rs.r.Context())
+	ctx := completionCtx
 	status := rec.status
 	if status == 0 && err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil {
 		// nothing written: net/http answers 200 with an empty body
@@ -228,11 +239,11 @@ func (rs *requestState) replay(w http.ResponseWriter, next caddyhttp.Handler, en
 	}
 	rs.setResult(resultReplayed)
 	hdr := w.Header()
-	rec.writeHeaders(hdr)
-	hdr.Set(replayedHeader, "true")
+	contentLength := ""
 	if bodyAllowed(rec.status) {
-		hdr.Set("Content-Length", strconv.Itoa(len(rec.body)))
+		contentLength = strconv.Itoa(len(rec.body))
 	}
+	rec.writeReplayHeaders(hdr, contentLength)
 	w.WriteHeader(rec.status)
 	if bodyAllowed(rec.status) && len(rec.body) > 0 && rs.r.Method != http.MethodHead {
 		_, _ = w.Write(rec.body)
@@ -281,13 +292,8 @@ func (rs *requestState) storeFailed(w http.ResponseWriter, next caddyhttp.Handle
 		return writeError(w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}
 	rs.setResult(resultBypassed)
+	rs.handOn()
 	return next.ServeHTTP(w, rs.r)
-}
-
-func (h *Handler) debug(msg string, fields ...zap.Field) {
-	if ce := h.logger.Check(zap.DebugLevel, msg); ce != nil {
-		ce.Write(fields...)
-	}
 }
 
 // Error bodies, prebuilt.
@@ -345,7 +351,11 @@ type pooledBody struct {
 var bodyPool = sync.Pool{New: func() any { return new(pooledBody) }}
 
 // maxPooledBody keeps very large buffers out of the pool.
-const maxPooledBody = 1 << 20
+const maxPooledBody = 4 << 20
+
+// completionCtx is the context of Complete and Release: they must run even
+// when the client went away, and every store bounds its own calls.
+var completionCtx = context.Background()
 
 // readBody reads the whole body, up to max_body, and hands an identical
 // body on to the next handler.
@@ -388,11 +398,23 @@ func (rs *requestState) readBody() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Body = pb.reader()
 	r.ContentLength = int64(len(buf))
-	r.GetBody = func() (io.ReadCloser, error) { return pb.reader(), nil }
 	r.TransferEncoding = nil
 	return buf, nil
+}
+
+// handOn gives the next handler the buffered body: exactly the bytes that
+// were received and verified, with a known length, so reverse_proxy sends
+// them as they are. It is called only on paths that call the next handler:
+// a reader handed on is closed by whoever consumes it, and the buffer goes
+// back to the pool only once every such reader is closed.
+func (rs *requestState) handOn() {
+	pb := rs.body
+	if pb == nil {
+		return
+	}
+	rs.r.Body = pb.reader()
+	rs.r.GetBody = pb.getBody
 }
 
 // releaseBody returns the body buffer to the pool when nothing reads it.
@@ -404,6 +426,8 @@ func (rs *requestState) releaseBody() {
 	pb.buf = pb.buf[:0]
 	bodyPool.Put(pb)
 }
+
+func (pb *pooledBody) getBody() (io.ReadCloser, error) { return pb.reader(), nil }
 
 func (pb *pooledBody) reader() io.ReadCloser {
 	pb.open.Add(1)

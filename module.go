@@ -110,6 +110,7 @@ type Handler struct {
 	rejectDiffs bool
 	logger      *zap.Logger
 	metrics     *handlerMetrics
+	sourceValue any // Source, boxed once for the replacer
 }
 
 // CaddyModule returns the Caddy module information.
@@ -158,6 +159,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(h.Key) == 0 {
 		h.Key = []string{"header:Idempotency-Key", "body"}
 	}
+	h.sourceValue = h.Source
 	if err := h.registerMetrics(ctx); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}

@@ -206,12 +206,20 @@ func decodeRecord(b []byte) (record, error) {
 	return rec, nil
 }
 
-// writeHeaders adds the recorded headers to dst. All names and values share
-// one string allocation, and values one slice allocation.
-func (rec record) writeHeaders(dst http.Header) {
-	if len(rec.headers) == 0 {
-		return
-	}
+// writeHeaders sets the recorded headers in dst.
+func (rec record) writeHeaders(dst http.Header) { rec.writeHeadersWith(dst, false, "") }
+
+// writeReplayHeaders sets the recorded headers in dst, then
+// `Idempotent-Replayed: true` and, unless contentLength is empty,
+// Content-Length (else it removes Content-Length).
+func (rec record) writeReplayHeaders(dst http.Header, contentLength string) {
+	rec.writeHeadersWith(dst, true, contentLength)
+}
+
+// writeHeadersWith does the work of writeHeaders and writeReplayHeaders: all
+// names and values share one string allocation, and values one slice
+// allocation.
+func (rec record) writeHeadersWith(dst http.Header, replay bool, contentLength string) {
 	s := string(rec.headers)
 	count := 0
 	for i := 0; i < len(s); count++ {
@@ -220,7 +228,14 @@ func (rec record) writeHeaders(dst http.Header) {
 			i += n + int(l)
 		}
 	}
-	values := make([]string, count)
+	if count == 0 && !replay {
+		return
+	}
+	extra := 0
+	if replay {
+		extra = 2
+	}
+	values := make([]string, count+extra)
 	for i, j := 0, 0; i < len(s); j++ {
 		l, n := binary.Uvarint(rec.headers[i:])
 		name := s[i+n : i+n+int(l)]
@@ -232,6 +247,16 @@ func (rec record) writeHeaders(dst http.Header) {
 			dst[name] = values[j-len(prev) : j+1 : j+1]
 		} else {
 			dst[name] = values[j : j+1 : j+1]
+		}
+	}
+	if replay {
+		values[count] = "true"
+		dst[replayedHeader] = values[count : count+1 : count+1]
+		if contentLength != "" {
+			values[count+1] = contentLength
+			dst["Content-Length"] = values[count+1 : count+2 : count+2]
+		} else {
+			delete(dst, "Content-Length")
 		}
 	}
 }

@@ -1,0 +1,139 @@
+package webhookidempotency
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// Handler benchmarks: one reused request per benchmark so that only the
+// handler's own work is measured; the next handler writes a small JSON answer.
+
+// benchResponseWriter is a ResponseWriter that discards and reuses its header.
+type benchResponseWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *benchResponseWriter) Header() http.Header         { return w.h }
+func (w *benchResponseWriter) WriteHeader(status int)      { w.status = status }
+func (w *benchResponseWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func (w *benchResponseWriter) reset() {
+	clear(w.h)
+	w.status = 0
+}
+
+var benchAnswer = []byte(`{"received":true}`)
+
+var benchNext = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	// read and close the body, as reverse_proxy's transport does
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(benchAnswer)
+	return err
+})
+
+// newBenchHandler provisions a handler with the memory store.
+func newBenchHandler(b *testing.B, h *Handler) *Handler {
+	b.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	b.Cleanup(cancel)
+	if h.Source == "" {
+		h.Source = "bench"
+	}
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Cleanup() })
+	h.logger = zap.NewNop() // the bare context logs at DEBUG
+	return h
+}
+
+// benchRequest builds a reusable request whose body is reset per iteration.
+type benchRequest struct {
+	r    *http.Request
+	body *bytes.Reader
+	data []byte
+}
+
+func newBenchRequest(size int) *benchRequest {
+	data := bytes.Repeat([]byte("x"), size)
+	br := &benchRequest{data: data, body: bytes.NewReader(data)}
+	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
+	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), nil, nil)
+	br.r = r
+	return br
+}
+
+func (br *benchRequest) reset(key string) *http.Request {
+	br.body.Reset(br.data)
+	br.r.Body = io.NopCloser(br.body)
+	br.r.ContentLength = int64(len(br.data))
+	br.r.Header.Set("Idempotency-Key", key)
+	return br.r
+}
+
+func BenchmarkServeHTTPMemory(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("new/%s", sizeName(size)), func(b *testing.B) {
+			h := newBenchHandler(b, &Handler{})
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = "evt_" + strconv.Itoa(i)
+			}
+			br := newBenchRequest(size)
+			w := &benchResponseWriter{h: make(http.Header)}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w.reset()
+				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 {
+					b.Fatalf("status %d, err %v", w.status, err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("replay/%s", sizeName(size)), func(b *testing.B) {
+			h := newBenchHandler(b, &Handler{})
+			br := newBenchRequest(size)
+			w := &benchResponseWriter{h: make(http.Header)}
+			if err := h.ServeHTTP(w, br.reset("evt_replayed"), benchNext); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w.reset()
+				if err := h.ServeHTTP(w, br.reset("evt_replayed"), benchNext); err != nil || w.h.Get(replayedHeader) != "true" {
+					b.Fatalf("not a replay: %v %v", w.h, err)
+				}
+			}
+		})
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.Itoa(n>>20) + "MiB"
+	case n >= 1<<10:
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}
