@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -810,11 +811,10 @@ func TestE2ELeaseExpiryLetsADuplicateThrough(t *testing.T) {
 	// crashed Caddy leaves behind, so the test writes exactly that claim
 	// into the running config's memory table (shared through the pool).
 	v, loaded, err := memoryPool.LoadOrNew(memoryPoolKey, func() (caddy.Destructor, error) {
-		t.Fatal("the running config has no memory table")
-		return nil, nil
+		return nil, errors.New("the running config has no memory table")
 	})
 	if err != nil || !loaded {
-		t.Fatalf("loading the shared table: %v", err)
+		t.Fatalf("loading the shared table: %v (loaded %v)", err, loaded)
 	}
 	defer memoryPool.Delete(memoryPoolKey)
 	tbl := v.(*memoryTable)
