@@ -49,11 +49,46 @@ func parseKeySource(s string) (keySource, error) {
 		}
 		return keySource{kind: keyHeader, arg: textproto.CanonicalMIMEHeaderKey(arg)}, nil
 	case "json":
+		if err := checkJSONPath(arg); err != nil {
+			return keySource{}, fmt.Errorf("invalid key source %q: %v", s, err)
+		}
 		return keySource{kind: keyJSON, arg: arg}, nil
 	case "query":
 		return keySource{kind: keyQuery, arg: arg}, nil
 	}
 	return keySource{}, fmt.Errorf("invalid key source %q: unknown kind %q (want header, json, query or body)", s, kind)
+}
+
+// checkJSONPath accepts a plain path: names and array indexes separated by
+// dots, `\` escaping a character. gjson's query syntax (wildcards, `#`
+// queries, modifiers, multipaths, literals, JSON Lines) has no use in a key
+// and lets a hostile body cost far more CPU than a lookup (`@pretty` over a
+// deeply nested body, for one).
+func checkJSONPath(p string) error {
+	seg := 0 // bytes in the current segment
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '\\':
+			if i+1 == len(p) {
+				return fmt.Errorf("path ends with a lone '\\'")
+			}
+			i++
+			seg++
+		case c == '.':
+			if seg == 0 {
+				return fmt.Errorf("path has an empty segment")
+			}
+			seg = 0
+		case strings.IndexByte("*?#|@!{}[]", c) >= 0:
+			return fmt.Errorf("path uses gjson query syntax '%c': only names and array indexes separated by dots are supported (write a literal '%c' as '\\%c')", c, c, c)
+		default:
+			seg++
+		}
+	}
+	if seg == 0 {
+		return fmt.Errorf("path has an empty segment")
+	}
+	return nil
 }
 
 // validHeaderName reports whether name is an HTTP header field name (an

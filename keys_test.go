@@ -51,6 +51,8 @@ func TestParseKeySource(t *testing.T) {
 		{"header:webhook-id", keySource{kind: keyHeader, arg: "Webhook-Id"}},
 		{"json:data.object.id", keySource{kind: keyJSON, arg: "data.object.id"}},
 		{"json:a:b", keySource{kind: keyJSON, arg: "a:b"}},
+		{"json:entry.0.changes.0.value.messages.0.id", keySource{kind: keyJSON, arg: "entry.0.changes.0.value.messages.0.id"}},
+		{`json:a\.b.c\*`, keySource{kind: keyJSON, arg: `a\.b.c\*`}},
 		{"query:data.id", keySource{kind: keyQuery, arg: "data.id"}},
 		{"query:a b", keySource{kind: keyQuery, arg: "a b"}},
 		{"header:X_Custom.Id~1", keySource{kind: keyHeader, arg: "X_custom.id~1"}},
@@ -69,6 +71,29 @@ func TestParseKeySource(t *testing.T) {
 			t.Errorf("parseKeySource(%q) = %+v, want an error", in, got)
 		} else if !strings.Contains(err.Error(), `"`+in+`"`) {
 			t.Errorf("parseKeySource(%q) error %q does not quote the source", in, err)
+		}
+	}
+	// gjson query syntax and malformed paths are refused with the reason
+	for in, why := range map[string]string{
+		"json:a.#":            "gjson query syntax '#'",
+		"json:a.#(b==1).c":    "gjson query syntax '#'",
+		"json:ab*":            "gjson query syntax '*'",
+		"json:a?c":            "gjson query syntax '?'",
+		"json:a|b":            "gjson query syntax '|'",
+		"json:@pretty":        "gjson query syntax '@'",
+		"json:a.@reverse":     "gjson query syntax '@'",
+		"json:{a,b}":          "gjson query syntax '{'",
+		"json:[a,b]":          "gjson query syntax '['",
+		"json:!true":          "gjson query syntax '!'",
+		"json:..0":            "empty segment",
+		"json:a..b":           "empty segment",
+		"json:a.":             "empty segment",
+		"json:.a":             "empty segment",
+		`json:a\`:            `lone '\'`,
+	} {
+		_, err := parseKeySource(in)
+		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), `"`+in+`"`) {
+			t.Errorf("parseKeySource(%q): error %v, want one naming the source and %q", in, err, why)
 		}
 	}
 	if _, err := parseKeySources([]string{"body", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
@@ -131,6 +156,10 @@ func TestResolveKey(t *testing.T) {
 		{
 			name: "json path through arrays", keys: []string{"json:entry.0.changes.0.value.messages.0.id", "body"},
 			body: whatsapp, want: "wamid.HBgM",
+		},
+		{
+			name: "json escaped dot in a name", keys: []string{`json:meta\.id`},
+			body: `{"meta.id":"m1","meta":{"id":"wrong"}}`, want: "m1",
 		},
 		{
 			name: "json integer kept as written", keys: []string{"json:id"},
