@@ -26,7 +26,9 @@ import (
 // These tests run the handler against real Redis servers: two handler
 // instances provisioned side by side stand for two Caddy instances behind a
 // load balancer (each has its own Redis client), and a real Caddy in this
-// process covers Cluster, Sentinel, outages and reloads.
+// process covers Cluster, Sentinel, outages and reloads. Tests that are not
+// about outages give Redis a generous timeout, so that a loaded machine does
+// not turn into store failures (fail open) and spurious duplicates.
 
 // newRedisTestHandler provisions a Handler from its JSON config with a
 // context of its own, as a separate Caddy instance would, and cleans it up
@@ -107,8 +109,8 @@ func readBody(resp *http.Response) string {
 // twoRedisInstances provisions two handlers on one Redis, each with its
 // own client (a different pool size makes a different pool key).
 func twoRedisInstances(t *testing.T, addr, extra string) (*Handler, *Handler) {
-	a := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":20}}`)
-	b := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":21}}`)
+	a := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":20,"timeout":5000000000}}`)
+	b := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":21,"timeout":5000000000}}`)
 	if a.store.(*RedisStore).client == b.store.(*RedisStore).client {
 		t.Fatal("the two instances share a client; want one each")
 	}
@@ -237,6 +239,7 @@ func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	startCaddy(t, fmt.Sprintf(`webhook_idempotency {
 		store redis redis://%s {
 			key_prefix wh
+			timeout 5s
 		}
 	}`, srv.addr()), fmt.Sprintf(`:%d {
 	webhook_idempotency source shop ttl 2h
@@ -302,6 +305,7 @@ func TestRedisClusterDeduplicates(t *testing.T) {
 		source cluster
 		store redis {
 			address %s
+			timeout 5s
 		}
 	}
 	reverse_proxy %s
@@ -369,6 +373,7 @@ func TestRedisSentinelFindsMaster(t *testing.T) {
 		store redis {
 			address %s
 			master_name %s
+			timeout 5s
 		}
 	}
 	reverse_proxy %s
