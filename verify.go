@@ -145,7 +145,7 @@ type HMACVerifier struct {
 // newHMACVerifier builds the `hmac` scheme.
 func newHMACVerifier(cfg VerifyConfig) (*HMACVerifier, error) {
 	if cfg.Header == "" {
-		return nil, errors.New("hmac verification needs a header")
+		return nil, errors.New("a header is required (header <name> in the verify block)")
 	}
 	newHash, err := hashFunc(cfg.Algorithm)
 	if err != nil {
@@ -160,7 +160,7 @@ func newHMACVerifier(cfg VerifyConfig) (*HMACVerifier, error) {
 		return nil, fmt.Errorf("invalid encoding %q: want hex or base64", cfg.Encoding)
 	}
 	if cfg.URL != "" {
-		return nil, errors.New("hmac verification does not sign a url")
+		return nil, errors.New("hmac signs no url (the twilio and square schemes do)")
 	}
 	return &HMACVerifier{
 		header:   http.CanonicalHeaderKey(cfg.Header),
@@ -207,10 +207,10 @@ type TokenVerifier struct {
 // newTokenVerifier builds the `token` scheme.
 func newTokenVerifier(cfg VerifyConfig) (*TokenVerifier, error) {
 	if cfg.Header == "" {
-		return nil, fmt.Errorf("%s verification needs a header", cfg.Scheme)
+		return nil, errors.New("a header is required (header <name> in the verify block)")
 	}
 	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
-		return nil, fmt.Errorf("%s verification takes no algorithm, encoding or url", cfg.Scheme)
+		return nil, errors.New("a token takes no algorithm, encoding or url")
 	}
 	return &TokenVerifier{header: http.CanonicalHeaderKey(cfg.Header), prefix: cfg.Prefix, tokens: newTokenSet(cfg.Secrets)}, nil
 }
@@ -304,7 +304,9 @@ func (s *sigSet) add(enc sigEncoding, v string) bool {
 		}
 		n, err = hex.Decode(s.sig[s.n][:], src[:len(v)])
 	case encBase64:
-		var tmp [sha512.Size + 2]byte
+		// room for the longest input taken, which may decode to more
+		// than a signature (and then cannot match)
+		var tmp [len(src) * 3 / 4]byte
 		n, err = base64.StdEncoding.Decode(tmp[:], src[:len(v)])
 		if err == nil && n <= sha512.Size {
 			copy(s.sig[s.n][:], tmp[:n])

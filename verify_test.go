@@ -831,3 +831,26 @@ func TestVerifyParsersDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifySignatureSetBounds(t *testing.T) {
+	for n := 0; n <= 3*len(sigSet{}.sig[0]); n++ {
+		for _, v := range []string{strings.Repeat("A", n), strings.Repeat("f", n), strings.Repeat("QUJD", n/4+1)[:n]} {
+			var s sigSet
+			s.add(encBase64, v)
+			s.add(encHex, v)
+			for i := 0; i < s.n; i++ {
+				if s.size[i] == 0 || int(s.size[i]) > len(s.sig[i]) {
+					t.Fatalf("length %d: size %d", n, s.size[i])
+				}
+			}
+		}
+	}
+	// a 64-byte signature is the largest kept, in either encoding
+	var s sigSet
+	s.add(encHex, strings.Repeat("ab", 64))
+	s.add(encBase64, base64.StdEncoding.EncodeToString(make([]byte, 64)))
+	s.add(encBase64, base64.StdEncoding.EncodeToString(make([]byte, 65)))
+	if s.n != 2 {
+		t.Fatalf("kept %d signatures, want 2", s.n)
+	}
+}
