@@ -25,7 +25,8 @@ type MemoryStore struct {
 	// configuration's value applies to the shared table. Default: 100000.
 	MaxEntries int `json:"max_entries,omitempty"`
 
-	table *memoryTable
+	table    *memoryTable
+	released bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -69,13 +70,16 @@ func (m *MemoryStore) Validate() error {
 }
 
 // Cleanup releases this configuration's use of the shared table.
+//
+// The table stays usable: during a reload Caddy cleans up the old
+// configuration while its requests may still be completing their keys.
 func (m *MemoryStore) Cleanup() error {
-	if m.table != nil {
-		_, err := memoryPool.Delete(memoryPoolKey)
-		m.table = nil
-		return err
+	if m.table == nil || m.released {
+		return nil
 	}
-	return nil
+	m.released = true
+	_, err := memoryPool.Delete(memoryPoolKey)
+	return err
 }
 
 // Claim implements Store.

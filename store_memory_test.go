@@ -498,3 +498,31 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryRequestCompletesAfterItsConfigIsCleanedUp is a reload with a
+// request in flight: Caddy cleans up the old configuration's store while the
+// request it is serving still has to complete its key, and the new
+// configuration must then replay that answer.
+func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	bg := context.Background()
+
+	old := provisionMemoryStore(t, ctx)
+	if res, err := old.Claim(bg, "inflight-reload", "first", time.Minute); err != nil || res.State != Claimed {
+		t.Fatalf("claim: %v, %v", res.State, err)
+	}
+	// the reload: the new store is provisioned, then the old one cleaned up
+	next := provisionMemoryStore(t, ctx)
+	defer next.Cleanup()
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	// the old configuration's request finishes now
+	if err := old.Complete(bg, "inflight-reload", "first", []byte("answer"), time.Hour); err != nil {
+		t.Fatalf("completing through a cleaned-up store: %v", err)
+	}
+	if res, _ := next.Claim(bg, "inflight-reload", "dup", time.Minute); res.State != Completed || string(res.Record) != "answer" {
+		t.Fatalf("duplicate after the reload: %v %q, want the recorded answer", res.State, res.Record)
+	}
+}
