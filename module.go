@@ -380,17 +380,28 @@ func parseStatusSet(list []string) (statusSet, error) {
 
 func addStatus(s *statusSet, v string) error {
 	if len(v) == 3 && (v[1] == 'x' || v[1] == 'X') && (v[2] == 'x' || v[2] == 'X') && v[0] >= '1' && v[0] <= '5' {
+		if v[0] == '1' || v[0] == '5' {
+			return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
+		}
 		class := int(v[0]-'0') * 100
 		s.addRange(class, class+99)
 		return nil
 	}
 	code, err := strconv.Atoi(v)
 	if err != nil || code < 100 || code > 599 {
-		return fmt.Errorf("invalid cache status %q: want a code 100-599 or a class such as 2xx", v)
+		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+	}
+	if code < 200 || code >= 500 {
+		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
 	}
 	s.add(code)
 	return nil
 }
+
+// statusNeverRecorded says why 1xx and 5xx answers are refused in
+// cache_status: a 5xx must be processed again when the provider retries
+// (SPEC §8), and a 1xx is not a final answer.
+const statusNeverRecorded = "a 5xx answer must be processed again when the provider retries, and a 1xx is not a final answer"
 
 // App is the `webhook_idempotency` app: it holds the default store set by
 // the Caddyfile global option of the same name, and the per-configuration
