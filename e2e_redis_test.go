@@ -462,11 +462,22 @@ func startRedisTraffic(t *testing.T, url string, workers int, duplicate bool) *r
 					if err != nil {
 						// no HTTP answer at all (a connection reset while
 						// Caddy hands its listener over): a provider
-						// retries, and so do we, once
+						// retries, and so do we. The first attempt may
+						// have reached Caddy and still be in flight, so
+						// the retry may get a 409; the provider then
+						// retries again later.
 						tr.resets.Add(1)
-						req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(key))
-						req.Header.Set("Idempotency-Key", key)
-						resp, err = testClient.Do(req)
+						for attempt := 0; attempt < 50; attempt++ {
+							req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(key))
+							req.Header.Set("Idempotency-Key", key)
+							resp, err = testClient.Do(req)
+							if err != nil || resp.StatusCode != http.StatusConflict {
+								break
+							}
+							_, _ = io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+							time.Sleep(100 * time.Millisecond)
+						}
 					}
 					if err != nil {
 						tr.fail(err.Error())

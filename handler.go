@@ -202,9 +202,14 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("source", h.Source), zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
-		return err
+	} else {
+		rs.release(ctx)
 	}
-	rs.release(ctx)
+	// the answer goes out only now that the store knows its fate, so a
+	// duplicate sent after the client has it finds the key completed
+	if err == nil {
+		rec.sendBuffered()
+	}
 	return err
 }
 
@@ -450,8 +455,10 @@ func (br *bodyReader) Close() error {
 	return nil
 }
 
-// recorder passes the response through to the client while building the
-// encoded record: headers at WriteHeader, then the body up to max_response.
+// recorder records the next handler's answer: headers at WriteHeader, then
+// the body up to max_response, held back from the client until the key is
+// completed or released (sendBuffered). A body that grows past max_response
+// is sent on at once and streamed from then on, and recorded without it.
 type recorder struct {
 	*caddyhttp.ResponseWriterWrapper
 	maxBody   int64
@@ -459,6 +466,7 @@ type recorder struct {
 	status    int
 	record    []byte
 	headerEnd int
+	streaming bool // the client has the status and what was written so far
 	writeErr  error
 }
 
@@ -477,26 +485,61 @@ func (rec *recorder) WriteHeader(status int) {
 	}
 	rec.record = encodeRecord(make([]byte, 0, size), status, rec.Header(), nil, false, rec.bodyHash)
 	rec.headerEnd = len(rec.record)
-	rec.ResponseWriterWrapper.WriteHeader(status)
+	if status == http.StatusSwitchingProtocols {
+		rec.stream()
+	}
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if rec.record[1]&recordFlagNoBody == 0 {
-		if int64(len(rec.record)-rec.headerEnd+len(p)) > rec.maxBody {
-			rec.record = rec.record[:rec.headerEnd]
-			rec.record[1] |= recordFlagNoBody
-		} else {
+	if !rec.streaming {
+		if int64(len(rec.record)-rec.headerEnd+len(p)) <= rec.maxBody {
 			rec.record = append(rec.record, p...)
+			return len(p), nil
 		}
+		rec.stream()
 	}
 	n, err := rec.ResponseWriterWrapper.Write(p)
 	if err != nil && rec.writeErr == nil {
 		rec.writeErr = err
 	}
 	return n, err
+}
+
+// stream sends the status and the buffered body to the client, drops the
+// body from the record, and passes every later write straight through.
+func (rec *recorder) stream() {
+	rec.streaming = true
+	rec.ResponseWriterWrapper.WriteHeader(rec.status)
+	if body := rec.record[rec.headerEnd:]; len(body) > 0 {
+		if _, err := rec.ResponseWriterWrapper.Write(body); err != nil && rec.writeErr == nil {
+			rec.writeErr = err
+		}
+	}
+	rec.record = rec.record[:rec.headerEnd]
+	rec.record[1] |= recordFlagNoBody
+}
+
+// sendBuffered sends a held-back answer to the client.
+func (rec *recorder) sendBuffered() {
+	if rec.streaming || rec.status == 0 {
+		return
+	}
+	rec.ResponseWriterWrapper.WriteHeader(rec.status)
+	if body := rec.record[rec.headerEnd:]; len(body) > 0 {
+		_, _ = rec.ResponseWriterWrapper.Write(body)
+	}
+}
+
+// FlushError flushes a streaming answer; a held-back answer has nothing to
+// flush yet. (reverse_proxy flushes through http.ResponseController.)
+func (rec *recorder) FlushError() error {
+	if !rec.streaming {
+		return nil
+	}
+	return http.NewResponseController(rec.ResponseWriterWrapper.ResponseWriter).Flush()
 }
 
 // ReadFrom copies through Write so the body is recorded.

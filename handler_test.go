@@ -412,3 +412,70 @@ func TestHandlerRetryAfterSeconds(t *testing.T) {
 		}
 	}
 }
+
+// orderStore wraps a Store and notes when Complete and Release run.
+type orderStore struct {
+	Store
+	events *[]string
+}
+
+func (s orderStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	*s.events = append(*s.events, "complete")
+	return s.Store.Complete(ctx, key, owner, record, ttl)
+}
+
+func (s orderStore) Release(ctx context.Context, key, owner string) error {
+	*s.events = append(*s.events, "release")
+	return s.Store.Release(ctx, key, owner)
+}
+
+// orderWriter notes when the client is sent the status.
+type orderWriter struct {
+	*httptest.ResponseRecorder
+	events *[]string
+}
+
+func (w orderWriter) WriteHeader(status int) {
+	*w.events = append(*w.events, "client")
+	w.ResponseRecorder.WriteHeader(status)
+}
+
+// The answer reaches the client only after the key is completed (or
+// released), so a provider that re-sends as soon as it has the answer gets
+// the replay, never a 409 for a key still in flight. An answer larger than
+// max_response is streamed, and then goes out before.
+func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   []string
+	}{
+		{"recorded", http.StatusOK, "ok", []string{"complete", "client"}},
+		{"released", http.StatusServiceUnavailable, "retry", []string{"release", "client"}},
+		{"over max_response", http.StatusOK, strings.Repeat("x", 100), []string{"client", "complete"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var events []string
+			h := newTestHandler(t, &Handler{Source: "order-" + strings.ReplaceAll(tc.name, " ", "-"), MaxResponse: 50})
+			h.store = orderStore{Store: h.store, events: &events}
+			next := func(w http.ResponseWriter, r *http.Request) error {
+				w.WriteHeader(tc.status)
+				_, err := io.WriteString(w, tc.body)
+				return err
+			}
+			w := orderWriter{ResponseRecorder: httptest.NewRecorder(), events: &events}
+			r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("payload"))
+			r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, nil)
+			if err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(next)); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(events, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("events %v, want %v", events, tc.want)
+			}
+			if w.Code != tc.status || w.Body.String() != tc.body {
+				t.Fatalf("client got %d %q, want %d %q", w.Code, w.Body.String(), tc.status, tc.body)
+			}
+		})
+	}
+}
