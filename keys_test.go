@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,30 +70,30 @@ func TestParseKeySource(t *testing.T) {
 	for _, in := range []string{"", "Body", "body:", "header", "header:", "json:", "query:", "cookie:x", ":x", "id", "header:X Id", "header:X-Id:", "header:é", "header:(x)"} {
 		if got, err := parseKeySource(in); err == nil {
 			t.Errorf("parseKeySource(%q) = %+v, want an error", in, got)
-		} else if !strings.Contains(err.Error(), `"`+in+`"`) {
+		} else if !strings.Contains(err.Error(), strconv.Quote(in)) {
 			t.Errorf("parseKeySource(%q) error %q does not quote the source", in, err)
 		}
 	}
 	// gjson query syntax and malformed paths are refused with the reason
 	for in, why := range map[string]string{
-		"json:a.#":            "gjson query syntax '#'",
-		"json:a.#(b==1).c":    "gjson query syntax '#'",
-		"json:ab*":            "gjson query syntax '*'",
-		"json:a?c":            "gjson query syntax '?'",
-		"json:a|b":            "gjson query syntax '|'",
-		"json:@pretty":        "gjson query syntax '@'",
-		"json:a.@reverse":     "gjson query syntax '@'",
-		"json:{a,b}":          "gjson query syntax '{'",
-		"json:[a,b]":          "gjson query syntax '['",
-		"json:!true":          "gjson query syntax '!'",
-		"json:..0":            "empty segment",
-		"json:a..b":           "empty segment",
-		"json:a.":             "empty segment",
-		"json:.a":             "empty segment",
-		`json:a\`:            `lone '\'`,
+		"json:a.#":         "gjson query syntax '#'",
+		"json:a.#(b==1).c": "gjson query syntax '#'",
+		"json:ab*":         "gjson query syntax '*'",
+		"json:a?c":         "gjson query syntax '?'",
+		"json:a|b":         "gjson query syntax '|'",
+		"json:@pretty":     "gjson query syntax '@'",
+		"json:a.@reverse":  "gjson query syntax '@'",
+		"json:{a,b}":       "gjson query syntax '{'",
+		"json:[a,b]":       "gjson query syntax '['",
+		"json:!true":       "gjson query syntax '!'",
+		"json:..0":         "empty segment",
+		"json:a..b":        "empty segment",
+		"json:a.":          "empty segment",
+		"json:.a":          "empty segment",
+		`json:a\`:          `lone '\'`,
 	} {
 		_, err := parseKeySource(in)
-		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), `"`+in+`"`) {
+		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), strconv.Quote(in)) {
 			t.Errorf("parseKeySource(%q): error %v, want one naming the source and %q", in, err, why)
 		}
 	}
