@@ -6,9 +6,11 @@ import (
 )
 
 // The fuzz targets below check that the signature header parsers never
-// panic, never take more than maxSignatures signatures, never allocate
-// (however long or repetitive the header), and return a timestamp that is
-// part of the header. Their seed corpora live in testdata/fuzz.
+// panic, never take more than maxSignatures signatures, and return a
+// timestamp that is part of the header. Their seed corpora live in
+// testdata/fuzz. That they never allocate, however long the header, is
+// TestVerifyParsersDoNotAllocate's job: measuring allocations stops the
+// world, which would slow fuzzing a hundredfold.
 
 // checkSigSet asserts the invariants of a parsed signature set.
 func checkSigSet(t *testing.T, sigs *sigSet) {
@@ -20,14 +22,6 @@ func checkSigSet(t *testing.T, sigs *sigSet) {
 		if sigs.size[i] == 0 || int(sigs.size[i]) > len(sigs.sig[i]) {
 			t.Fatalf("signature %d has size %d", i, sigs.size[i])
 		}
-	}
-}
-
-// checkNoAlloc asserts that parse allocates nothing.
-func checkNoAlloc(t *testing.T, parse func()) {
-	t.Helper()
-	if n := testing.AllocsPerRun(1, parse); n != 0 {
-		t.Fatalf("%v allocations", n)
 	}
 }
 
@@ -51,7 +45,6 @@ func fuzzTimestamped(f *testing.F, seeds []string, parse func(string) (string, s
 		if h == "" && err != errMissingSignature {
 			t.Fatalf("empty header: %v", err)
 		}
-		checkNoAlloc(t, func() { parse(h) })
 	})
 }
 
@@ -94,6 +87,5 @@ func FuzzParseStandardSignatures(f *testing.F) {
 		if !strings.Contains(h, "v1,") && sigs.seen != 0 {
 			t.Fatalf("%q: took %d signatures without a v1", h, sigs.seen)
 		}
-		checkNoAlloc(t, func() { parseStandardSignatures(h) })
 	})
 }

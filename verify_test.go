@@ -825,6 +825,13 @@ func TestVerifyParsersDoNotAllocate(t *testing.T) {
 		"mercadopago": func() { parseMercadoPagoSignature(mpHeader) },
 		"standard":    func() { parseStandardSignatures(stdHeader) },
 	}
+	// a megabyte of signatures costs no allocation either
+	huge := strings.Repeat(",v1="+sig+";h1="+sig+" v1,"+base64.StdEncoding.EncodeToString([]byte(sig)), 1<<20/200)
+	hugeStripe, hugePaddle, hugeMP := "t=1"+huge, "ts=1;"+huge, "ts=1"+huge
+	cases["stripe huge"] = func() { parseStripeSignature(hugeStripe) }
+	cases["paddle huge"] = func() { parsePaddleSignature(hugePaddle) }
+	cases["mercadopago huge"] = func() { parseMercadoPagoSignature(hugeMP) }
+	cases["standard huge"] = func() { parseStandardSignatures(huge) }
 	for name, fn := range cases {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s: %v allocations per parse", name, n)
