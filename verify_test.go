@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash"
 	"net/http"
 	"net/http/httptest"
@@ -859,5 +860,36 @@ func TestVerifySignatureSetBounds(t *testing.T) {
 	s.add(encBase64, base64.StdEncoding.EncodeToString(make([]byte, 65)))
 	if s.n != 2 {
 		t.Fatalf("kept %d signatures, want 2", s.n)
+	}
+}
+
+// Verify runs concurrently on one verifier; pooled hash states must not
+// leak between requests.
+func TestVerifyConcurrent(t *testing.T) {
+	for _, c := range presetCases() {
+		v := c.build(t, defaultTolerance, c.secrets[0], c.secrets[1])
+		good := c.delivery(t, c.secrets[1], time.Now())
+		bad := c.delivery(t, c.secrets[2], time.Now())
+		errs := make(chan error, 8)
+		for g := 0; g < 8; g++ {
+			go func() {
+				for i := 0; i < 100; i++ {
+					if err := v.Verify(good.req, good.body); err != nil {
+						errs <- fmt.Errorf("%s: valid delivery rejected: %v", c.scheme, err)
+						return
+					}
+					if v.Verify(bad.req, bad.body) == nil {
+						errs <- fmt.Errorf("%s: forged delivery accepted", c.scheme)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for g := 0; g < 8; g++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
