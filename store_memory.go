@@ -209,13 +209,19 @@ func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
 	}
 }
 
+// owned returns the key's entry if owner still holds a live claim on it.
+// Called with s.mu held.
+func (s *memoryShard) owned(key, owner string, nowNano int64) (memoryEntry, bool) {
+	e, ok := s.m[key]
+	return e, ok && e.record == nil && e.owner == owner && e.expires > nowNano
+}
+
 func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Duration) error {
 	nowNano := now().UnixNano()
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok || e.owner != owner || e.expires <= nowNano {
+	if _, ok := s.owned(key, owner, nowNano); !ok {
 		return ErrNotOwner
 	}
 	s.m[key] = memoryEntry{record: record, expires: nowNano + int64(ttl)}
@@ -226,8 +232,7 @@ func (t *memoryTable) release(key, owner string) error {
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok || e.owner != owner || e.expires <= now().UnixNano() {
+	if _, ok := s.owned(key, owner, now().UnixNano()); !ok {
 		return ErrNotOwner
 	}
 	delete(s.m, key)
@@ -239,8 +244,8 @@ func (t *memoryTable) renew(key, owner string, lease time.Duration) error {
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok || e.owner != owner || e.expires <= nowNano {
+	e, ok := s.owned(key, owner, nowNano)
+	if !ok {
 		return ErrNotOwner
 	}
 	e.expires = nowNano + int64(lease)
