@@ -137,7 +137,7 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 		bad = append(bad, "encoding")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("the %s scheme does not take %s (the generic `hmac` and `token` schemes do)", cfg.Scheme, strings.Join(bad, ", "))
+		return fmt.Errorf("the preset takes no %s (the generic hmac and token schemes do)", strings.Join(bad, ", "))
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func newStoneVerifier(cfg VerifyConfig) (Verifier, error) {
 		return nil, nil
 	}
 	if cfg.Header == "" {
-		return nil, errors.New("stone has no signature scheme: with a secret, name the header that carries it (verify stone { header <name> })")
+		return nil, errors.New("stone has no signature scheme: with a secret, name the header that carries it (header <name> in the verify block)")
 	}
 	return newTokenVerifier(cfg)
 }
