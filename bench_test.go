@@ -128,6 +128,26 @@ func BenchmarkServeHTTPMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkServeHTTPBaseline is the next handler alone on the same request:
+// what the handler's cost is measured against.
+func BenchmarkServeHTTPBaseline(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			br := newBenchRequest(size)
+			w := &benchResponseWriter{h: make(http.Header)}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w.reset()
+				if err := benchNext.ServeHTTP(w, br.reset("evt")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func sizeName(n int) string {
 	switch {
 	case n >= 1<<20:
