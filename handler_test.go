@@ -479,3 +479,12 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 		})
 	}
 }
+
+func TestHandlerValidateRefusesNegativeTolerance(t *testing.T) {
+	h := &Handler{Source: "neg", InFlight: inFlightConflict, Mismatch: mismatchReplay, Fail: failOpen,
+		Verify: &VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
+	err := h.Validate()
+	if err == nil || !strings.Contains(err.Error(), "tolerance must not be negative") {
+		t.Fatalf("Validate with a negative tolerance: %v", err)
+	}
+}

@@ -318,6 +318,9 @@ func (h *Handler) Validate() error {
 	if h.MaxBody < 0 || h.MaxResponse < 0 {
 		return errors.New("max_body and max_response must not be negative")
 	}
+	if h.Verify != nil && h.Verify.Tolerance < 0 {
+		return fmt.Errorf("verify tolerance must not be negative, got %s", time.Duration(h.Verify.Tolerance))
+	}
 	return nil
 }
 
