@@ -568,9 +568,9 @@ type chart struct {
 }
 
 const (
-	pw, ph           = 446, 330 // panel size
+	pw, ph           = 446, 372 // panel size
 	padL, padR       = 58, 12
-	padT, padB       = 44, 74
+	padT, padB       = 44, 88
 	bg, panelBg      = "#111217", "#181b1f"
 	textC, mutedC    = "#ccccdc", "#8e8e99"
 	gridC, borderC   = "#2c3235", "#2c3235"
@@ -579,17 +579,19 @@ const (
 	legendItemSpaceX = 10
 )
 
+// niceMax returns a maximum that splits into four round steps.
 func niceMax(v float64) float64 {
 	if v <= 0 || math.IsNaN(v) {
 		return 1
 	}
-	exp := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
-		if m*exp >= v*1.05 {
-			return m * exp
+	raw := v * 1.05 / 4
+	exp := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10} {
+		if m*exp >= raw {
+			return 4 * m * exp
 		}
 	}
-	return 10 * exp
+	return 40 * exp
 }
 
 func esc(s string) string { return html.EscapeString(s) }
@@ -724,10 +726,7 @@ func fmtRate(v float64) string {
 	if v == 0 {
 		return "0"
 	}
-	if v < 1 {
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
+	return strconv.FormatFloat(math.Round(v*1000)/1000, 'f', -1, 64)
 }
 
 func fmtPct(v float64) string { return strconv.FormatFloat(v*100, 'f', 0, 64) + "%" }
@@ -757,7 +756,7 @@ func allZero(ls []line) bool {
 
 func render(run Run) string {
 	last := run.Scrapes[len(run.Scrapes)-1]
-	tMax := math.Ceil(last.T/15) * 15
+	tMax := math.Ceil(last.T/5) * 5
 	win := fmt.Sprintf("%.0fs", run.Window)
 
 	// 1. request rate by result
@@ -781,12 +780,12 @@ func render(run Run) string {
 		ratio = append(ratio, Point{n.T, v})
 	}
 	c2 := chart{title: "Replay ratio", unit: "replayed / (new + replayed)", yMax: 1, fmtY: fmtPct,
-		query: `rate(…{result="replayed"}) / rate(…{result=~"new|replayed"})`,
+		query: `replayed / (new + replayed), each sum(rate(…requests_total[` + win + `]))`,
 		lines: []line{{label: "replay ratio", color: palette["replayed"], pts: ratio}}}
 
 	// 3. rejections
 	c3 := chart{title: "Conflicts, invalid signatures, too large", unit: "requests / s", fmtY: fmtRate,
-		query: `sum by (result) (rate(…{result=~"conflict|invalid_signature|too_large"}[` + win + `]))`}
+		query: `sum by (result) (rate(…{result=~"conflict|invalid_sig…|too_large"}[` + win + `]))`}
 	for _, r := range []string{"conflict", "invalid_signature", "too_large"} {
 		c3.lines = append(c3.lines, line{label: r, color: palette[r], pts: byResult[r]})
 	}
@@ -803,8 +802,8 @@ func render(run Run) string {
 	}
 
 	// 5. store latency
-	c5 := chart{title: "Store latency p50 / p95 / p99 by op", unit: "seconds", fmtY: fmtDur,
-		query: "histogram_quantile(q, sum by (le, op) (rate(…_store_duration_seconds_bucket[" + win + "])))"}
+	c5 := chart{title: "Store latency p50 / p95 / p99 (and mean) by op", unit: "seconds", fmtY: fmtDur,
+		query: "histogram_quantile(q, sum by (le, op) (rate(…_bucket[" + win + "])))"}
 	counts := sum(last, prefix+"store_duration_seconds_count", nil, "op")
 	qs := []float64{0.5, 0.95, 0.99}
 	dashes := []string{"", "6 3", "2 3"}
@@ -816,14 +815,27 @@ func render(run Run) string {
 		for qi, q := range qs {
 			c5.lines = append(c5.lines, line{label: fmt.Sprintf("%s p%.0f", op, q*100), color: palette[op], pts: qp[qi], dash: dashes[qi]})
 		}
+		// mean = rate(_sum) / rate(_count)
+		sums := rateBy(run, prefix+"store_duration_seconds_sum", map[string]string{"op": op}, "op")[op]
+		cnts := rateBy(run, prefix+"store_duration_seconds_count", map[string]string{"op": op}, "op")[op]
+		var mean []Point
+		for i := range sums {
+			v := math.NaN()
+			if i < len(cnts) && cnts[i].V > 0 {
+				v = sums[i].V / cnts[i].V
+			}
+			mean = append(mean, Point{sums[i].T, v})
+		}
+		c5.lines = append(c5.lines, line{label: op + " mean", color: palette[op], pts: mean, dash: "1 4 6 4"})
 	}
 
 	// 6. stat
 	totals := sum(last, prefix+"requests_total", nil, "result")
 	first := sum(run.Scrapes[0], prefix+"requests_total", nil, "result")
 	total := 0.0
-	for _, v := range totals {
-		total += v
+	for r, v := range totals {
+		totals[r] = v - first[r]
+		total += totals[r]
 	}
 
 	var sb strings.Builder
@@ -843,12 +855,12 @@ h1{font-size:18px;margin:0;font-weight:600}
 	fmt.Fprintf(&sb, `<div class="top"><h1>Webhook idempotency</h1><span class="cap" style="padding:0">dashboards/webhook-idempotency.json · source = All</span></div>`)
 	fmt.Fprintf(&sb, `<div class="cap">Rendered by <b>dashboards/render.sh</b> from real traffic against the demo (Caddyfile.example, memory store): %d scrapes of Caddy's admin <code>/metrics</code> every %.0fs over %.0fs, started %s. Rates use a %s window here (the dashboard uses 5m). `,
 		len(run.Scrapes), run.Scrapes[1].T-run.Scrapes[0].T, last.T, run.Started.Format("2006-01-02 15:04 UTC"), win)
-	fmt.Fprintf(&sb, `The demo verifies no signatures, so invalid_signature stays 0; memory-store calls take microseconds, below the smallest bucket (100µs), so the quantiles are interpolated inside that bucket, as histogram_quantile does.</div>`)
+	fmt.Fprintf(&sb, `The demo verifies no signatures, so invalid_signature stays 0; memory-store calls take microseconds, below the smallest bucket (100µs), so p50/p95/p99 are interpolated inside that bucket, as histogram_quantile does (claim and complete overlap); the mean (rate of _sum / rate of _count) shows the actual times.</div>`)
 	sb.WriteString(`<div class="grid">`)
 	for _, c := range []chart{c1, c2, c3, c4, c5} {
 		sb.WriteString("<div>" + c.svg(tMax) + "</div>")
 	}
-	fmt.Fprintf(&sb, `<div class="stat"><h2>Deliveries processed</h2><div class="q">sum(caddy_webhook_idempotency_requests_total)</div><div class="big">%.0f</div><div class="sub">`, total)
+	fmt.Fprintf(&sb, `<div class="stat"><h2>Deliveries processed</h2><div class="q">sum(increase(caddy_webhook_idempotency_requests_total[$__range]))</div><div class="big">%.0f</div><div class="sub">`, total)
 	var parts []string
 	for _, r := range resultOrder {
 		if totals[r] > 0 {
@@ -856,13 +868,7 @@ h1{font-size:18px;margin:0;font-weight:600}
 		}
 	}
 	sb.WriteString(strings.Join(parts, " · "))
-	baseline := 0.0
-	for _, v := range first {
-		baseline += v
-	}
-	if baseline > 0 {
-		fmt.Fprintf(&sb, `<br>(%.0f already counted at the first scrape)`, baseline)
-	}
+	fmt.Fprintf(&sb, `<br>between the first and the last scrape (%.0fs)`, last.T)
 	sb.WriteString(`</div></div></div></body></html>`)
 	return sb.String()
 }
