@@ -61,6 +61,11 @@ func newBenchHandler(b *testing.B, h *Handler) *Handler {
 	}
 	b.Cleanup(func() { _ = h.Cleanup() })
 	h.logger = zap.NewNop() // the bare context logs at DEBUG
+	if h.ownedStore != nil {
+		// room for every key a benchmark run creates: no eviction
+		h.ownedStore.table.setMaxEntries(50_000_000)
+		b.Cleanup(func() { h.ownedStore.table.setMaxEntries(defaultMaxEntries) })
+	}
 	return h
 }
 

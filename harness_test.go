@@ -166,6 +166,17 @@ func (c *testCaddy) reload(sites string) error {
 // testClient is the client tests use against Caddy.
 var testClient = &http.Client{Timeout: 20 * time.Second}
 
+// newConnectionClient opens a new connection for every request: for the
+// first request after a reload, when a keep-alive connection to the old
+// server may have been closed under the client.
+var newConnectionClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// postNewConnection is post on a new connection.
+func postNewConnection(t testing.TB, url string, body []byte, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	return doWith(t, newConnectionClient, http.MethodPost, url, body, header...)
+}
+
 // post sends a request and returns the response with its body read.
 func post(t testing.TB, url string, body []byte, header ...string) (*http.Response, []byte) {
 	t.Helper()
@@ -175,6 +186,12 @@ func post(t testing.TB, url string, body []byte, header ...string) (*http.Respon
 // do sends a request with headers given as name, value pairs.
 func do(t testing.TB, method, url string, body []byte, header ...string) (*http.Response, []byte) {
 	t.Helper()
+	return doWith(t, testClient, method, url, body, header...)
+}
+
+// doWith is do with a given client.
+func doWith(t testing.TB, client *http.Client, method, url string, body []byte, header ...string) (*http.Response, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +199,7 @@ func do(t testing.TB, method, url string, body []byte, header ...string) (*http.
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := testClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
