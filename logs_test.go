@@ -67,7 +67,7 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	// every logger, at DEBUG, to one file; the site's access log to
 	// another. A `verify token` secret travels in a request header, which
 	// Caddy logs verbatim (it only redacts Authorization and cookies): the
-	// filter that docs/operating.md prescribes deletes it. The hmac route
+	// filter that the README prescribes (Log fields) deletes it. The hmac route
 	// needs no filter.
 	globals := fmt.Sprintf(`log everything {
 		output file %s
