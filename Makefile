@@ -34,3 +34,4 @@ redis-server:
 		echo "install Redis >= 7 (redis-server and redis-cli on PATH) and run make test again" >&2; \
 		exit 1; \
 	fi
+bench: redis-server ; @GO=$(GO) bash bench/load.sh

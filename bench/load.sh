@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# bench/load.sh - whole-Caddy load test of webhook_idempotency against reverse_proxy alone.
+#
+# Run it with `make bench` (or `bash bench/load.sh`) from the repository root. In one run it:
+#   1. builds Caddy from ./cmd/caddy and the trivial upstream bench/upstream (standard library,
+#      answers 200 with {"ok":true}) into bench/out/ (ignored by git);
+#   2. starts the upstream, a private redis-server (--save '' --appendonly no) and one Caddy,
+#      each on a free 127.0.0.1 port, with one Caddyfile holding one site per scenario
+#      (admin on a free 127.0.0.1 port, logs discarded, auto_https off):
+#        A  reverse_proxy alone
+#        B  webhook_idempotency (memory store) + reverse_proxy, a unique Idempotency-Key per request
+#        C  the same on the Redis store
+#        D  replays of one completed key, memory store
+#        E  replays of one completed key, Redis store
+#   3. drives each with wrk (-t2 -c32 --latency, POST bodies of 1 KiB, a warm-up first), prints
+#      requests/s, p50 and p99 latency and the ratios B/A, C/A, D/A, E/A;
+#   4. counts Redis round trips per request for C and E from INFO commandstats deltas
+#      (CONFIG RESETSTAT after the warm-up, calls divided by the requests wrk completed);
+#   5. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h), stores
+#      1,000,000 unique keys with wrk -t2 -c64 and reports VmRSS (from /proc/<pid>/status) and
+#      the live Go heap (after a forced GC, from the admin endpoint) before and after, per key.
+#
+# wrk, Caddy, the upstream and Redis share the machine's cores (2 on the reference machine):
+# the numbers are of the whole loop on one host, not of Caddy alone; compare the ratios.
+#
+# Needs: go, curl, redis-server and redis-cli, wrk (Debian package `wrk`; installed with
+# apt-get when missing and running as root, otherwise the script says so and stops).
+# Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
+# stopped on exit. Takes about 2 minutes.
+#
+# Knobs (environment): BENCH_DURATION (seconds per scenario, default 12), BENCH_WARMUP
+# (default 2), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
+# BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
+# `go tool pprof -top` of it into bench/out/b-pprof.txt).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=$ROOT/bench/out
+DURATION=${BENCH_DURATION:-12}
+WARMUP=${BENCH_WARMUP:-2}
+THREADS=2
+CONNS=${BENCH_CONNS:-32}
+FILL_KEYS=${BENCH_FILL_KEYS:-1000000}
+PROFILE=${BENCH_PROFILE:-0}
+GO=${GO:-go}
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt "$OUT"/done.* "$OUT"/*.prof
+
+say() { printf '%s\n' "$*" >&2; }
+die() { say "load.sh: $*"; exit 1; }
+
+# ---- tools -------------------------------------------------------------------------------
+if ! command -v wrk >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		say "wrk is missing: installing the Debian package wrk with apt-get (apt-get update first)"
+		apt-get update -qq >/dev/null &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null ||
+			die "installing wrk with apt-get failed: install wrk (https://github.com/wg/wrk) and run make bench again"
+	else
+		die "wrk is missing and cannot be installed here (needs root and apt-get): install wrk and run make bench again"
+	fi
+fi
+for t in redis-server redis-cli curl "$GO"; do
+	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server)"
+done
+
+# ---- processes ---------------------------------------------------------------------------
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+TAKEN=" "
+free_port() {
+	local i p
+	for i in $(seq 1 200); do
+		p=$((20000 + RANDOM % 30000))
+		case $TAKEN in *" $p "*) continue ;; esac
+		if ! port_busy "$p"; then
+			TAKEN="$TAKEN$p "
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free port found in 200 tries"
+}
+wait_port() { # port name pid
+	local i
+	for i in $(seq 1 100); do
+		port_busy "$1" && return 0
+		kill -0 "$3" 2>/dev/null || die "$2 exited before listening on 127.0.0.1:$1 (see $OUT/$2.log)"
+		sleep 0.1
+	done
+	die "$2 did not listen on 127.0.0.1:$1 within 10 s (see $OUT/$2.log)"
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+heap_bytes() { # admin port: forces a GC, then reads the live heap from expvar
+	curl -fsS "http://127.0.0.1:$1/debug/pprof/heap?gc=1" -o /dev/null
+	curl -fsS "http://127.0.0.1:$1/debug/vars" | grep -o '"HeapAlloc": *[0-9]*' | grep -o '[0-9]*$'
+}
+
+say "building Caddy (./cmd/caddy) and the upstream (bench/upstream) into bench/out/"
+"$GO" build -o "$OUT/caddy" ./cmd/caddy
+"$GO" build -o "$OUT/upstream" ./bench/upstream
+
+# a 1 KiB JSON body
+BODY=$OUT/body.json
+{ printf '{"pad":"'; head -c 1014 /dev/zero | tr '\0' x; printf '"}'; } >"$BODY"
+[ "$(wc -c <"$BODY")" -eq 1024 ] || die "body is not 1024 bytes"
+
+export XDG_CONFIG_HOME=$OUT/xdg-config XDG_DATA_HOME=$OUT/xdg-data
+
+PU=$(free_port)
+"$OUT/upstream" -addr "127.0.0.1:$PU" >"$OUT/upstream.log" 2>&1 &
+UPID=$!
+PIDS+=("$UPID")
+PR=$(free_port)
+redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
+RPID=$!
+PIDS+=("$RPID")
+wait_port "$PU" upstream "$UPID"
+wait_port "$PR" redis "$RPID"
+
+PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
+cat >"$OUT/Caddyfile" <<EOF
+{
+	admin 127.0.0.1:$PADMIN
+	persist_config off
+	auto_https off
+	log {
+		output discard
+	}
+}
+
+# A: reverse_proxy alone
+http://127.0.0.1:$PA {
+	reverse_proxy 127.0.0.1:$PU
+}
+
+# B: new deliveries, memory store
+http://127.0.0.1:$PB {
+	webhook_idempotency {
+		source bench-b
+		store memory
+	}
+	reverse_proxy 127.0.0.1:$PU
+}
+
+# C: new deliveries, Redis store
+http://127.0.0.1:$PC {
+	webhook_idempotency {
+		source bench-c
+		store redis redis://127.0.0.1:$PR
+	}
+	reverse_proxy 127.0.0.1:$PU
+}
+
+# D: replays of one completed key, memory store
+http://127.0.0.1:$PD {
+	webhook_idempotency {
+		source bench-d
+		store memory
+	}
+	reverse_proxy 127.0.0.1:$PU
+}
+
+# E: replays of one completed key, Redis store
+http://127.0.0.1:$PE {
+	webhook_idempotency {
+		source bench-e
+		store redis redis://127.0.0.1:$PR
+	}
+	reverse_proxy 127.0.0.1:$PU
+}
+EOF
+"$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
+CPID=$!
+PIDS+=("$CPID")
+for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE"; do wait_port "$p" caddy "$CPID"; done
+
+# ---- scenarios ---------------------------------------------------------------------------
+to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+		printf "%.2f", n }'
+}
+declare -A RPS P50 P99 REQS BAD
+measure() { # name port lua [extra wrk args]
+	local name=$1 port=$2 lua=$3 url="http://127.0.0.1:$2/webhook" f
+	shift 3
+	f=$OUT/$name.txt
+	KEY_PREFIX="$name-warm-$$" wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" -s "$ROOT/bench/$lua" "$url" >/dev/null
+	if [ -n "${BEFORE_MEASURE:-}" ]; then $BEFORE_MEASURE; fi
+	KEY_PREFIX="$name-$$" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$ROOT/bench/$lua" "$url" >"$f"
+	RPS[$name]=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$f")
+	P50[$name]=$(to_ms "$(awk '$1 == "50%" {print $2}' "$f")")
+	P99[$name]=$(to_ms "$(awk '$1 == "99%" {print $2}' "$f")")
+	REQS[$name]=$(awk '/requests in/ {print $1}' "$f")
+	BAD[$name]=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$f")
+	BAD[$name]=$((${BAD[$name]:-0} + 0))
+	say "  $name: ${RPS[$name]} req/s, p50 ${P50[$name]} ms, p99 ${P99[$name]} ms (${REQS[$name]} requests, ${BAD[$name]} non-2xx)"
+}
+complete_key() { # port key: one first delivery, then check that a duplicate is replayed
+	local url="http://127.0.0.1:$1/webhook" code h
+	code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST "$url" -H "Idempotency-Key: $2" \
+		-H 'Content-Type: application/json' --data-binary "@$BODY")
+	[ "$code" = 200 ] || die "first delivery of $2 on :$1 answered $code"
+	h=$(curl -sS -D - -o /dev/null -X POST "$url" -H "Idempotency-Key: $2" \
+		-H 'Content-Type: application/json' --data-binary "@$BODY")
+	grep -qi '^Idempotent-Replayed: true' <<<"$h" || die "a duplicate of $2 on :$1 was not replayed"
+}
+redis_reset() { redis-cli -p "$PR" CONFIG RESETSTAT >/dev/null; }
+declare -A RT
+redis_trips() { # name: INFO commandstats since the reset, per request served
+	local name=$1
+	redis-cli -p "$PR" INFO commandstats | tr -d '\r' >"$OUT/$name-commandstats.txt"
+	# commandstats also counts the commands a script runs (redis.call inside EVALSHA): the
+	# store's scripts call GET, SET, DEL, PEXPIRE and PTTL, so those are listed but not
+	# counted as round trips; every other command (EVALSHA, EVAL, PING, ...) is one.
+	RT[$name]=$(awk -F'[:,=]' -v n="${REQS[$name]}" '
+		/^cmdstat_/ { c = substr($1, 9); if (c ~ /^config/ || c == "info") next
+			if (c ~ /^(get|set|del|pexpire|pttl)$/) { inner = inner sprintf("%s%s %.3f", isep, c, $3 / n); isep = ", "; next }
+			total += $3; per = per sprintf("%s%s %.3f", sep, c, $3 / n); sep = ", " }
+		END { printf "%.3f round trips per request (%s; inside the scripts: %s)", total / n, per, inner }' "$OUT/$name-commandstats.txt")
+	say "  $name: ${RT[$name]}"
+}
+
+say "wrk -t$THREADS -c$CONNS, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
+export BODY_FILE=$BODY
+export REPLAY_KEY=replay-$$
+
+measure A "$PA" replay.lua
+if [ "$PROFILE" = 1 ]; then
+	profile_b() {
+		curl -fsS -o "$OUT/b.prof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=10" &
+		PROF_PID=$!
+	}
+	BEFORE_MEASURE=profile_b measure B "$PB" unique.lua
+	wait "$PROF_PID" || say "the CPU profile failed"
+	"$GO" tool pprof -top -nodecount=40 "$OUT/caddy" "$OUT/b.prof" >"$OUT/b-pprof.txt" 2>/dev/null &&
+		say "  CPU profile of Caddy during B: $OUT/b-pprof.txt"
+else
+	measure B "$PB" unique.lua
+fi
+BEFORE_MEASURE=redis_reset measure C "$PC" unique.lua
+redis_trips C
+complete_key "$PD" "$REPLAY_KEY"
+measure D "$PD" replay.lua
+complete_key "$PE" "$REPLAY_KEY"
+BEFORE_MEASURE=redis_reset measure E "$PE" replay.lua
+redis_trips E
+
+# ---- memory: 1,000,000 keys --------------------------------------------------------------
+if [ "$FILL_KEYS" -gt 0 ]; then
+	kill "$CPID" 2>/dev/null || true
+	wait "$CPID" 2>/dev/null || true
+	PADMIN2=$(free_port) PM=$(free_port)
+	cat >"$OUT/Caddyfile.memory" <<EOF
+{
+	admin 127.0.0.1:$PADMIN2
+	persist_config off
+	auto_https off
+	log {
+		output discard
+	}
+}
+
+http://127.0.0.1:$PM {
+	webhook_idempotency {
+		source bench-m
+		ttl 1h
+		store memory {
+			max_entries 2000000
+		}
+	}
+	reverse_proxy 127.0.0.1:$PU
+}
+EOF
+	"$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile.memory" >"$OUT/caddy-memory.log" 2>&1 &
+	MPID=$!
+	PIDS+=("$MPID")
+	wait_port "$PADMIN2" caddy-memory "$MPID"
+	wait_port "$PM" caddy-memory "$MPID"
+	complete_key "$PM" warm-$$ # the table, its janitor and the proxy's connection exist
+	HEAP0=$(heap_bytes "$PADMIN2")
+	RSS0=$(rss_kb "$MPID")
+	per_thread=$(((FILL_KEYS + THREADS - 1) / THREADS))
+	say "storing $((per_thread * THREADS)) unique keys (wrk -t$THREADS -c64, $per_thread responses per thread)"
+	rm -f "$OUT"/done.*
+	KEY_PREFIX=fill-$$ WRK_LIMIT=$per_thread DONE_FILE=$OUT/done \
+		wrk -t"$THREADS" -c64 -d150s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$PM/webhook" >"$OUT/fill.txt" &
+	WPID=$!
+	PIDS+=("$WPID")
+	for i in $(seq 1 1500); do # at most 150 s, like wrk's own -d
+		[ "$(ls "$OUT"/done.* 2>/dev/null | wc -l)" -ge "$THREADS" ] && break
+		kill -0 "$WPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -INT "$WPID" 2>/dev/null || true # wrk otherwise sleeps out -d after its threads stop
+	wait "$WPID" || true
+	FILLED=$(awk '/requests in/ {print $1}' "$OUT/fill.txt")
+	FILL_BAD=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$OUT/fill.txt")
+	FILL_RPS=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$OUT/fill.txt")
+	sleep 1
+	HEAP1=$(heap_bytes "$PADMIN2")
+	RSS1=$(rss_kb "$MPID")
+fi
+
+# ---- report ------------------------------------------------------------------------------
+{
+	echo
+	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the end)"
+	echo "wrk -t$THREADS -c$CONNS --latency, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST 1 KiB; wrk, Caddy, upstream and Redis share the cores"
+	echo
+	printf '| %-44s | %8s | %8s | %8s | %8s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'non-2xx'
+	printf '|%s|%s:|%s:|%s:|%s:|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})"
+	for s in A B C D E; do
+		case $s in
+		A) d='A reverse_proxy alone' ;;
+		B) d='B + webhook_idempotency, memory, new keys' ;;
+		C) d='C + webhook_idempotency, Redis, new keys' ;;
+		D) d='D replay of one completed key, memory' ;;
+		E) d='E replay of one completed key, Redis' ;;
+		esac
+		printf '| %-44s | %8s | %8s | %8s | %8s |\n' "$d" "${RPS[$s]}" "${P50[$s]}" "${P99[$s]}" "${BAD[$s]}"
+	done
+	echo
+	for s in B C D E; do
+		case $s in B) t=0.90 ;; C) t=0.75 ;; D) t=1.30 ;; E) t=1.20 ;; esac
+		awk -v s="$s" -v x="${RPS[$s]}" -v a="${RPS[A]}" -v t="$t" 'BEGIN {
+			r = x / a; printf "%s/A = %.2f (target >= %.2f: %s)\n", s, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)) }'
+	done
+	echo
+	echo "Redis, new deliveries (C): ${RT[C]}"
+	echo "Redis, replays (E):        ${RT[E]}"
+	if [ "$FILL_KEYS" -gt 0 ]; then
+		echo
+		echo "memory store, $FILLED requests with unique keys ($FILL_RPS req/s, ${FILL_BAD:-0} non-2xx), ttl 1h, max_entries 2000000:"
+		awk -v r0="$RSS0" -v r1="$RSS1" -v h0="$HEAP0" -v h1="$HEAP1" -v n="$FILLED" 'BEGIN {
+			printf "  VmRSS %.1f MiB -> %.1f MiB: %.0f bytes per key\n", r0 / 1024, r1 / 1024, (r1 - r0) * 1024 / n
+			printf "  live heap after GC %.1f MiB -> %.1f MiB: %.0f bytes per key\n", h0 / 1048576, h1 / 1048576, (h1 - h0) / n }'
+	fi
+} | tee "$OUT/summary.txt"
