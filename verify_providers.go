@@ -22,24 +22,42 @@ import (
 // signature header are looked at.
 const maxHeaderItems = 2 * maxSignatures
 
-// StripeVerifier is the `stripe` scheme: `Stripe-Signature: t=…,v1=…`,
-// HMAC-SHA256 hex of `{t}.{body}` keyed with the endpoint secret as
-// written (`whsec_…` is not decoded), any of several `v1` signatures.
-type StripeVerifier struct {
+// TimestampedHMACVerifier is a scheme that sends a timestamp and a list of
+// HMAC-SHA256 hex signatures of `{ts}{sep}{body}` in one header, any of
+// which may match:
+//   - `stripe`: `Stripe-Signature: t=…,v1=…[,v1=…]`, `{t}.{body}`, keyed
+//     with the endpoint secret as written (`whsec_…` is not decoded);
+//   - `paddle`: `Paddle-Signature: ts=…;h1=…[;h1=…]`, `{ts}:{body}` (Paddle
+//     sends one `h1` per active secret while a secret is being rotated).
+type TimestampedHMACVerifier struct {
+	header    string
+	sep       byte
+	parse     func(string) (ts string, sigs sigSet, err error)
 	keys      keyring
 	tolerance time.Duration
 }
 
 func newStripeVerifier(cfg VerifyConfig) (Verifier, error) {
-	return &StripeVerifier{
+	return newTimestampedHMACVerifier(cfg, "Stripe-Signature", '.', parseStripeSignature), nil
+}
+
+func newPaddleVerifier(cfg VerifyConfig) (Verifier, error) {
+	return newTimestampedHMACVerifier(cfg, "Paddle-Signature", ':', parsePaddleSignature), nil
+}
+
+func newTimestampedHMACVerifier(cfg VerifyConfig, header string, sep byte, parse func(string) (string, sigSet, error)) *TimestampedHMACVerifier {
+	return &TimestampedHMACVerifier{
+		header:    header,
+		sep:       sep,
+		parse:     parse,
 		keys:      newHMACKeyring(sha256.New, rawSecrets(cfg.Secrets)),
 		tolerance: time.Duration(cfg.Tolerance),
-	}, nil
+	}
 }
 
 // Verify implements Verifier.
-func (v *StripeVerifier) Verify(r *http.Request, body []byte) error {
-	ts, sigs, err := parseStripeSignature(headerValue(r.Header, "Stripe-Signature"))
+func (v *TimestampedHMACVerifier) Verify(r *http.Request, body []byte) error {
+	ts, sigs, err := v.parse(headerValue(r.Header, v.header))
 	if err != nil {
 		return err
 	}
@@ -48,7 +66,7 @@ func (v *StripeVerifier) Verify(r *http.Request, body []byte) error {
 	}
 	msg := getScratch()
 	defer putScratch(msg)
-	*msg = append(append(*msg, ts...), '.')
+	*msg = append(append(*msg, ts...), v.sep)
 	if !v.keys.match(*msg, body, &sigs) {
 		return errInvalidSignature
 	}
@@ -276,39 +294,6 @@ func (v *PagBankVerifier) Verify(r *http.Request, body []byte) error {
 	var sigs sigSet
 	sigs.add(encHex, sig)
 	if !v.keys.match(nil, body, &sigs) {
-		return errInvalidSignature
-	}
-	return nil
-}
-
-// PaddleVerifier is the `paddle` scheme: `Paddle-Signature: ts=…;h1=…`,
-// HMAC-SHA256 hex of `{ts}:{body}`, any of several `h1` (Paddle sends
-// one per active secret while a secret is being rotated).
-type PaddleVerifier struct {
-	keys      keyring
-	tolerance time.Duration
-}
-
-func newPaddleVerifier(cfg VerifyConfig) (Verifier, error) {
-	return &PaddleVerifier{
-		keys:      newHMACKeyring(sha256.New, rawSecrets(cfg.Secrets)),
-		tolerance: time.Duration(cfg.Tolerance),
-	}, nil
-}
-
-// Verify implements Verifier.
-func (v *PaddleVerifier) Verify(r *http.Request, body []byte) error {
-	ts, sigs, err := parsePaddleSignature(headerValue(r.Header, "Paddle-Signature"))
-	if err != nil {
-		return err
-	}
-	if err := checkTimestamp(ts, v.tolerance, false); err != nil {
-		return err
-	}
-	msg := getScratch()
-	defer putScratch(msg)
-	*msg = append(append(*msg, ts...), ':')
-	if !v.keys.match(*msg, body, &sigs) {
 		return errInvalidSignature
 	}
 	return nil
@@ -584,12 +569,11 @@ func appendPortVariant(dst []byte, u string) []byte {
 
 // Interface guards
 var (
-	_ Verifier = (*StripeVerifier)(nil)
+	_ Verifier = (*TimestampedHMACVerifier)(nil)
 	_ Verifier = (*SlackVerifier)(nil)
 	_ Verifier = (*StandardWebhooksVerifier)(nil)
 	_ Verifier = (*MercadoPagoVerifier)(nil)
 	_ Verifier = (*PagBankVerifier)(nil)
-	_ Verifier = (*PaddleVerifier)(nil)
 	_ Verifier = (*TwilioVerifier)(nil)
 	_ Verifier = (*SquareVerifier)(nil)
 	_ Verifier = (*GitLabVerifier)(nil)
