@@ -247,7 +247,7 @@ if [ "$PROFILE" = 1 ]; then
 	}
 	BEFORE_MEASURE=profile_b measure B "$PB" unique.lua
 	wait "$PROF_PID" || say "the CPU profile failed"
-	"$GO" tool pprof -top -nodecount=40 "$OUT/caddy" "$OUT/b.prof" >"$OUT/b-pprof.txt" 2>/dev/null &&
+	"$GO" tool pprof -top -nodecount=40 "$OUT/caddy" "$OUT/b.prof" >"$OUT/b-pprof.txt" &&
 		say "  CPU profile of Caddy during B: $OUT/b-pprof.txt"
 else
 	measure B "$PB" unique.lua
