@@ -2,10 +2,11 @@
 # make run    runs Caddy with Caddyfile.example on the embedded store
 # make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
 # make lint   gofmt and go vet
+# make bench  the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 
 GO ?= go
 
-.PHONY: test run build lint redis-server
+.PHONY: test run build lint bench redis-server
 
 test: redis-server
 	$(GO) test -race -count=1 ./...
