@@ -80,16 +80,30 @@ func (u *upstream) requests() []receivedRequest {
 	return append([]receivedRequest(nil), u.received...)
 }
 
-// freePort returns a TCP port that was free a moment ago.
+// freePort returns a TCP port that was free a moment ago and that no
+// other freePort call in this process has returned: Caddy binds with
+// SO_REUSEPORT, so a port handed out twice (a site and the admin endpoint,
+// say) would be shared silently, the kernel splitting connections
+// between them.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, taken := usedPorts.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("finding a free port: every port offered was handed out before")
+	return 0
 }
+
+// usedPorts holds every port freePort has returned.
+var usedPorts sync.Map
 
 // testCaddy is a Caddy running in this process.
 type testCaddy struct {
