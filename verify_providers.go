@@ -76,26 +76,7 @@ func (v *TimestampedHMACVerifier) Verify(r *http.Request, body []byte) error {
 // parseStripeSignature parses `t=…,v1=…[,v1=…]`; other schemes (`v0`) are
 // ignored.
 func parseStripeSignature(h string) (ts string, sigs sigSet, err error) {
-	if h == "" {
-		return "", sigs, errMissingSignature
-	}
-	for i := 0; h != "" && i < maxHeaderItems; i++ {
-		var item string
-		item, h, _ = strings.Cut(h, ",")
-		k, val, _ := strings.Cut(strings.TrimSpace(item), "=")
-		switch k {
-		case "t":
-			if ts == "" {
-				ts = val
-			}
-		case "v1":
-			sigs.add(encHex, val)
-		}
-	}
-	if ts == "" || sigs.seen == 0 {
-		return "", sigs, errInvalidSignature
-	}
-	return ts, sigs, nil
+	return parseSignedList(h, ",", "t", "v1")
 }
 
 // SlackVerifier is the `slack` scheme: `X-Slack-Signature: v0=<hex>`, an
@@ -253,26 +234,7 @@ func (v *MercadoPagoVerifier) Verify(r *http.Request, body []byte) error {
 
 // parseMercadoPagoSignature parses `ts=…,v1=…`.
 func parseMercadoPagoSignature(h string) (ts string, sigs sigSet, err error) {
-	if h == "" {
-		return "", sigs, errMissingSignature
-	}
-	for i := 0; h != "" && i < maxHeaderItems; i++ {
-		var item string
-		item, h, _ = strings.Cut(h, ",")
-		k, val, _ := strings.Cut(strings.TrimSpace(item), "=")
-		switch strings.TrimSpace(k) {
-		case "ts":
-			if ts == "" {
-				ts = strings.TrimSpace(val)
-			}
-		case "v1":
-			sigs.add(encHex, strings.TrimSpace(val))
-		}
-	}
-	if ts == "" || sigs.seen == 0 {
-		return "", sigs, errInvalidSignature
-	}
-	return ts, sigs, nil
+	return parseSignedList(h, ",", "ts", "v1")
 }
 
 // PagBankVerifier is the `pagbank` scheme: `x-authenticity-token`, the
@@ -301,20 +263,29 @@ func (v *PagBankVerifier) Verify(r *http.Request, body []byte) error {
 
 // parsePaddleSignature parses `ts=…;h1=…[;h1=…]`.
 func parsePaddleSignature(h string) (ts string, sigs sigSet, err error) {
+	return parseSignedList(h, ";", "ts", "h1")
+}
+
+// parseSignedList parses a header of sep-separated `key=value` items
+// holding a timestamp (tsKey, the first one wins) and hex signatures
+// (sigKey, any number up to the cap); other items are ignored. Spaces
+// around items, keys and values are ignored.
+func parseSignedList(h, sep, tsKey, sigKey string) (ts string, sigs sigSet, err error) {
 	h = strings.TrimSpace(h)
 	if h == "" {
 		return "", sigs, errMissingSignature
 	}
 	for i := 0; h != "" && i < maxHeaderItems; i++ {
 		var item string
-		item, h, _ = strings.Cut(h, ";")
-		k, val, _ := strings.Cut(strings.TrimSpace(item), "=")
-		switch k {
-		case "ts":
+		item, h, _ = strings.Cut(h, sep)
+		k, val, _ := strings.Cut(item, "=")
+		val = strings.TrimSpace(val)
+		switch strings.TrimSpace(k) {
+		case tsKey:
 			if ts == "" {
 				ts = val
 			}
-		case "h1":
+		case sigKey:
 			sigs.add(encHex, val)
 		}
 	}
