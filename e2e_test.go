@@ -75,6 +75,17 @@ func (g *gate) wait(r *http.Request) {
 	}
 }
 
+// gatedUpstream answers "done <call>" once g opens; with firstOnly, only
+// the first call waits for it.
+func gatedUpstream(t *testing.T, g *gate, firstOnly bool) *upstream {
+	return newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if call == 1 || !firstOnly {
+			g.wait(r)
+		}
+		fmt.Fprintf(w, "done %d", call)
+	})
+}
+
 // reply is a response seen by a client goroutine.
 type reply struct {
 	status int
@@ -374,10 +385,7 @@ func TestE2ECacheStatus(t *testing.T) {
 func TestE2EInFlightConflict(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		g.wait(r)
-		fmt.Fprintf(w, "done %d", call)
-	})
+	up := gatedUpstream(t, g, false)
 	port := freePort(t)
 	startCaddy(t, "", proxySite(port, "webhook_idempotency source conflict", up))
 	url := siteURL(port) + "/hook"
@@ -520,12 +528,7 @@ func TestE2EInFlightWaitTimesOut(t *testing.T) {
 func TestE2EInFlightProceed(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		if call == 1 {
-			g.wait(r)
-		}
-		fmt.Fprintf(w, "done %d", call)
-	})
+	up := gatedUpstream(t, g, true)
 	port := freePort(t)
 	startCaddy(t, "", proxySite(port, "webhook_idempotency source proceed in_flight proceed", up))
 	url := siteURL(port) + "/hook"
@@ -551,10 +554,7 @@ func TestE2EConcurrentDuplicatesCallUpstreamOnce(t *testing.T) {
 	const n = 50
 	g := newGate()
 	defer g.open()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		g.wait(r)
-		fmt.Fprintf(w, "done %d", call)
-	})
+	up := gatedUpstream(t, g, false)
 	port := freePort(t)
 	startCaddy(t, "", proxySite(port, "webhook_idempotency source herd", up))
 	url := siteURL(port) + "/hook"
@@ -610,10 +610,7 @@ func TestE2EConcurrentDuplicatesWaitAndReplay(t *testing.T) {
 	const n = 50
 	g := newGate()
 	defer g.open()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		g.wait(r)
-		fmt.Fprintf(w, "done %d", call)
-	})
+	up := gatedUpstream(t, g, false)
 	arrivals := newProbe(t, "wait")
 	port := freePort(t)
 	startCaddy(t, "", waitSite(port, "20s", up))
@@ -857,12 +854,7 @@ func TestE2ELeaseExpiryLetsADuplicateThrough(t *testing.T) {
 func TestE2ELeaseIsRenewedWhileTheUpstreamWorks(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		if call == 1 {
-			g.wait(r)
-		}
-		fmt.Fprintf(w, "done %d", call)
-	})
+	up := gatedUpstream(t, g, true)
 	port := freePort(t)
 	// renewed every lease/3: 1.5s leaves a loaded machine (-race, shared
 	// cores) a full second of slack for each renewal
