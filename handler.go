@@ -185,8 +185,8 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 	returned = true
 	rn.stop()
 
-	// completion and release must happen even when the client went away
-	ctx := completionCtx
+	// completion and release run even when the client went away
+	// (completionCtx is never cancelled)
 	status := rec.status
 	if status == 0 && err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil {
 		// nothing written: net/http answers 200 with an empty body
@@ -196,14 +196,14 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 	cacheable := err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil && h.cacheable.has(status)
 	if cacheable {
 		start := time.Now()
-		cerr := h.store.Complete(ctx, rs.key, rs.owner, rec.record, time.Duration(h.TTL))
+		cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL))
 		h.metrics.observeStore(opComplete, start, cerr)
 		if cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("source", h.Source), zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
 	} else {
-		rs.release(ctx)
+		rs.release(completionCtx)
 	}
 	// the answer goes out only now that the store knows its fate, so a
 	// duplicate sent after the client has it finds the key completed

@@ -478,8 +478,6 @@ func appFor(ctx caddy.Context) (app *App, err error) {
 	return v.(*App), nil
 }
 
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
 // Interface guards
 var (
 	_ caddy.Provisioner  = (*Handler)(nil)

@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,7 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 // Validate checks the configuration.
 func (m *MemoryStore) Validate() error {
 	if m.MaxEntries < 0 {
-		return errorf("memory store: max_entries must not be negative, got %d", m.MaxEntries)
+		return fmt.Errorf("memory store: max_entries must not be negative, got %d", m.MaxEntries)
 	}
 	return nil
 }
