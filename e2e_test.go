@@ -898,9 +898,7 @@ func TestE2EReloadKeepsMemoryRecords(t *testing.T) {
 		if err := c.reload(proxySite(port, directive, up)); err != nil {
 			t.Fatalf("reload %d: %v", i+1, err)
 		}
-		// the old server closes its keep-alive connections, and one may
-		// still go back to the client's idle pool: a new connection
-		r, b := postNewConnection(t, url, []byte(`{}`), "Idempotency-Key", "evt_r")
+		r, b := postAfterReload(t, url, []byte(`{}`), "Idempotency-Key", "evt_r")
 		wantReplay(t, r, b, 200, string(b1))
 	}
 	wantCalls(t, up, 1)
