@@ -708,7 +708,7 @@ func TestRedisReloadsUnderTraffic(t *testing.T) {
 	if traffic.sent.Load() < 40 {
 		t.Fatalf("only %d requests during the reloads", traffic.sent.Load())
 	}
-	if resp, _ := post(t, url, []byte("kept"), "Idempotency-Key", "evt_kept"); resp.Header.Get(replayedHeader) != "true" {
+	if resp, _ := postAfterReload(t, url, []byte("kept"), "Idempotency-Key", "evt_kept"); resp.Header.Get(replayedHeader) != "true" {
 		t.Fatal("a key recorded before the reloads is not replayed after them")
 	}
 
@@ -794,7 +794,7 @@ func TestRedisReloadWithChangedStoreFinishesInFlight(t *testing.T) {
 	if first.StatusCode != http.StatusOK {
 		t.Fatalf("in-flight request across the reload: %d", first.StatusCode)
 	}
-	resp, body := post(t, url, []byte("slow"), "Idempotency-Key", "evt_slow")
+	resp, body := postAfterReload(t, url, []byte("slow"), "Idempotency-Key", "evt_slow")
 	if resp.Header.Get(replayedHeader) != "true" || string(body) != `{"call":1}` {
 		t.Fatalf("duplicate after the reload: %d %q, want the replayed first answer", resp.StatusCode, body)
 	}

@@ -313,8 +313,8 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 	}
 	// the new config counts into the same series
 	k := key("after_reload")
-	post(t, base+"/plain", []byte(k), "Idempotency-Key", k)
-	post(t, base+"/plain", []byte(k), "Idempotency-Key", k)
+	postAfterReload(t, base+"/plain", []byte(k), "Idempotency-Key", k)
+	postAfterReload(t, base+"/plain", []byte(k), "Idempotency-Key", k)
 	last := c.scrapeMetrics(t)
 	for result, n := range map[string]float64{"new": 1, "replayed": 1} {
 		id := seriesID(metricRequestsName, "source", "metrics_plain", "result", result)

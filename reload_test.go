@@ -78,7 +78,7 @@ func reloadsUnderTraffic(t *testing.T, source, store string, up *upstream, befor
 	if traffic.sent.Load() < 50 {
 		t.Fatalf("only %d requests during the reloads: the traffic did not overlap them", traffic.sent.Load())
 	}
-	resp, _ := post(t, url, []byte(kept), "Idempotency-Key", kept)
+	resp, _ := postAfterReload(t, url, []byte(kept), "Idempotency-Key", kept)
 	if resp.StatusCode != 200 || resp.Header.Get(replayedHeader) != "true" {
 		t.Fatalf("a key completed before the reloads is not replayed after them: %d, %s=%q",
 			resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader))
