@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -73,6 +74,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		store         memory | redis [<redis url>] {
 //			...
 //		}
+//		inbox         [<deliver_to>] {
+//			...
+//		}
 //	}
 //
 // Any option that takes one value may also be written as `<option> <value>`
@@ -118,11 +122,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.StoreRaw, err = parseStore(d, false)
 		case "verify":
 			err = h.parseVerify(d, d.RemainingArgs(), false)
+		case "inbox":
+			err = h.parseInbox(d)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
 		if err != nil {
 			return err
+		}
+		if (name == "inbox" || name == "store") && h.Inbox != nil && strings.Contains(string(h.StoreRaw), `"module":"memory"`) {
+			return d.Errf("inbox mode requires the redis store, not memory: an accepted event must survive a restart")
 		}
 	}
 	return nil
@@ -136,8 +145,124 @@ var inlineOptions = map[string]bool{
 	"fail": true, "store": true,
 }
 
-// blockOptions are the subdirectives of the block.
-var blockOptions = inlineOptions
+// blockOptions are the subdirectives of the block: the inline options and
+// inbox.
+var blockOptions = func() map[string]bool {
+	m := map[string]bool{"inbox": true}
+	for k := range inlineOptions {
+		m[k] = true
+	}
+	return m
+}()
+
+// parseInbox parses the inbox block:
+//
+//	inbox [<deliver_to>] {
+//		deliver_to  <url>
+//		respond     <status>
+//		retries     <duration>...
+//		jitter      <percent>
+//		timeout     <duration>
+//		concurrency <n>
+//	}
+func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
+	if h.Inbox != nil {
+		return d.Err("inbox given twice")
+	}
+	ib := new(InboxConfig)
+	h.Inbox = ib
+	if d.NextArg() {
+		ib.DeliverTo = d.Val()
+		if d.NextArg() {
+			return d.Errf("inbox takes one deliver_to URL, got extra argument '%s'", d.Val())
+		}
+	}
+	one := func(name string) (string, error) {
+		if !d.NextArg() || d.Val() == "" {
+			return "", d.Errf("inbox '%s' needs a value", name)
+		}
+		v := d.Val()
+		if d.NextArg() {
+			return "", d.Errf("inbox '%s' takes exactly one value, got extra '%s'", name, d.Val())
+		}
+		return v, nil
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		switch name {
+		case "deliver_to":
+			v, err := one(name)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(v, "{") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+				return d.Errf("invalid inbox deliver_to '%s': want an http:// or https:// URL", v)
+			}
+			ib.DeliverTo = v
+		case "respond":
+			v, err := one(name)
+			if err != nil {
+				return err
+			}
+			code, err := strconv.Atoi(v)
+			if err != nil || code < 200 || code > 299 {
+				return d.Errf("invalid inbox respond '%s': want a 2xx status, so the provider stops retrying", v)
+			}
+			ib.Respond = code
+		case "retries":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("inbox 'retries' needs at least one duration")
+			}
+			ib.Retries = ib.Retries[:0]
+			for _, a := range args {
+				dur, err := parsePositiveDuration(a)
+				if err != nil {
+					return d.Errf("invalid inbox retry '%s': %v", a, err)
+				}
+				ib.Retries = append(ib.Retries, dur)
+			}
+		case "jitter":
+			v, err := one(name)
+			if err != nil {
+				return err
+			}
+			if !strings.HasSuffix(v, "%") {
+				return d.Errf("invalid inbox jitter '%s': want a percentage such as 10%%", v)
+			}
+			if _, err := parsePercent(v); err != nil {
+				return d.Errf("invalid inbox jitter '%s': %v", v, err)
+			}
+			ib.Jitter = v
+		case "timeout":
+			v, err := one(name)
+			if err != nil {
+				return err
+			}
+			dur, err := parsePositiveDuration(v)
+			if err != nil {
+				return d.Errf("invalid inbox timeout '%s': %v", v, err)
+			}
+			ib.Timeout = dur
+		case "concurrency":
+			v, err := one(name)
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return d.Errf("invalid inbox concurrency '%s': want a positive integer", v)
+			}
+			ib.Concurrency = n
+		default:
+			return d.Errf("unrecognized inbox subdirective '%s'", name)
+		}
+	}
+	if ib.DeliverTo == "" {
+		return d.Err("inbox needs deliver_to: the URL events are delivered to")
+	}
+	return nil
+}
 
 // parseOption applies one single-line option with its values.
 func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string, keySet, headerSet *bool) error {

@@ -98,6 +98,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rs.set(placeholderKey, value)
 	rs.key = h.keyPrefix + value
 	rs.owner = newOwner()
+	if h.inbox != nil {
+		return rs.accept(w, next, body, value)
+	}
 
 	start := time.Now()
 	res, err := h.store.Claim(r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
@@ -213,6 +216,35 @@ func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) e
 	return err
 }
 
+// accept stores a new delivery in the inbox and answers at once; a
+// duplicate gets the same answer as a replay. Nothing is answered 2xx
+// before it is stored: a store failure is 503 whatever the fail policy.
+func (rs *requestState) accept(w http.ResponseWriter, next caddyhttp.Handler, body []byte, value string) error {
+	h := rs.h
+	ib := h.inbox
+	record := ib.acceptRecord(&rs.bodyHash)
+	start := time.Now()
+	res, err := ib.accept(rs.r.Context(), rs.key, rs.owner, record, eventFields(rs.r, body, value, rs.key))
+	h.metrics.observeStore(opClaim, start, err)
+	if err != nil {
+		return rs.storeFailed(w, next, opClaim, err)
+	}
+	switch res.State {
+	case Completed:
+		return rs.replay(w, next, res.Record)
+	case InFlight:
+		rs.setResult(resultConflict)
+		return writeError(w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(h.Lease)))
+	}
+	rs.setResult(resultNew)
+	if ce := h.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
+		ce.Write(zap.String("source", h.Source), zap.String("key", rs.key), zap.String("id", res.id))
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(ib.respond)
+	return nil
+}
+
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release(ctx context.Context) {
 	h := rs.h
@@ -292,7 +324,7 @@ func (rs *requestState) storeFailed(w http.ResponseWriter, next caddyhttp.Handle
 	h := rs.h
 	h.logger.Warn("store error",
 		zap.String("source", h.Source), zap.String("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
-	if h.failClosed {
+	if h.failClosed || h.inbox != nil {
 		rs.setResult(resultUnavailable)
 		return writeError(w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}

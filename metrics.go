@@ -33,7 +33,44 @@ var (
 		Help:      "Duration of store calls, by operation.",
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op"})
+
+	metricInboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "inbox_events",
+		Help:      "Inbox events in Redis, by source and state (pending, scheduled, dead), as last read by this instance.",
+	}, []string{"source", "state"})
+
+	metricInboxDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "inbox_deliveries_total",
+		Help:      "Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
+	}, []string{"source", "outcome"})
 )
+
+// inboxMetrics holds one inbox's resolved series.
+type inboxMetrics struct {
+	delivered, retried, deadLettered prometheus.Counter
+	pending, scheduled, dead         prometheus.Gauge
+}
+
+func newInboxMetrics(source string) *inboxMetrics {
+	return &inboxMetrics{
+		delivered:    metricInboxDeliveries.WithLabelValues(source, "delivered"),
+		retried:      metricInboxDeliveries.WithLabelValues(source, "retried"),
+		deadLettered: metricInboxDeliveries.WithLabelValues(source, "dead_lettered"),
+		pending:      metricInboxEvents.WithLabelValues(source, "pending"),
+		scheduled:    metricInboxEvents.WithLabelValues(source, "scheduled"),
+		dead:         metricInboxEvents.WithLabelValues(source, "dead"),
+	}
+}
+
+func (m *inboxMetrics) setCounts(c inboxCounts) {
+	m.pending.Set(float64(c.Pending))
+	m.scheduled.Set(float64(c.Scheduled))
+	m.dead.Set(float64(c.Dead))
+}
 
 // Store operations, as in the `op` label.
 const (
@@ -62,7 +99,7 @@ type handlerMetrics struct {
 // (which may be nil) and resolves this handler's series.
 func (h *Handler) registerMetrics(ctx caddy.Context) error {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration} {
+		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -99,7 +99,14 @@ type Handler struct {
 	// global `webhook_idempotency` option, else `memory`.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
 
+	// Inbox mode (SPEC §7): accept a new delivery at once, store it in
+	// Redis and deliver it to the application in the background, with
+	// retries and a dead-letter stream. Requires the redis store.
+	// Default: off (the next handler is called).
+	Inbox *InboxConfig `json:"inbox,omitempty"`
+
 	store       Store
+	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
 	verifier    Verifier
 	keys        []keySource
@@ -184,6 +191,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxResponse == 0 {
 		h.MaxResponse = defaultMaxResponse
 	}
+	if h.Inbox != nil && h.Fail == failOpen {
+		return errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
+	}
 	if h.Fail == "" {
 		h.Fail = failOpen
 	}
@@ -243,6 +253,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		prefix = p.KeyPrefix()
 	}
 	h.keyPrefix = prefix + ":" + h.Source + ":"
+
+	if h.Inbox != nil {
+		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
+			return err
+		}
+		if app != nil {
+			// workers start and stop with the configuration
+			return app.addInbox(h.inbox)
+		}
+		h.inbox.start()
+	}
 	return nil
 }
 
@@ -327,6 +348,9 @@ func (h *Handler) Validate() error {
 // Cleanup releases what this handler provisioned itself; modules it loaded
 // through the context are cleaned up by Caddy.
 func (h *Handler) Cleanup() error {
+	if h.inbox != nil {
+		h.inbox.stop()
+	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -416,9 +440,10 @@ type App struct {
 
 	store Store
 
-	// presetSources needs no lock: Caddy provisions one configuration's
-	// modules one after another.
+	// presetSources and inboxes need no lock: Caddy provisions, starts
+	// and stops one configuration's modules one after another.
 	presetSources map[string]bool
+	inboxes       []*inbox
 }
 
 // CaddyModule returns the Caddy module information.
@@ -441,11 +466,33 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Start implements caddy.App.
-func (a *App) Start() error { return nil }
+// Start starts the inbox workers of this configuration's handlers.
+func (a *App) Start() error {
+	for _, ib := range a.inboxes {
+		ib.start()
+	}
+	return nil
+}
 
-// Stop implements caddy.App.
-func (a *App) Stop() error { return nil }
+// Stop stops the inbox workers, letting the deliveries in progress finish.
+func (a *App) Stop() error {
+	for _, ib := range a.inboxes {
+		ib.stop()
+	}
+	return nil
+}
+
+// addInbox records an inbox to start with the configuration; two inboxes
+// of one source would share a stream and deliver each other's events.
+func (a *App) addInbox(ib *inbox) error {
+	for _, other := range a.inboxes {
+		if other.source == ib.source {
+			return fmt.Errorf("two webhook_idempotency handlers have an inbox for source %q: they would share one stream and deliver each other's events; give each a distinct 'source'", ib.source)
+		}
+	}
+	a.inboxes = append(a.inboxes, ib)
+	return nil
+}
 
 // claimPresetSource records a source that a handler took from its preset; a
 // second handler taking the same one would replay one endpoint's answers to

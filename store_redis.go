@@ -417,6 +417,11 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 // run runs a script on key within the store's timeout, through the
 // breaker. EVALSHA falls back to EVAL when Redis does not know the script.
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, key string, args ...any) (any, error) {
+	return s.runKeys(ctx, op, script, []string{key}, args...)
+}
+
+// runKeys is run with several keys.
+func (s *RedisStore) runKeys(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := s.client
 	if c == nil {
 		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
@@ -425,7 +430,7 @@ func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, k
 		return nil, errRedisBreakerOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := script.Run(cctx, c.client, []string{key}, args...).Result()
+	v, err := script.Run(cctx, c.client, keys, args...).Result()
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
