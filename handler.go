@@ -240,7 +240,9 @@ func (rs *requestState) accept(w http.ResponseWriter, next caddyhttp.Handler, bo
 	if ce := h.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
 		ce.Write(zap.String("source", h.Source), zap.String("key", rs.key), zap.String("id", res.id))
 	}
-	w.Header().Set("Content-Length", "0")
+	if bodyAllowed(ib.respond) {
+		w.Header().Set("Content-Length", "0")
+	}
 	w.WriteHeader(ib.respond)
 	return nil
 }

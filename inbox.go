@@ -481,7 +481,6 @@ func (ib *inbox) start() {
 	ib.slots = make(chan struct{}, ib.concurrency)
 	ctx, cancel := context.WithCancel(context.Background())
 	ib.cancel = cancel
-	ib.ensureGroup()
 	ib.wg.Add(2)
 	go ib.readLoop(ctx)
 	go ib.scheduleLoop(ctx)
@@ -555,6 +554,7 @@ func (ib *inbox) warn(msg string, err error, fields ...zap.Field) {
 // readLoop reads new events, one per free delivery slot.
 func (ib *inbox) readLoop(ctx context.Context) {
 	defer ib.wg.Done()
+	ib.ensureGroup()
 	for {
 		select {
 		case ib.slots <- struct{}{}:
