@@ -124,10 +124,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			rs.handOn()
 			return next.ServeHTTP(w, r)
 		}
-		rs.setResult(resultConflict)
-		return writeError(w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(h.Lease)))
+		return rs.conflict(w, res)
 	}
 	return rs.process(w, next)
+}
+
+// conflict answers a duplicate of a delivery still in flight.
+func (rs *requestState) conflict(w http.ResponseWriter, res ClaimResult) error {
+	rs.setResult(resultConflict)
+	return writeError(w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
 // requestState is the state of one request through the handler.
@@ -233,8 +238,7 @@ func (rs *requestState) accept(w http.ResponseWriter, next caddyhttp.Handler, bo
 	case Completed:
 		return rs.replay(w, next, res.Record)
 	case InFlight:
-		rs.setResult(resultConflict)
-		return writeError(w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(h.Lease)))
+		return rs.conflict(w, res.ClaimResult)
 	}
 	rs.setResult(resultNew)
 	if ce := h.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {

@@ -268,22 +268,10 @@ var (
 	// fields and values. Claims the key and stores the event in one step.
 	// Returns the record of a completed key, the PTTL of an in-flight key,
 	// or {id} of the stored event.
-	inboxAcceptScript = redis.NewScript(`
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-	v = ''
-end
-if v then
-	local b = string.byte(v, 1)
-	if b == 1 and string.len(v) > 36 then
-		return v
-	end
-	if b == 0 and string.byte(v, 2) == 1 then
-		local t = redis.call('PTTL', KEYS[1])
-		if t >= 0 then
-			return t
-		end
-	end
+	inboxAcceptScript = redis.NewScript(luaKeyState + `
+local r = keyState(KEYS[1], '', 0)
+if r then
+	return r
 end
 local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -265,33 +265,18 @@ func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 // is corrupt or foreign: it is logged and overwritten by the next claim.
 //
 // The scripts take the key as KEYS[1] and durations in milliseconds.
+
 var (
 	// ARGV: owner, lease.
 	// Returns -1 when claimed, -2 when claimed over a corrupt value, the
 	// PTTL (>= 0) of an in-flight key, or the record of a completed key.
-	redisClaimScript = redis.NewScript(`
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-	v = '' -- a key of another type: foreign
-end
-if v then
-	local b = string.byte(v, 1)
-	if b == 1 and string.len(v) > 36 then
-		return v
-	end
-	if b == 0 and string.byte(v, 2) == 1 then
-		if string.sub(v, 3) == ARGV[1] then
-			redis.call('PEXPIRE', KEYS[1], ARGV[2])
-			return -1
-		end
-		local t = redis.call('PTTL', KEYS[1])
-		if t >= 0 then
-			return t
-		end
-	end
+	redisClaimScript = redis.NewScript(luaKeyState + `
+local r, foreign = keyState(KEYS[1], ARGV[1], ARGV[2])
+if r then
+	return r
 end
 redis.call('SET', KEYS[1], '\0\1' .. ARGV[1], 'PX', ARGV[2])
-if v then
+if foreign then
 	return -2
 end
 return -1
@@ -341,6 +326,37 @@ end
 return 0
 `)
 )
+
+// luaKeyState is the Lua every claim starts with: keyState(key, owner,
+// lease) returns the record of a completed key, the PTTL of a key in flight
+// for another owner, or -1 for a key in flight for this owner (its lease
+// renewed); else nil, and true when the key held a corrupt or foreign value.
+const luaKeyState = `
+local function keyState(key, owner, lease)
+	local v = redis.pcall('GET', key)
+	if type(v) == 'table' then
+		v = '' -- a key of another type: foreign
+	end
+	if not v then
+		return nil, false
+	end
+	local b = string.byte(v, 1)
+	if b == 1 and string.len(v) > 36 then
+		return v
+	end
+	if b == 0 and string.byte(v, 2) == 1 then
+		if string.sub(v, 3) == owner then
+			redis.call('PEXPIRE', key, lease)
+			return -1
+		end
+		local t = redis.call('PTTL', key)
+		if t >= 0 then
+			return t
+		end
+	end
+	return nil, true
+end
+`
 
 // errRedisBreakerOpen is returned while the breaker is open.
 var errRedisBreakerOpen = errors.New("redis store unreachable (circuit breaker open)")
