@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -120,18 +121,74 @@ type memoryTable struct {
 	done    chan struct{}
 }
 
+// memoryShard is one part of the table. Every key is an entry in m; an
+// in-flight key's owner is kept apart, in owners, so that the many completed
+// keys do not each carry an owner field (in-flight keys are few: one per
+// request being handled). A key is in flight exactly while it is in owners.
 type memoryShard struct {
-	mu sync.Mutex
-	m  map[string]memoryEntry
-	_  [40]byte // keep shards on separate cache lines
+	mu     sync.Mutex
+	m      map[string]memoryEntry
+	owners map[string]string // the owner of every in-flight key of m
+	_      [40]byte          // keep shards on separate cache lines
 }
 
-// memoryEntry is one key: in flight while owner is set, completed while
-// record is set. expires is in Unix nanoseconds.
+// memoryEntry is one key. record is the completed key's record, "" while the
+// key is in flight (a completed key's record is "" only if it was recorded
+// empty: owners tells them apart). expires is in Unix nanoseconds.
+//
+// A completed key's record usually shares one allocation with the key the
+// map holds (see packRecord), and a string, unlike a slice, carries no
+// capacity: per key, this is two words less than a key string, an owner
+// string and a record slice, and one allocation instead of two.
 type memoryEntry struct {
-	owner   string
-	record  []byte
+	record  string
 	expires int64
+}
+
+// inFlight reports whether the entry e of key is in flight. Called with
+// s.mu held.
+func (s *memoryShard) inFlight(key string, e memoryEntry) bool {
+	if e.record != "" {
+		return false
+	}
+	_, ok := s.owners[key]
+	return ok
+}
+
+// packMax is the longest record packRecord copies whatever its spare
+// capacity: Go's largest small-object size.
+const packMax = 32 << 10
+
+// packRecord returns the key and the record to keep in the map for a
+// completed key. A record up to packMax bytes, or one with more than an
+// eighth of spare capacity, is copied after a copy of the key into one
+// allocation of exactly their length (the handler's recorder encodes into
+// a buffer with room to spare, 256 bytes beyond the announced body, which a
+// stored key would otherwise keep for its whole TTL). A longer record is
+// kept where it is, not copied, as before.
+//
+// The returned strings view bytes that nothing writes to once they are
+// returned, which is what unsafe.String requires. The record a caller
+// passes in a long record's case is the caller's: the Store contract is
+// that a record is not modified once handed to the store.
+func packRecord(key string, record []byte) (string, string) {
+	if len(record) > packMax && cap(record)-len(record) <= len(record)/8 {
+		return key, unsafe.String(unsafe.SliceData(record), len(record))
+	}
+	buf := make([]byte, len(key)+len(record))
+	copy(buf, key)
+	copy(buf[len(key):], record)
+	packed := unsafe.String(unsafe.SliceData(buf), len(buf))
+	return packed[:len(key)], packed[len(key):]
+}
+
+// recordBytes returns a stored record as the []byte of a ClaimResult,
+// without copying: callers must not modify it (see Store).
+func recordBytes(record string) []byte {
+	if record == "" {
+		return []byte{}
+	}
+	return unsafe.Slice(unsafe.StringData(record), len(record))
 }
 
 func newMemoryTable(logger *zap.Logger) *memoryTable {
@@ -143,6 +200,7 @@ func newMemoryTable(logger *zap.Logger) *memoryTable {
 	}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]memoryEntry)
+		t.shards[i].owners = make(map[string]string)
 	}
 	t.setMaxEntries(defaultMaxEntries)
 	return t
@@ -164,14 +222,15 @@ func (t *memoryTable) claim(key, owner string, lease time.Duration) ClaimResult 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.m[key]; ok && e.expires > nowNano {
-		if e.record != nil {
-			return ClaimResult{State: Completed, Record: e.record}
+		if !s.inFlight(key, e) {
+			return ClaimResult{State: Completed, Record: recordBytes(e.record)}
 		}
 		return ClaimResult{State: InFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
 	} else if !ok && int64(len(s.m)) >= t.perShard.Load() {
 		t.evict(s, nowNano)
 	}
-	s.m[key] = memoryEntry{owner: owner, expires: nowNano + int64(lease)}
+	s.m[key] = memoryEntry{expires: nowNano + int64(lease)}
+	s.owners[key] = owner
 	return ClaimResult{State: Claimed}
 }
 
@@ -188,9 +247,9 @@ func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
 	seen, dropped := 0, 0
 	for k, e := range s.m {
 		if e.expires <= nowNano {
-			delete(s.m, k)
+			s.remove(k, e)
 			dropped++
-		} else if e.record != nil && (victim == "" || e.expires < victimExpires) {
+		} else if !s.inFlight(k, e) && (victim == "" || e.expires < victimExpires) {
 			victim, victimExpires = k, e.expires
 		}
 		if seen++; seen >= sample && (dropped > 0 || victim != "") {
@@ -214,7 +273,19 @@ func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
 // Called with s.mu held.
 func (s *memoryShard) owned(key, owner string, nowNano int64) (memoryEntry, bool) {
 	e, ok := s.m[key]
-	return e, ok && e.record == nil && e.owner == owner && e.expires > nowNano
+	if !ok || e.record != "" || e.expires <= nowNano {
+		return e, false
+	}
+	o, ok := s.owners[key]
+	return e, ok && o == owner
+}
+
+// remove deletes key, whose entry is e. Called with s.mu held.
+func (s *memoryShard) remove(key string, e memoryEntry) {
+	delete(s.m, key)
+	if e.record == "" {
+		delete(s.owners, key)
+	}
 }
 
 func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Duration) error {
@@ -225,7 +296,12 @@ func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Durati
 	if _, ok := s.owned(key, owner, nowNano); !ok {
 		return ErrNotOwner
 	}
-	s.m[key] = memoryEntry{record: record, expires: nowNano + int64(ttl)}
+	delete(s.owners, key)
+	// Assigning to a key already in the map also replaces the map's copy of
+	// the key (the runtime updates string keys), so the packed key, which
+	// shares its allocation with the record, is the one kept.
+	packed, rec := packRecord(key, record)
+	s.m[packed] = memoryEntry{record: rec, expires: nowNano + int64(ttl)}
 	return nil
 }
 
@@ -233,10 +309,11 @@ func (t *memoryTable) release(key, owner string) error {
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.owned(key, owner, now().UnixNano()); !ok {
+	e, ok := s.owned(key, owner, now().UnixNano())
+	if !ok {
 		return ErrNotOwner
 	}
-	delete(s.m, key)
+	s.remove(key, e)
 	return nil
 }
 
@@ -294,7 +371,7 @@ func (t *memoryTable) sweep(s *memoryShard) {
 	defer s.mu.Unlock()
 	for k, e := range s.m {
 		if e.expires <= nowNano {
-			delete(s.m, k)
+			s.remove(k, e)
 		}
 	}
 }

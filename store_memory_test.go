@@ -181,6 +181,114 @@ func TestMemoryTTLExpiry(t *testing.T) {
 	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
 }
 
+func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+
+	// a record with room to spare, as the handler's recorder hands over,
+	// is copied: the caller's buffer is not kept
+	buf := append(make([]byte, 0, 256), "rec"...)
+	mustClaim(t, tbl, "short", "a", time.Minute, Claimed)
+	if err := tbl.complete("short", "a", buf, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "XXX")
+	if res := mustClaim(t, tbl, "short", "b", time.Minute, Completed); string(res.Record) != "rec" {
+		t.Fatalf("record = %q, want %q", res.Record, "rec")
+	}
+
+	// a long record without spare room is kept as handed over, and read back whole
+	long := make([]byte, packMax+1)
+	for i := range long {
+		long[i] = byte(i)
+	}
+	mustClaim(t, tbl, "long", "a", time.Minute, Claimed)
+	if err := tbl.complete("long", "a", long, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res := mustClaim(t, tbl, "long", "b", time.Minute, Completed)
+	if string(res.Record) != string(long) {
+		t.Fatalf("long record read back differs (%d bytes, want %d)", len(res.Record), len(long))
+	}
+}
+
+func TestMemoryEmptyRecordIsCompleted(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+
+	for _, rec := range [][]byte{{}, nil} {
+		key := fmt.Sprintf("empty-%v", rec == nil)
+		mustClaim(t, tbl, key, "a", time.Minute, Claimed)
+		if err := tbl.complete(key, "a", rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		res := mustClaim(t, tbl, key, "b", time.Minute, Completed)
+		if res.Record == nil || len(res.Record) != 0 {
+			t.Fatalf("%s: record = %#v, want empty and not nil", key, res.Record)
+		}
+		// completed: nobody owns it any more
+		for _, owner := range []string{"a", ""} {
+			if err := tbl.renew(key, owner, time.Minute); !errors.Is(err, ErrNotOwner) {
+				t.Fatalf("%s: renew by %q: %v, want ErrNotOwner", key, owner, err)
+			}
+			if err := tbl.release(key, owner); !errors.Is(err, ErrNotOwner) {
+				t.Fatalf("%s: release by %q: %v, want ErrNotOwner", key, owner, err)
+			}
+		}
+	}
+}
+
+// ownersLen returns how many in-flight owners tbl holds.
+func ownersLen(tbl *memoryTable) int {
+	n := 0
+	for i := range tbl.shards {
+		s := &tbl.shards[i]
+		s.mu.Lock()
+		n += len(s.owners)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+
+	mustClaim(t, tbl, "completed", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "released", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "expired", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "reclaimed", "a", time.Minute, Claimed)
+	if n := ownersLen(tbl); n != 4 {
+		t.Fatalf("%d owners, want 4", n)
+	}
+	if err := tbl.complete("completed", "a", []byte("rec"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.release("released", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := ownersLen(tbl); n != 2 {
+		t.Fatalf("%d owners after complete and release, want 2", n)
+	}
+	clock.advance(time.Minute)
+	mustClaim(t, tbl, "reclaimed", "b", time.Minute, Claimed)
+	if err := tbl.complete("reclaimed", "a", []byte("stale"), time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
+	}
+	for i := range tbl.shards {
+		tbl.sweep(&tbl.shards[i])
+	}
+	if n := ownersLen(tbl); n != 1 {
+		t.Fatalf("%d owners after the sweep, want 1 (reclaimed's new owner)", n)
+	}
+	if err := tbl.complete("reclaimed", "b", []byte("rec"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, keys := ownersLen(tbl), tbl.len(); n != 0 || keys != 2 {
+		t.Fatalf("%d owners and %d keys, want 0 and 2", n, keys)
+	}
+}
+
 // sameShardKeys returns n keys that land in one shard of tbl.
 func sameShardKeys(tbl *memoryTable, prefix string, n int) []string {
 	var keys []string
