@@ -1,0 +1,918 @@
+package webhookidempotency
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/redis/go-redis/v9"
+)
+
+// End-to-end tests of inbox mode (SPEC §7, issue 7): a real Redis (or
+// Redis Cluster), a real Caddy (in this process, or a built binary for
+// the crash test) and a real upstream standing in for the application.
+
+// inboxRedisKeys are the Redis keys of one source's inbox under the
+// default key_prefix.
+type inboxRedisKeys struct {
+	stream, retry, dead string
+}
+
+func inboxKeysOf(source string) inboxRedisKeys {
+	tag := "{idem:" + source + "}"
+	return inboxRedisKeys{stream: tag + ":inbox", retry: tag + ":retry", dead: tag + ":dead"}
+}
+
+// inboxSite is a site whose only handler is an inbox; store is the
+// store's Caddyfile line(s), inbox the inbox block's body.
+func inboxSite(port int, source, store, inbox string) string {
+	return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source %s
+		ttl 10m
+		%s
+		inbox {
+			%s
+		}
+	}
+}`, port, source, store, inbox)
+}
+
+// inboxState is what Redis holds for an inbox.
+type inboxState struct {
+	stream, retry, dead, pending int64
+}
+
+func (s inboxState) String() string {
+	return fmt.Sprintf("stream %d, retry set %d, dead %d, pending in the group %d", s.stream, s.retry, s.dead, s.pending)
+}
+
+func readInboxState(t *testing.T, rc redis.Cmdable, k inboxRedisKeys) inboxState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var s inboxState
+	var err error
+	if s.stream, err = rc.XLen(ctx, k.stream).Result(); err != nil {
+		t.Fatalf("XLEN %s: %v", k.stream, err)
+	}
+	if s.retry, err = rc.ZCard(ctx, k.retry).Result(); err != nil {
+		t.Fatalf("ZCARD %s: %v", k.retry, err)
+	}
+	if s.dead, err = rc.XLen(ctx, k.dead).Result(); err != nil {
+		t.Fatalf("XLEN %s: %v", k.dead, err)
+	}
+	p, err := rc.XPending(ctx, k.stream, inboxGroup).Result()
+	switch {
+	case err == nil:
+		s.pending = p.Count
+	case strings.HasPrefix(err.Error(), "NOGROUP"):
+		// no group yet: nothing pending
+	default:
+		t.Fatalf("XPENDING %s: %v", k.stream, err)
+	}
+	return s
+}
+
+// eventually polls cond until it holds or within has passed; cond returns
+// whether it holds and what it saw.
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, within, saw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitInboxDrained waits until every accepted event has been delivered:
+// nothing in the stream, nothing scheduled, nothing pending.
+func waitInboxDrained(t *testing.T, rc redis.Cmdable, k inboxRedisKeys, within time.Duration) inboxState {
+	t.Helper()
+	var s inboxState
+	eventually(t, within, "inbox drained (stream, retry set and pending list empty)", func() (bool, string) {
+		s = readInboxState(t, rc, k)
+		return s.stream == 0 && s.retry == 0 && s.pending == 0, s.String()
+	})
+	return s
+}
+
+// deliveriesByKey counts the upstream's requests per Idempotency-Key.
+func deliveriesByKey(up *upstream) map[string]int {
+	n := make(map[string]int)
+	for _, r := range up.requests() {
+		n[r.Header.Get("Idempotency-Key")]++
+	}
+	return n
+}
+
+// wantAccepted fails unless resp is the inbox's fresh accept answer.
+func wantAccepted(t *testing.T, resp *http.Response, body []byte) {
+	t.Helper()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(replayedHeader) != "" {
+		t.Fatalf("want a fresh 202, got %d %s=%q: %s", resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader), body)
+	}
+}
+
+// wantAcceptReplayed fails unless resp is the accept answer of a duplicate.
+func wantAcceptReplayed(t *testing.T, resp *http.Response, body []byte) {
+	t.Helper()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(replayedHeader) != "true" {
+		t.Fatalf("want 202 with %s: true for a duplicate, got %d %s=%q: %s", replayedHeader, resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader), body)
+	}
+}
+
+// The client's 202 does not wait for deliver_to: it arrives while the
+// upstream still holds the delivery, which then completes once.
+func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseUpstream := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseUpstream)
+	var answered atomic.Int64
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		// held until released, for at most 3s
+		select {
+		case <-release:
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+		}
+		answered.Add(1)
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "slow", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 10s\n\t\t\tretries 1s", up.URL)))
+	keys := inboxKeysOf("slow")
+
+	start := time.Now()
+	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
+	took := time.Since(start)
+	wantAccepted(t, resp, body)
+	if n := answered.Load(); n != 0 {
+		t.Fatalf("the 202 came after the upstream answered (%d answers, %s): accepting waited for the delivery", n, took)
+	}
+	t.Logf("202 after %s", took)
+
+	// the delivery reaches the upstream, which is still holding it
+	eventually(t, 10*time.Second, "the upstream receives the delivery", func() (bool, string) {
+		return up.calls.Load() >= 1, fmt.Sprintf("%d calls", up.calls.Load())
+	})
+	if n := answered.Load(); n != 0 {
+		t.Fatalf("the upstream answered before it was released (%d answers)", n)
+	}
+	if s := readInboxState(t, rc, keys); s.stream != 1 || s.pending != 1 {
+		t.Fatalf("while the upstream holds the delivery: %s; want the event in the stream, pending", s)
+	}
+	releaseUpstream()
+	waitInboxDrained(t, rc, keys, 10*time.Second)
+	reqs := up.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream got %d deliveries, want 1", len(reqs))
+	}
+	if got := reqs[0].Header.Get("Idempotency-Key"); got != "evt_slow" {
+		t.Fatalf("Idempotency-Key %q, want evt_slow", got)
+	}
+	if got := reqs[0].Header.Get("Webhook-Attempt"); got != "1" {
+		t.Fatalf("Webhook-Attempt %q, want 1", got)
+	}
+	if string(reqs[0].Body) != `{"id":"evt_slow"}` {
+		t.Fatalf("delivered body %q", reqs[0].Body)
+	}
+}
+
+// 500, 500, then 200: three attempts on the retries schedule, each with the
+// original body and headers; then the key is completed with the handler's
+// ttl and a duplicate is answered without a new delivery.
+func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	var mu sync.Mutex
+	var arrivals []time.Time
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		if call < 3 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "retry", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 300ms 600ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 2s", up.URL)))
+	keys := inboxKeysOf("retry")
+	url := siteURL(port) + "/hook?from=provider"
+	const payload = `{"id":"evt_retry","type":"invoice.paid"}`
+	hdrs := []string{
+		"Idempotency-Key", "evt_retry",
+		"Content-Type", "application/json",
+		"X-Signature", "t=1700000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd",
+		"User-Agent", "provider-webhooks/1.0",
+	}
+	resp, body := post(t, url, []byte(payload), hdrs...)
+	wantAccepted(t, resp, body)
+
+	eventually(t, 10*time.Second, "three delivery attempts", func() (bool, string) {
+		return up.calls.Load() >= 3, fmt.Sprintf("%d attempts", up.calls.Load())
+	})
+	waitInboxDrained(t, rc, keys, 10*time.Second)
+
+	reqs := up.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("upstream got %d attempts, want 3", len(reqs))
+	}
+	for i, r := range reqs {
+		if got, want := r.Header.Get("Webhook-Attempt"), strconv.Itoa(i+1); got != want {
+			t.Errorf("attempt %d: Webhook-Attempt %q, want %q", i+1, got, want)
+		}
+		if got := r.Header.Get("Idempotency-Key"); got != "evt_retry" {
+			t.Errorf("attempt %d: Idempotency-Key %q, want evt_retry", i+1, got)
+		}
+		if r.Method != http.MethodPost || string(r.Body) != payload {
+			t.Errorf("attempt %d: %s with body %q, want POST with %q", i+1, r.Method, r.Body, payload)
+		}
+		for j := 2; j+1 < len(hdrs); j += 2 {
+			if got := r.Header.Get(hdrs[j]); got != hdrs[j+1] {
+				t.Errorf("attempt %d: header %s %q, want the original %q", i+1, hdrs[j], got, hdrs[j+1])
+			}
+		}
+	}
+
+	// the waits, measured at the upstream. Retry due times are whole
+	// milliseconds (sorted set scores), hence the 1ms of slack below.
+	mu.Lock()
+	at := append([]time.Time(nil), arrivals...)
+	mu.Unlock()
+	for i, wait := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+		gap := at[i+1].Sub(at[i])
+		t.Logf("attempt %d -> %d: %s (configured %s)", i+1, i+2, gap, wait)
+		if gap < wait-time.Millisecond || gap > wait+time.Second {
+			t.Errorf("gap between attempts %d and %d is %s, want %s (and under %s)", i+1, i+2, gap, wait, wait+time.Second)
+		}
+	}
+
+	// once delivered, the key lives for the handler's ttl (10m), no longer
+	eventually(t, 5*time.Second, "the delivered key's TTL is at most the handler's ttl", func() (bool, string) {
+		pttl, err := rc.PTTL(context.Background(), "idem:retry:evt_retry").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		return pttl > 9*time.Minute && pttl <= 10*time.Minute, pttl.String()
+	})
+
+	// a duplicate gets the accept answer and is not delivered again
+	resp, body = post(t, url, []byte(payload), hdrs...)
+	wantAcceptReplayed(t, resp, body)
+	if s := readInboxState(t, rc, keys); s.stream != 0 {
+		t.Fatalf("a duplicate of a delivered event was stored again: %s", s)
+	}
+	deadline := time.Now().Add(700 * time.Millisecond) // more than two stream reads
+	for time.Now().Before(deadline) {
+		if n := up.calls.Load(); n != 3 {
+			t.Fatalf("a duplicate of a delivered event was delivered again: %d attempts", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// An event the upstream always fails is attempted once plus once per
+// retry, then dead-lettered with its attempts and last status.
+func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "exhaust", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 100ms 100ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 2s", up.URL)))
+	keys := inboxKeysOf("exhaust")
+	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
+	wantAccepted(t, resp, body)
+
+	eventually(t, 10*time.Second, "the event is dead-lettered", func() (bool, string) {
+		s := readInboxState(t, rc, keys)
+		return s.dead == 1, s.String()
+	})
+	s := readInboxState(t, rc, keys)
+	if s.stream != 0 || s.retry != 0 || s.pending != 0 {
+		t.Fatalf("after dead-lettering: %s; want nothing left to deliver", s)
+	}
+	reqs := up.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("upstream got %d attempts, want 3 (one plus two retries)", len(reqs))
+	}
+	for i, r := range reqs {
+		if got, want := r.Header.Get("Webhook-Attempt"), strconv.Itoa(i+1); got != want {
+			t.Errorf("attempt %d: Webhook-Attempt %q, want %q", i+1, got, want)
+		}
+	}
+	msgs, err := rc.XRange(context.Background(), keys.dead, "-", "+").Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("XRANGE %s: %d entries, %v", keys.dead, len(msgs), err)
+	}
+	ev := msgs[0].Values
+	for field, want := range map[string]string{
+		fieldKey: "evt_dead", fieldAttempts: "3", fieldLastStatus: "500", fieldBody: `{"id":"evt_dead"}`,
+	} {
+		if got := str(ev[field]); got != want {
+			t.Errorf("dead-lettered event: %s = %q, want %q", field, got, want)
+		}
+	}
+	if str(ev[fieldLastError]) == "" || str(ev[fieldFailed]) == "" {
+		t.Errorf("dead-lettered event lacks its last error or failure time: %v", ev)
+	}
+	// the provider's duplicate is still answered as accepted, not stored again
+	resp, body = post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
+	wantAcceptReplayed(t, resp, body)
+	if s := readInboxState(t, rc, keys); s.stream != 0 || s.dead != 1 {
+		t.Fatalf("after a duplicate of a dead-lettered event: %s", s)
+	}
+}
+
+// The caddy binary of this module, built once per test process. Builds of
+// earlier test processes are removed when they are more than an hour old.
+var inboxCaddyBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+const inboxCaddyBinPrefix = "webhook-idempotency-e2e-caddy-"
+
+func buildCaddyBinary(t *testing.T) string {
+	t.Helper()
+	inboxCaddyBin.once.Do(func() {
+		if old, _ := filepath.Glob(filepath.Join(os.TempDir(), inboxCaddyBinPrefix+"*")); len(old) > 0 {
+			for _, dir := range old {
+				if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Hour {
+					_ = os.RemoveAll(dir)
+				}
+			}
+		}
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, err := os.MkdirTemp("", inboxCaddyBinPrefix)
+		if err != nil {
+			inboxCaddyBin.err = err
+			return
+		}
+		path := filepath.Join(dir, "caddy")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, goBin, "build", "-o", path, "./cmd/caddy").CombinedOutput()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			inboxCaddyBin.err = fmt.Errorf("go build -o %s ./cmd/caddy: %v\n%s", path, err, out)
+			return
+		}
+		t.Logf("built %s in %s", path, time.Since(start))
+		inboxCaddyBin.path = path
+	})
+	if inboxCaddyBin.err != nil {
+		t.Fatalf("building the caddy binary for the process tests failed: %v", inboxCaddyBin.err)
+	}
+	return inboxCaddyBin.path
+}
+
+// caddyProcess is a caddy binary running as its own process.
+type caddyProcess struct {
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+}
+
+// startCaddyProcess runs `caddy run` with the Caddyfile at config and waits
+// until the site on port answers. The process is killed when the test ends.
+func startCaddyProcess(t *testing.T, bin, config, name string, port int) *caddyProcess {
+	t.Helper()
+	dir := t.TempDir()
+	p := &caddyProcess{log: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
+	logFile, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	p.cmd = exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
+	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(p.kill)
+
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-p.exited:
+			t.Fatalf("caddy process %s exited before answering: %s", name, p.logTail())
+		default:
+		}
+		resp, err := client.Get(siteURL(port) + "/ready")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy process %s did not answer on port %d within 20s: %v\n%s", name, port, err, p.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill stops the process at once (SIGKILL), as a crash would.
+func (p *caddyProcess) kill() {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// logTail is the end of the process's log, for failure messages.
+func (p *caddyProcess) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// A Caddy process killed while its delivery is in progress loses nothing:
+// the next process reclaims the unacknowledged event and delivers it.
+func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
+	bin := buildCaddyBinary(t)
+	srv := startRedis(t)
+	rc := srv.client(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseUpstream := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseUpstream)
+	firstArrived := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if call == 1 {
+			close(firstArrived)
+			select { // hangs until released or its process dies
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	config := filepath.Join(t.TempDir(), "Caddyfile")
+	err := os.WriteFile(config, []byte(fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+}
+:%d {
+	webhook_idempotency {
+		source crash
+		store redis redis://%s
+		inbox {
+			deliver_to %s/hook
+			timeout 1s
+			retries 200ms
+		}
+	}
+}
+`, freePort(t), port, srv.addr(), up.URL)), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := inboxKeysOf("crash")
+
+	first := startCaddyProcess(t, bin, config, "first", port)
+	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
+	wantAccepted(t, resp, body)
+	select {
+	case <-firstArrived:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the first process did not deliver within 10s\n%s", first.logTail())
+	}
+	first.kill()
+	// the event is pending in the group for the dead process: not yet
+	// rescheduled by a timeout, not acknowledged
+	if s := readInboxState(t, rc, keys); s.stream != 1 || s.pending != 1 || s.retry != 0 {
+		t.Fatalf("after killing the process mid-delivery: %s; want the event in the stream, pending", s)
+	}
+	releaseUpstream()
+
+	second := startCaddyProcess(t, bin, config, "second", port)
+	eventually(t, 20*time.Second, "the restarted process delivers the event again", func() (bool, string) {
+		return up.calls.Load() >= 2, fmt.Sprintf("%d deliveries", up.calls.Load())
+	})
+	var s inboxState
+	eventually(t, 20*time.Second, "the redelivered event completes", func() (bool, string) {
+		s = readInboxState(t, rc, keys)
+		return s.stream == 0 && s.pending == 0 && s.retry == 0, s.String()
+	})
+	reqs := up.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("upstream got %d deliveries, want the interrupted one and its redelivery\n%s", len(reqs), second.logTail())
+	}
+	for i, r := range reqs {
+		if r.Header.Get("Idempotency-Key") != "evt_crash" || string(r.Body) != `{"id":"evt_crash"}` {
+			t.Errorf("delivery %d: Idempotency-Key %q, body %q", i+1, r.Header.Get("Idempotency-Key"), r.Body)
+		}
+	}
+	t.Logf("redelivered with Webhook-Attempt %s", reqs[1].Header.Get("Webhook-Attempt"))
+	resp, body = post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
+	wantAcceptReplayed(t, resp, body)
+}
+
+// 1,000 distinct events and 200 duplicates from 12 concurrent clients:
+// each distinct event is accepted once and delivered exactly once.
+func TestInboxLoadWithDuplicatesDeliversEachOnce(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "load", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\tconcurrency 8\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL)))
+	keys := inboxKeysOf("load")
+	url := siteURL(port) + "/hook"
+
+	const distinct, workers = 1000, 12
+	// every fifth event is sent twice: half of the duplicates right after
+	// their original (so another client sends them concurrently), half at
+	// the end
+	var jobs []int
+	var late []int
+	for i := range distinct {
+		jobs = append(jobs, i)
+		if i%5 == 0 {
+			if i%10 == 0 {
+				jobs = append(jobs, i)
+			} else {
+				late = append(late, i)
+			}
+		}
+	}
+	jobs = append(jobs, late...)
+
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	work := make(chan int)
+	var fresh, replayed atomic.Int64
+	var failMu sync.Mutex
+	var failures []string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				key := fmt.Sprintf("evt_load_%04d", i)
+				req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"id":"`+key+`"}`))
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := client.Do(req)
+				if err != nil {
+					failMu.Lock()
+					failures = append(failures, fmt.Sprintf("%s: %v", key, err))
+					failMu.Unlock()
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) == "":
+					fresh.Add(1)
+				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) == "true":
+					replayed.Add(1)
+				default:
+					failMu.Lock()
+					failures = append(failures, fmt.Sprintf("%s: %d %s=%q", key, resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader)))
+					failMu.Unlock()
+				}
+			}
+		})
+	}
+	for _, i := range jobs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d requests in %s", len(jobs), time.Since(start))
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests were not answered 202: %v", len(failures), len(jobs), failures[:min(10, len(failures))])
+	}
+	if fresh.Load() != distinct || replayed.Load() != int64(len(jobs)-distinct) {
+		t.Fatalf("%d fresh accepts and %d replays, want %d and %d: each distinct event is accepted exactly once",
+			fresh.Load(), replayed.Load(), distinct, len(jobs)-distinct)
+	}
+
+	s := waitInboxDrained(t, rc, keys, 60*time.Second)
+	t.Logf("all delivered %s after the first request", time.Since(start))
+	if s.dead != 0 {
+		t.Fatalf("%d events dead-lettered with a healthy upstream", s.dead)
+	}
+	got := deliveriesByKey(up)
+	var missing, twice []string
+	for i := range distinct {
+		key := fmt.Sprintf("evt_load_%04d", i)
+		switch n := got[key]; {
+		case n == 0:
+			missing = append(missing, key)
+		case n > 1:
+			twice = append(twice, fmt.Sprintf("%s x%d", key, n))
+		}
+		delete(got, key)
+	}
+	if len(missing) > 0 || len(twice) > 0 || len(got) > 0 {
+		t.Fatalf("%d events never delivered %v, %d delivered more than once %v, %d unknown keys %v",
+			len(missing), missing[:min(10, len(missing))], len(twice), twice[:min(10, len(twice))], len(got), got)
+	}
+}
+
+// inboxConfigError adapts sites and validates the config (provisioning
+// every module), returning the first error.
+func inboxConfigError(t *testing.T, sites string) error {
+	t.Helper()
+	tc := &testCaddy{t: t, adminPort: freePort(t)}
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tc.caddyfile(sites)), nil)
+	if err != nil {
+		return err
+	}
+	var cfg caddy.Config
+	if err := json.Unmarshal(adapted, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return caddy.Validate(&cfg)
+}
+
+// Redis down when an event arrives: 503 with Retry-After, never 202, even
+// without `fail closed`; once Redis is back, events are accepted and
+// delivered again.
+func TestInboxRedisDownAtAcceptIs503(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "down", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 2s\n\t\t\tretries 200ms", up.URL)))
+	keys := inboxKeysOf("down")
+	url := siteURL(port) + "/hook"
+
+	resp, body := post(t, url, []byte("evt_before"), "Idempotency-Key", "evt_before")
+	wantAccepted(t, resp, body)
+	waitInboxDrained(t, rc, keys, 10*time.Second)
+
+	srv.kill()
+	for i := range 5 {
+		key := fmt.Sprintf("evt_down_%d", i)
+		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s with Redis down: %d, Retry-After %q: %s; want 503 with Retry-After", key, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+
+	srv.restart()
+	// the provider retries until the event is accepted
+	var answers []int
+	eventually(t, 20*time.Second, "an event is accepted once Redis is back", func() (bool, string) {
+		resp, body := post(t, url, []byte("evt_after"), "Idempotency-Key", "evt_after")
+		answers = append(answers, resp.StatusCode)
+		if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("after Redis came back: %d %s, want 503 or 202", resp.StatusCode, body)
+		}
+		if resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) != "" {
+			t.Fatalf("the first accepted evt_after is a replay: the event was stored before an earlier 503")
+		}
+		return resp.StatusCode == http.StatusAccepted, fmt.Sprint(answers)
+	})
+	eventually(t, 10*time.Second, "the event accepted after Redis came back is delivered", func() (bool, string) {
+		n := deliveriesByKey(up)["evt_after"]
+		return n >= 1, fmt.Sprintf("%d deliveries", n)
+	})
+	waitInboxDrained(t, rc, keys, 10*time.Second)
+	got := deliveriesByKey(up)
+	if got["evt_after"] != 1 || got["evt_before"] != 1 || len(got) != 2 {
+		t.Fatalf("deliveries by key: %v; want evt_before and evt_after once each, nothing that was answered 503", got)
+	}
+}
+
+// Inbox mode refuses `fail open` and any store but redis at load time.
+func TestInboxConfigErrors(t *testing.T) {
+	srv := startRedis(t)
+	for _, tc := range []struct {
+		name, store, extra string
+		want               []string
+	}{
+		{"fail open", "store redis redis://" + srv.addr(), "fail open", []string{"inbox", "fail", "open"}},
+		{"memory store", "store memory", "", []string{"inbox", "redis"}},
+		{"no store", "", "", []string{"inbox", "redis"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sites := fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source cfg
+		%s
+		%s
+		inbox {
+			deliver_to http://127.0.0.1:9/hook
+		}
+	}
+}`, freePort(t), tc.store, tc.extra)
+			err := inboxConfigError(t, sites)
+			if err == nil {
+				t.Fatalf("config loads:\n%s", sites)
+			}
+			msg := strings.ToLower(err.Error())
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Fatalf("error %q does not mention %q", err, w)
+				}
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// inboxGoroutineRoots counts the running goroutines whose function is a
+// method of *inbox (readLoop, scheduleLoop, deliver), by name.
+func inboxGoroutineRoots() (map[string]int, string) {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	roots := make(map[string]int)
+	var stacks []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		var root string
+		for _, line := range strings.Split(g, "\n") {
+			if strings.HasPrefix(line, "created by ") {
+				break
+			}
+			if line != "" && !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "goroutine ") {
+				root = line
+			}
+		}
+		if i := strings.Index(root, ".(*inbox)."); i >= 0 {
+			name := root[i+len(".(*inbox)."):]
+			if j := strings.IndexByte(name, '('); j >= 0 {
+				name = name[:j]
+			}
+			roots[name]++
+		}
+		if strings.Contains(g, ".(*inbox).") {
+			stacks = append(stacks, g)
+		}
+	}
+	return roots, strings.Join(stacks, "\n\n")
+}
+
+// A reload while a delivery is in progress neither drops nor duplicates
+// it, leaves one set of workers running, and stopping Caddy leaves no
+// inbox goroutine behind.
+func TestInboxReloadDuringDeliveryDeliversOnce(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		select { // a slow application
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	site := inboxSite(port, "reload", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL))
+	c := startCaddy(t, "", site)
+	keys := inboxKeysOf("reload")
+	url := siteURL(port) + "/hook"
+
+	resp, body := post(t, url, []byte("evt_reload_1"), "Idempotency-Key", "evt_reload_1")
+	wantAccepted(t, resp, body)
+	eventually(t, 10*time.Second, "the delivery is in progress", func() (bool, string) {
+		return up.calls.Load() >= 1, fmt.Sprintf("%d calls", up.calls.Load())
+	})
+	start := time.Now()
+	if err := c.reload(site); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reload took %s", time.Since(start))
+
+	resp, body = postAfterReload(t, url, []byte("evt_reload_2"), "Idempotency-Key", "evt_reload_2")
+	wantAccepted(t, resp, body)
+	waitInboxDrained(t, rc, keys, 15*time.Second)
+	got := deliveriesByKey(up)
+	if got["evt_reload_1"] != 1 || got["evt_reload_2"] != 1 || len(got) != 2 {
+		t.Fatalf("deliveries by key: %v; want evt_reload_1 (in progress during the reload) and evt_reload_2 once each", got)
+	}
+
+	// one set of workers: the old configuration's are gone
+	eventually(t, 5*time.Second, "one readLoop and one scheduleLoop after the reload", func() (bool, string) {
+		roots, _ := inboxGoroutineRoots()
+		return roots["readLoop"] == 1 && roots["scheduleLoop"] == 1, fmt.Sprint(roots)
+	})
+
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		roots, stacks := inboxGoroutineRoots()
+		if stacks == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox goroutines left after Caddy stopped: %v\n%s", roots, stacks)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// An inbox on a three-master Redis Cluster accepts, deduplicates and
+// delivers each event exactly once; its keys span the cluster's nodes.
+func TestInboxRedisClusterDeliversEachOnce(t *testing.T) {
+	cluster := startRedisCluster(t)
+	cc := cluster.client(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		w.WriteHeader(http.StatusOK)
+	})
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "cluster", fmt.Sprintf(`store redis {
+			address %s
+			timeout 5s
+		}`, strings.Join(cluster.addrs(), " ")),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL)))
+	keys := inboxKeysOf("cluster")
+	url := siteURL(port) + "/hook"
+
+	const n = 40
+	for i := range n {
+		key := fmt.Sprintf("evt_cluster_%d", i)
+		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		wantAccepted(t, resp, body)
+		resp, body = post(t, url, []byte(key), "Idempotency-Key", key)
+		wantAcceptReplayed(t, resp, body)
+	}
+	s := waitInboxDrained(t, cc, keys, 30*time.Second)
+	if s.dead != 0 {
+		t.Fatalf("%d events dead-lettered with a healthy upstream", s.dead)
+	}
+	got := deliveriesByKey(up)
+	for i := range n {
+		key := fmt.Sprintf("evt_cluster_%d", i)
+		if got[key] != 1 {
+			t.Errorf("%s delivered %d times, want once", key, got[key])
+		}
+		delete(got, key)
+	}
+	if len(got) > 0 {
+		t.Errorf("unknown keys delivered: %v", got)
+	}
+	// after delivery, duplicates are still answered from the cluster
+	for i := range 3 {
+		key := fmt.Sprintf("evt_cluster_%d", i)
+		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		wantAcceptReplayed(t, resp, body)
+	}
+	if c := up.calls.Load(); c != n {
+		t.Fatalf("upstream got %d deliveries, want %d", c, n)
+	}
+	var nodesWithKeys int
+	for _, node := range cluster.nodes {
+		if k, err := node.client(t).DBSize(context.Background()).Result(); err == nil && k > 0 {
+			nodesWithKeys++
+		}
+	}
+	if nodesWithKeys < 2 {
+		t.Fatalf("the inbox's keys are on %d node(s): the cluster test does not span slots", nodesWithKeys)
+	}
+}
