@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -905,12 +906,15 @@ func registerInbox(ib *inbox) {
 	inboxesMu.Unlock()
 }
 
+// unregisterInbox removes a stopped inbox; when no newer one took its
+// source over, its gauges go too, so a removed inbox leaves no stale counts.
 func unregisterInbox(ib *inbox) {
 	inboxesMu.Lock()
+	defer inboxesMu.Unlock()
 	if inboxes[ib.source] == ib {
 		delete(inboxes, ib.source)
+		metricInboxEvents.DeletePartialMatch(prometheus.Labels{"source": ib.source})
 	}
-	inboxesMu.Unlock()
 }
 
 // inboxFor returns the running inbox of a source, or nil.
