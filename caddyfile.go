@@ -171,7 +171,16 @@ func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
 	}
 	ib := new(InboxConfig)
 	h.Inbox = ib
+	checkURL := func(v string) error {
+		if !strings.Contains(v, "{") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+			return d.Errf("invalid inbox deliver_to '%s': want an http:// or https:// URL", v)
+		}
+		return nil
+	}
 	if d.NextArg() {
+		if err := checkURL(d.Val()); err != nil {
+			return err
+		}
 		ib.DeliverTo = d.Val()
 		if d.NextArg() {
 			return d.Errf("inbox takes one deliver_to URL, got extra argument '%s'", d.Val())
@@ -195,8 +204,11 @@ func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(v, "{") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-				return d.Errf("invalid inbox deliver_to '%s': want an http:// or https:// URL", v)
+			if err := checkURL(v); err != nil {
+				return err
+			}
+			if ib.DeliverTo != "" {
+				return d.Errf("inbox deliver_to given twice: '%s' and '%s'", ib.DeliverTo, v)
 			}
 			ib.DeliverTo = v
 		case "respond":

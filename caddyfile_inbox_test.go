@@ -172,6 +172,8 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 		{"deliver_to ftp", block("\t\tdeliver_to ftp://x"), "invalid inbox deliver_to 'ftp://x': want an http:// or https:// URL, at Testfile:3"},
 		{"deliver_to without scheme", block("\t\tdeliver_to app:3000/hooks"), "invalid inbox deliver_to 'app:3000/hooks': want an http:// or https:// URL, at Testfile:3"},
 		{"deliver_to a path", block("\t\tdeliver_to /hooks"), "invalid inbox deliver_to '/hooks': want an http:// or https:// URL, at Testfile:3"},
+		{"shorthand ftp", "webhook_idempotency source s {\n\tinbox ftp://x\n}", "invalid inbox deliver_to 'ftp://x': want an http:// or https:// URL, at Testfile:2"},
+		{"shorthand and deliver_to", "webhook_idempotency source s {\n\tinbox http://a/h {\n\t\tdeliver_to http://b/h\n\t}\n}", "inbox deliver_to given twice: 'http://a/h' and 'http://b/h', at Testfile:3"},
 
 		// respond
 		{"respond 500", block("\t\tdeliver_to http://a/h", "\t\trespond 500"), "invalid inbox respond '500': want a 2xx status, so the provider stops retrying, at Testfile:4"},
@@ -295,8 +297,9 @@ func TestInboxConfigProvisionErrors(t *testing.T) {
 	}{
 		{"fail open with redis", `{"deliver_to":"http://127.0.0.1:9/h"}`, `"fail":"open",`,
 			"inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')"},
-		{"deliver_to ftp", `{"deliver_to":"ftp://x"}`, "", `inbox deliver_to must be an http:// or https:// URL, got "ftp://x"`},
-		{"deliver_to without host", `{"deliver_to":"http:///h"}`, "", `inbox deliver_to must be an http:// or https:// URL, got "http:///h"`},
+		{"deliver_to ftp", `{"deliver_to":"ftp://x"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "ftp://x"`},
+		{"deliver_to without host", `{"deliver_to":"http:///h"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "http:///h"`},
+		{"deliver_to with a port only", `{"deliver_to":"http://:3000/h"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "http://:3000/h"`},
 		{"deliver_to missing", `{}`, "", "inbox needs deliver_to: the URL events are delivered to"},
 		{"deliver_to placeholder resolving to nothing", `{"deliver_to":"{env.WEBHOOK_IDEMPOTENCY_TEST_UNSET}"}`, "", "inbox needs deliver_to: the URL events are delivered to"},
 		{"respond 500", `{"deliver_to":"http://127.0.0.1:9/h","respond":500}`, "", "inbox respond must be a 2xx status, got 500"},

@@ -164,8 +164,8 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 	if ib.deliverTo == "" {
 		return nil, errors.New("inbox needs deliver_to: the URL events are delivered to")
 	}
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("inbox deliver_to must be an http:// or https:// URL, got %q", ib.deliverTo)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return nil, fmt.Errorf("inbox deliver_to must be an http:// or https:// URL with a host, got %q", ib.deliverTo)
 	}
 	ib.retries = defaultInboxRetries
 	if len(cfg.Retries) > 0 {
