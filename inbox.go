@@ -279,9 +279,13 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {id}
 `)
 
-	// KEYS: stream. ARGV: group, id. A delivered event leaves the stream.
+	// KEYS: stream [, idempotency key]. ARGV: group, id, ttl. A delivered
+	// event leaves the stream, and its key (when given) is kept for ttl.
 	inboxAckScript = redis.NewScript(`
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if KEYS[2] then
+	redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 return redis.call('XDEL', KEYS[1], ARGV[2])
 `)
 
@@ -572,7 +576,7 @@ func (ib *inbox) readLoop(ctx context.Context) {
 			continue
 		}
 		ib.wg.Add(1)
-		go ib.deliver(streams[0].Messages[0])
+		go ib.deliver(streams[0].Messages[0], 1)
 	}
 }
 
@@ -653,23 +657,43 @@ func (ib *inbox) reclaim(ctx context.Context) {
 			}
 			return
 		}
-		ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", msgs[0].ID))
+		// every earlier delivery of this entry was an attempt that a dead
+		// worker never recorded
+		deliveries := int64(2)
+		rctx, cancel = ib.bg()
+		if p, err := ib.rc.client.XPendingExt(rctx, &redis.XPendingExtArgs{
+			Stream: ib.stream, Group: inboxGroup, Start: msgs[0].ID, End: msgs[0].ID, Count: 1,
+		}).Result(); err == nil && len(p) == 1 {
+			deliveries = p[0].RetryCount
+		}
+		cancel()
+		ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", msgs[0].ID), zap.Int64("deliveries", deliveries))
 		ib.wg.Add(1)
-		go ib.deliver(msgs[0])
+		go ib.deliver(msgs[0], deliveries)
 	}
 }
 
-// deliver makes one delivery attempt and records its outcome.
-func (ib *inbox) deliver(msg redis.XMessage) {
+// deliver makes one delivery attempt and records its outcome. deliveries
+// is the number of times the consumer group has handed this stream entry
+// out, this time included: more than one means workers died delivering it.
+func (ib *inbox) deliver(msg redis.XMessage, deliveries int64) {
 	defer ib.wg.Done()
 	defer func() { <-ib.slots }()
 	ev := msg.Values
 	attempts, _ := strconv.Atoi(str(ev[fieldAttempts]))
 	base, _ := strconv.Atoi(str(ev[fieldBase]))
-	attempt := attempts + 1
+	attempt := attempts + int(max(deliveries, 1))
+	logger := ib.logger.With(zap.String("id", msg.ID), zap.String("key", str(ev[fieldKey])), zap.Int("attempt", attempt))
+
+	// an event whose deliveries keep killing their worker is not tried for ever
+	if attempt-base > len(ib.retries)+1 {
+		if err := ib.deadLetter(msg.ID, attempt-1, 0, "retries exhausted: the worker delivering it stopped without an answer"); err != nil {
+			logger.Warn("dead-lettering an inbox event failed; it will be reclaimed", zap.Error(err))
+		}
+		return
+	}
 	status, derr := ib.post(ev, attempt)
 
-	logger := ib.logger.With(zap.String("id", msg.ID), zap.String("key", str(ev[fieldKey])), zap.Int("attempt", attempt))
 	var err error
 	switch {
 	case derr == nil && status >= 200 && status <= 299:
@@ -762,10 +786,15 @@ func (ib *inbox) withJitter(d time.Duration) time.Duration {
 func (ib *inbox) delivered(id, storeKey string) error {
 	ctx, cancel := ib.bg()
 	defer cancel()
-	if err := inboxAckScript.Run(ctx, ib.rc.client, []string{ib.stream}, inboxGroup, id).Err(); err != nil {
+	keys := []string{ib.stream, storeKey}
+	if ib.cluster || storeKey == "" {
+		keys = keys[:1] // the key is on another slot: a call of its own
+	}
+	ttl := redisMillis(ib.ttl)
+	if err := inboxAckScript.Run(ctx, ib.rc.client, keys, inboxGroup, id, ttl).Err(); err != nil {
 		return err
 	}
-	if storeKey != "" {
+	if len(keys) == 1 && storeKey != "" {
 		if err := ib.rc.client.PExpire(ctx, storeKey, ib.ttl).Err(); err != nil {
 			ib.logger.Warn("shortening a delivered event's key to ttl failed; it expires later", zap.String("key", storeKey), zap.Error(err))
 		}
@@ -779,7 +808,7 @@ func (ib *inbox) schedule(id string, attempts, status int, reason string, due ti
 	defer cancel()
 	member := id + "\n" + strconv.Itoa(attempts) + "\n" + strconv.Itoa(status) + "\n" + oneLine(reason)
 	return inboxScheduleScript.Run(ctx, ib.rc.client, []string{ib.stream, ib.retry},
-		inboxGroup, id, due.UnixMilli(), member).Err()
+		inboxGroup, id, (due.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), member).Err()
 }
 
 // deadLetter moves an event to the dead-letter stream.

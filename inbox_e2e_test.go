@@ -364,6 +364,55 @@ var inboxCaddyBin struct {
 
 const inboxCaddyBinPrefix = "webhook-idempotency-e2e-caddy-"
 
+// An event whose deliveries keep killing their worker is not reclaimed for
+// ever: every hand-out of the stream entry counts as an attempt, and once
+// the schedule is used up it is dead-lettered without another attempt.
+func TestInboxEventThatKeepsKillingWorkersIsDeadLettered(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, nil)
+	keys := inboxKeysOf("crashloop")
+	ctx := context.Background()
+	// three workers took the event and died without recording anything
+	if err := rc.XGroupCreateMkStream(ctx, keys.stream, inboxGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.stream, Values: []any{
+		fieldKey, "evt_loop", fieldStoreKey, "idem:crashloop:evt_loop", fieldMethod, "POST",
+		fieldBody, `{"id":"evt_loop"}`, fieldAttempts, "0", fieldBase, "0",
+	}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: inboxGroup, Consumer: "dead-1", Streams: []string{keys.stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"dead-2", "dead-3"} {
+		if err := rc.XClaim(ctx, &redis.XClaimArgs{Stream: keys.stream, Group: inboxGroup, Consumer: c, Messages: []string{id}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	port := freePort(t)
+	startCaddy(t, "", inboxSite(port, "crashloop", "store redis redis://"+srv.addr(),
+		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 100ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 1s", up.URL)))
+	eventually(t, 15*time.Second, "the event is dead-lettered", func() (bool, string) {
+		s := readInboxState(t, rc, keys)
+		return s.dead == 1 && s.pending == 0, s.String()
+	})
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("upstream got %d attempts; want none: three were made and the schedule allows two", n)
+	}
+	msgs, err := rc.XRange(ctx, keys.dead, "-", "+").Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("XRANGE %s: %d entries, %v", keys.dead, len(msgs), err)
+	}
+	if got := str(msgs[0].Values[fieldAttempts]); got != "3" {
+		t.Errorf("dead-lettered event: attempts %q, want 3", got)
+	}
+	mustContain(t, str(msgs[0].Values[fieldLastError]), "retries exhausted", "stopped without an answer")
+}
+
 func buildCaddyBinary(t *testing.T) string {
 	t.Helper()
 	inboxCaddyBin.once.Do(func() {
@@ -548,7 +597,10 @@ func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
 			t.Errorf("delivery %d: Idempotency-Key %q, body %q", i+1, r.Header.Get("Idempotency-Key"), r.Body)
 		}
 	}
-	t.Logf("redelivered with Webhook-Attempt %s", reqs[1].Header.Get("Webhook-Attempt"))
+	// the interrupted attempt counts: the redelivery is the second
+	if got := reqs[1].Header.Get("Webhook-Attempt"); got != "2" {
+		t.Errorf("redelivery after the crash: Webhook-Attempt %q, want 2", got)
+	}
 	resp, body = post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
 	wantAcceptReplayed(t, resp, body)
 }
