@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -426,9 +427,13 @@ func eventFields(r *http.Request, body []byte, keyValue, storeKey string) []any 
 	if r.TLS != nil {
 		proto = "https"
 	}
-	remote, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		remote = r.RemoteAddr
+	// the client's address as Caddy determined it (trusted_proxies applied)
+	remote, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if remote == "" {
+		var err error
+		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
+			remote = r.RemoteAddr
+		}
 	}
 	return []any{
 		fieldKey, keyValue,

@@ -255,6 +255,13 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 		if r.Method != http.MethodPost || string(r.Body) != payload {
 			t.Errorf("attempt %d: %s with body %q, want POST with %q", i+1, r.Method, r.Body, payload)
 		}
+		for name, want := range map[string]string{
+			"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Host": fmt.Sprintf("127.0.0.1:%d", port), "X-Forwarded-Proto": "http",
+		} {
+			if got := r.Header.Get(name); got != want {
+				t.Errorf("attempt %d: %s %q, want %q", i+1, name, got, want)
+			}
+		}
 		for j := 2; j+1 < len(hdrs); j += 2 {
 			if got := r.Header.Get(hdrs[j]); got != hdrs[j+1] {
 				t.Errorf("attempt %d: header %s %q, want the original %q", i+1, hdrs[j], got, hdrs[j+1])
