@@ -350,11 +350,11 @@ func (t *memoryTable) len() int {
 var memorySweepEvery = 4 * time.Second
 
 // memorySweepBatch is the most keys the janitor looks at per hold of a
-// shard's lock. Removing a key costs up to about a microsecond, so a hold
-// stays well under a millisecond even when every key has expired; a whole
-// shard in one hold took 12 ms on average, and up to 35 ms, for 15,625
-// expired keys (a million in the table) on the 2-core machine of
-// BENCHMARKS.md, and a Claim on that shard waited as long.
+// shard's lock. Removing a key took under a microsecond on the 2-core
+// machine of BENCHMARKS.md, so a hold stays under a quarter of a
+// millisecond even when every key has expired; a whole shard in one hold
+// (15,625 expired keys of a million) took 10 to 18 ms there, and a Claim on
+// that shard waited as long (BenchmarkMemoryStoreSweep).
 const memorySweepBatch = 256
 
 // startJanitor starts the goroutine that removes expired keys. It starts on
