@@ -289,6 +289,56 @@ func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
 	}
 }
 
+func TestMemorySweepLetsClaimsInBetweenBatches(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(1 << 20)
+
+	// one shard with many batches' worth of expired and live keys, and
+	// keys claimed on it while it is swept
+	const n = 6 * memorySweepBatch
+	keys := sameShardKeys(tbl, "sweep-", 3*n)
+	expired, live, added := keys[:n], keys[n:2*n], keys[2*n:]
+	for _, k := range expired {
+		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+	}
+	clock.advance(time.Minute)
+	for _, k := range live {
+		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+		if err := tbl.complete(k, "a", []byte("rec"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := tbl.shard(keys[0])
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, k := range added {
+			if res := tbl.claim(k, "b", time.Minute); res.State != Claimed {
+				t.Errorf("claim(%q) during the sweep = %v, want claimed", k, res.State)
+			}
+		}
+	}()
+	tbl.sweep(s)
+	<-done
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range expired {
+		if _, ok := s.m[k]; ok {
+			t.Fatalf("expired key %s survived the sweep", k)
+		}
+	}
+	if len(s.owners) != len(added) {
+		t.Fatalf("%d owners, want %d (the keys claimed during the sweep)", len(s.owners), len(added))
+	}
+	for _, k := range append(live, added...) {
+		if _, ok := s.m[k]; !ok {
+			t.Fatalf("live key %s was removed", k)
+		}
+	}
+}
+
 // sameShardKeys returns n keys that land in one shard of tbl.
 func sameShardKeys(tbl *memoryTable, prefix string, n int) []string {
 	var keys []string
