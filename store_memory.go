@@ -139,8 +139,8 @@ type memoryShard struct {
 //
 // A completed key's record usually shares one allocation with the key the
 // map holds (see packRecord), and a string, unlike a slice, carries no
-// capacity: per key, this is two words less than a key string, an owner
-// string and a record slice, and one allocation instead of two.
+// capacity: an entry is three words, where an owner string, a record slice
+// and the expiry took six, and key and record are one allocation, not two.
 type memoryEntry struct {
 	record  string
 	expires int64
@@ -169,9 +169,10 @@ const packMax = 32 << 10
 // kept where it is, not copied, as before.
 //
 // The returned strings view bytes that nothing writes to once they are
-// returned, which is what unsafe.String requires. The record a caller
-// passes in a long record's case is the caller's: the Store contract is
-// that a record is not modified once handed to the store.
+// returned, which is what unsafe.String requires. A long record kept where
+// it is stays the caller's buffer, as every record did before this store
+// copied them: the handler does not modify a record once it has handed it
+// to Complete.
 func packRecord(key string, record []byte) (string, string) {
 	if len(record) > packMax && cap(record)-len(record) <= len(record)/8 {
 		return key, unsafe.String(unsafe.SliceData(record), len(record))
