@@ -446,7 +446,7 @@ func (s *RedisStore) runKeys(ctx context.Context, op string, script *redis.Scrip
 		return nil, errRedisBreakerOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := script.Run(cctx, c.client, keys, args...).Result()
+	v, err := c.batch.run(cctx, script, keys, args)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -468,6 +468,7 @@ func redisMillis(d time.Duration) string {
 // breaker that guards it.
 type redisClient struct {
 	client  redis.UniversalClient
+	batch   *redisBatcher // the request path's script calls go through it
 	breaker *breaker
 	logger  *zap.Logger
 
@@ -502,7 +503,10 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		PoolTimeout:           conn.timeout,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            1,
-		DialerRetries:         1,
+		// RESP2: the store needs no push notifications, and reading
+		// replies then skips looking for them
+		Protocol:      2,
+		DialerRetries: 1,
 		// no CLIENT MAINT_NOTIFICATIONS handshake: plain Redis rejects it
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
@@ -511,6 +515,8 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	c := &redisClient{client: redis.NewUniversalClient(opts), logger: logger}
+	// the requests' script calls go out in shared pipelines
+	c.batch = newRedisBatcher(c.client, conn.timeout)
 	c.breaker = newBreaker(func(ctx context.Context) error {
 		return c.client.Ping(ctx).Err()
 	}, conn.timeout, logger)
@@ -562,6 +568,7 @@ func (c *redisClient) close() {
 			c.drain.Stop()
 		}
 		c.mu.Unlock()
+		c.batch.close()
 		c.closeErr = c.client.Close()
 	})
 }

@@ -12,9 +12,12 @@
 #        C  the same on the Redis store
 #        D  replays of one completed key, memory store
 #        E  replays of one completed key, Redis store
-#      and A once more at the end: the ratios are against the mean of the two A runs;
-#   3. drives each with wrk (-t2 -c32 --latency, POST bodies of 1 KiB, a warm-up first), prints
-#      requests/s, p50 and p99 latency and the ratios B/A, C/A, D/A, E/A;
+#      and runs A B C D E in turn, several rounds (3 by default): each ratio X/A is taken
+#      within a round, A measured just before X, and the median over the rounds is reported,
+#      so that the machine drifting during the run does not decide the ratios;
+#   3. drives each with wrk (-t2 -c32 --latency, POST bodies of 1 KiB, a warm-up first; every
+#      scenario's wrk script formats each request anew, so wrk costs the same in each), prints
+#      requests/s, p50 and p99 latency (medians over the rounds) and the ratios B/A, C/A, D/A, E/A;
 #   4. counts Redis round trips per request for C and E from INFO commandstats deltas
 #      (CONFIG RESETSTAT after the warm-up, calls divided by the requests wrk completed);
 #   5. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
@@ -31,8 +34,8 @@
 # Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
 # stopped on exit. Takes about 2 minutes.
 #
-# Knobs (environment): BENCH_DURATION (seconds per scenario, default 10), BENCH_WARMUP
-# (default 2), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
+# Knobs (environment): BENCH_DURATION (seconds per scenario, default 5), BENCH_WARMUP
+# (default 1), BENCH_ROUNDS (default 3), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
 # BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
 # `go tool pprof -top` of it into bench/out/b-pprof.txt).
 set -euo pipefail
@@ -40,8 +43,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$ROOT/bench/out
-DURATION=${BENCH_DURATION:-10}
-WARMUP=${BENCH_WARMUP:-2}
+DURATION=${BENCH_DURATION:-5}
+WARMUP=${BENCH_WARMUP:-1}
+ROUNDS=${BENCH_ROUNDS:-3}
 THREADS=2
 CONNS=${BENCH_CONNS:-32}
 FILL_KEYS=${BENCH_FILL_KEYS:-1000000}
@@ -195,6 +199,9 @@ to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
 		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
 		printf "%.2f", n }'
 }
+median() { # numbers -> their median
+	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 declare -A RPS P50 P99 REQS BAD
 measure() { # name port lua [extra wrk args]
 	local name=$1 port=$2 lua=$3 url="http://127.0.0.1:$2/webhook" f
@@ -236,31 +243,35 @@ redis_trips() { # name: INFO commandstats since the reset, per request served
 	say "  $name: ${RT[$name]}"
 }
 
-say "wrk -t$THREADS -c$CONNS, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
+say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B C D E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
 export BODY_FILE=$BODY
 export REPLAY_KEY=replay-$$
 
-measure A "$PA" replay.lua
-if [ "$PROFILE" = 1 ]; then
-	profile_b() {
-		curl -fsS -o "$OUT/b.prof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=10" &
-		PROF_PID=$!
-	}
-	BEFORE_MEASURE=profile_b measure B "$PB" unique.lua
-	wait "$PROF_PID" || say "the CPU profile failed"
-	"$GO" tool pprof -top -nodecount=40 "$OUT/caddy" "$OUT/b.prof" >"$OUT/b-pprof.txt" &&
-		say "  CPU profile of Caddy during B: $OUT/b-pprof.txt"
-else
-	measure B "$PB" unique.lua
-fi
-BEFORE_MEASURE=redis_reset measure C "$PC" unique.lua
-redis_trips C
 complete_key "$PD" "$REPLAY_KEY"
-measure D "$PD" replay.lua
 complete_key "$PE" "$REPLAY_KEY"
-BEFORE_MEASURE=redis_reset measure E "$PE" replay.lua
-redis_trips E
-measure A2 "$PA" replay.lua # A again: how much the machine drifted during the run
+for r in $(seq 1 "$ROUNDS"); do
+	say "round $r of $ROUNDS"
+	# A uses unique.lua too: the key is ignored by reverse_proxy, and wrk does the same work per
+	# request in every scenario
+	measure "A.$r" "$PA" unique.lua
+	if [ "$PROFILE" = 1 ] && [ "$r" = 1 ]; then
+		profile_b() {
+			curl -fsS -o "$OUT/b.prof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=$DURATION" &
+			PROF_PID=$!
+		}
+		BEFORE_MEASURE=profile_b measure "B.$r" "$PB" unique.lua
+		wait "$PROF_PID" || say "the CPU profile failed"
+		"$GO" tool pprof -top -nodecount=40 "$OUT/caddy" "$OUT/b.prof" >"$OUT/b-pprof.txt" &&
+			say "  CPU profile of Caddy during B: $OUT/b-pprof.txt"
+	else
+		measure "B.$r" "$PB" unique.lua
+	fi
+	BEFORE_MEASURE=redis_reset measure "C.$r" "$PC" unique.lua
+	redis_trips "C.$r"
+	measure "D.$r" "$PD" replay.lua
+	BEFORE_MEASURE=redis_reset measure "E.$r" "$PE" replay.lua
+	redis_trips "E.$r"
+done
 
 # ---- memory: 1,000,000 keys --------------------------------------------------------------
 if [ "$FILL_KEYS" -gt 0 ]; then
@@ -328,32 +339,41 @@ fi
 {
 	echo
 	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the end)"
-	echo "wrk -t$THREADS -c$CONNS --latency, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST 1 KiB; wrk, Caddy, upstream and Redis share the cores"
+	echo "wrk -t$THREADS -c$CONNS --latency, $ROUNDS rounds of A B C D E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST 1 KiB; wrk, Caddy, upstream and Redis share the cores"
 	echo
-	printf '| %-44s | %8s | %8s | %8s | %8s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'non-2xx'
-	printf '|%s|%s:|%s:|%s:|%s:|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})"
-	for s in A B C D E A2; do
+	echo "per scenario: the median of the $ROUNDS rounds (req/s, p50, p99) and every round's req/s"
+	echo
+	printf '| %-42s | %8s | %8s | %8s | %-24s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by round'
+	printf '|%s|%s:|%s:|%s:|%s|\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})"
+	for s in A B C D E; do
 		case $s in
 		A) d='A reverse_proxy alone' ;;
-		A2) d='A again, at the end (drift)' ;;
 		B) d='B + webhook_idempotency, memory, new keys' ;;
 		C) d='C + webhook_idempotency, Redis, new keys' ;;
 		D) d='D replay of one completed key, memory' ;;
 		E) d='E replay of one completed key, Redis' ;;
 		esac
-		printf '| %-44s | %8s | %8s | %8s | %8s |\n' "$d" "${RPS[$s]}" "${P50[$s]}" "${P99[$s]}" "${BAD[$s]}"
+		rps=() p50=() p99=() bad=0
+		for r in $(seq 1 "$ROUNDS"); do
+			rps+=("${RPS[$s.$r]}") p50+=("${P50[$s.$r]}") p99+=("${P99[$s.$r]}")
+			bad=$((bad + BAD[$s.$r]))
+		done
+		printf '| %-42s | %8s | %8s | %8s | %-24s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")"
 	done
-	BASE=$(((RPS[A] + RPS[A2]) / 2))
 	echo
-	echo "ratios against the mean of the two A runs ($BASE req/s):"
+	echo "ratios: the median over the rounds of each round's X/A (A measured just before X):"
 	for s in B C D E; do
 		case $s in B) t=0.90 ;; C) t=0.75 ;; D) t=1.30 ;; E) t=1.20 ;; esac
-		awk -v s="$s" -v x="${RPS[$s]}" -v a="$BASE" -v t="$t" 'BEGIN {
-			r = x / a; printf "%s/A = %.2f (target >= %.2f: %s)\n", s, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)) }'
+		ratios=()
+		for r in $(seq 1 "$ROUNDS"); do
+			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r]}" 'BEGIN { printf "%.3f", x / a }')")
+		done
+		awk -v s="$s" -v r="$(median "${ratios[@]}")" -v t="$t" -v all="${ratios[*]}" 'BEGIN {
+			printf "%s/A = %.2f (target >= %.2f: %s; rounds: %s)\n", s, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)), all }'
 	done
 	echo
-	echo "Redis, new deliveries (C): ${RT[C]}"
-	echo "Redis, replays (E):        ${RT[E]}"
+	echo "Redis, new deliveries (C, last round): ${RT[C.$ROUNDS]}"
+	echo "Redis, replays (E, last round):        ${RT[E.$ROUNDS]}"
 	if [ "$FILL_KEYS" -gt 0 ]; then
 		echo
 		echo "memory store, $FILLED requests with unique keys ($FILL_RPS req/s, ${FILL_BAD:-0} non-2xx), ttl 1h, max_entries 2000000:"

@@ -1,0 +1,187 @@
+package webhookidempotency
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisBatcher sends the script calls of concurrent requests to Redis
+// together. A call waits in a queue while the batches before it are in
+// flight, and the next free worker takes every call that waited and sends
+// them as one pipeline: one write and one read for all of them, where each
+// call alone would cost its own (on a loaded host, system calls are most of
+// what a Redis call costs Caddy and Redis). A call that finds a worker free
+// goes out at once, alone, so an idle store adds no wait.
+//
+// Every call is still one command and one round trip of its own; nothing is
+// merged or reordered within a call, and the scripts are atomic each. A call
+// whose caller gave up before its batch was sent is not sent.
+type redisBatcher struct {
+	client  redis.UniversalClient
+	timeout time.Duration // bound of one batch
+	queue   chan *redisCall
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
+}
+
+// redisCall is one script call waiting for its batch.
+type redisCall struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	val    any
+	err    error
+	done   chan struct{} // buffered: the worker never waits for the caller
+}
+
+// Batching limits. A few workers let a batch go out while another waits
+// for Redis (and a hung Redis hold at most that many); the queue holds the
+// calls of the requests in progress.
+const (
+	redisBatchWorkers = 4
+	redisBatchMax     = 128
+	redisBatchQueue   = 1024
+)
+
+var redisCallPool = sync.Pool{New: func() any { return &redisCall{done: make(chan struct{}, 1)} }}
+
+func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redisBatcher {
+	b := &redisBatcher{
+		client:  client,
+		timeout: timeout,
+		queue:   make(chan *redisCall, redisBatchQueue),
+		stop:    make(chan struct{}),
+	}
+	b.wg.Add(redisBatchWorkers)
+	for range redisBatchWorkers {
+		go b.work()
+	}
+	return b
+}
+
+// run runs script with keys and args in the next batch and returns its
+// reply, or ctx's error when ctx ends first.
+func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+	c := redisCallPool.Get().(*redisCall)
+	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	select {
+	case b.queue <- c:
+	case <-ctx.Done():
+		c.reset()
+		redisCallPool.Put(c)
+		return nil, ctx.Err()
+	case <-b.stop:
+		c.reset()
+		redisCallPool.Put(c)
+		return nil, redis.ErrClosed
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		// a worker may still hold c and finish it: it is not reused
+		return nil, ctx.Err()
+	case <-b.stop:
+		// the workers finish every call they took, then stop; a call still
+		// queued then is never taken
+		b.wg.Wait()
+		select {
+		case <-c.done:
+		default:
+			return nil, redis.ErrClosed
+		}
+	}
+	v, err := c.val, c.err
+	c.reset()
+	redisCallPool.Put(c) // the worker is done with it
+	return v, err
+}
+
+func (c *redisCall) reset() {
+	c.ctx, c.script, c.keys, c.args, c.val, c.err = nil, nil, nil, nil, nil, nil
+}
+
+func (c *redisCall) finish(v any, err error) {
+	c.val, c.err = v, err
+	c.done <- struct{}{}
+}
+
+// work sends batches until the batcher is closed.
+func (b *redisBatcher) work() {
+	defer b.wg.Done()
+	batch := make([]*redisCall, 0, redisBatchMax)
+	cmds := make([]*redis.Cmd, 0, redisBatchMax)
+	for {
+		select {
+		case c := <-b.queue:
+			batch = append(batch[:0], c)
+		case <-b.stop:
+			b.drain()
+			return
+		}
+	fill:
+		for len(batch) < redisBatchMax {
+			select {
+			case c := <-b.queue:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		cmds = b.send(batch, cmds[:0])
+		clear(batch)
+		clear(cmds)
+	}
+}
+
+// send sends one batch as a pipeline and finishes every call in it.
+func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	pipe := b.client.Pipeline()
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			cmds = append(cmds, nil) // its caller is gone: not sent
+			continue
+		}
+		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	for i, c := range batch {
+		if cmds[i] == nil {
+			c.finish(nil, c.ctx.Err())
+			continue
+		}
+		v, err := cmds[i].Result()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Redis lost its scripts (a restart, SCRIPT FLUSH): EVAL loads it
+			v, err = c.script.Eval(ctx, b.client, c.keys, c.args...).Result()
+		}
+		c.finish(v, err)
+	}
+	return cmds
+}
+
+// drain fails the calls still queued when the batcher closes.
+func (b *redisBatcher) drain() {
+	for {
+		select {
+		case c := <-b.queue:
+			c.finish(nil, redis.ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// close stops the workers; calls still queued fail with redis.ErrClosed.
+func (b *redisBatcher) close() {
+	b.stopped.Do(func() { close(b.stop) })
+	b.wg.Wait()
+}

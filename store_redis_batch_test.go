@@ -1,0 +1,146 @@
+package webhookidempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pipelineCounter counts the pipelines of script calls a client sends and
+// the commands in them.
+type pipelineCounter struct {
+	pipelines, commands atomic.Int64
+}
+
+func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" { // not a connection's handshake
+			p.pipelines.Add(1)
+			p.commands.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+var batchTestScript = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+
+// Concurrent calls share pipelines, and each gets its own reply.
+func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
+	srv := startRedis(t)
+	client := srv.client(t)
+	counter := new(pipelineCounter)
+	client.AddHook(counter)
+	b := newRedisBatcher(client, 2*time.Second)
+	defer b.close()
+
+	const callers, calls = 64, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			key := fmt.Sprintf("batch:%d", g)
+			for i := 1; i <= calls; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				v, err := b.run(ctx, batchTestScript, []string{key}, []any{g + 1})
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if want := int64(i * (g + 1)); v != want {
+					errs <- fmt.Errorf("caller %d call %d: reply %v, want %d (another call's reply?)", g, i, v, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	p, c := counter.pipelines.Load(), counter.commands.Load()
+	if c != callers*calls {
+		t.Fatalf("%d commands sent, want %d", c, callers*calls)
+	}
+	if p >= c {
+		t.Fatalf("%d commands went out in %d pipelines: concurrent calls were not batched", c, p)
+	}
+	t.Logf("%d commands in %d pipelines (%.1f per pipeline)", c, p, float64(c)/float64(p))
+}
+
+// A call alone goes out at once, and scripts Redis lost are loaded again.
+func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
+	srv := startRedis(t)
+	client := srv.client(t)
+	b := newRedisBatcher(client, 2*time.Second)
+	defer b.close()
+	ctx := context.Background()
+	for i, want := range []int64{5, 10} {
+		if i == 1 {
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, err := b.run(ctx, batchTestScript, []string{"alone"}, []any{5})
+		if err != nil || v != want {
+			t.Fatalf("call %d: %v, %v; want %d", i+1, v, err, want)
+		}
+	}
+}
+
+// A call whose caller has given up is not sent; with Redis hung, a caller
+// waits for its own deadline, not for the batch's; a closed batcher fails
+// its calls.
+func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
+	srv := startRedis(t)
+	client := srv.client(t)
+	b := newRedisBatcher(client, time.Second)
+	ctx := context.Background()
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 200 {
+		if _, err := b.run(gone, batchTestScript, []string{"abandoned"}, []any{1}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call of a caller that gave up: %v, want context.Canceled", err)
+		}
+	}
+	// a live call after them: every earlier one was dropped or sent by now
+	if v, err := b.run(ctx, batchTestScript, []string{"abandoned"}, []any{1}); err != nil || v != int64(1) {
+		t.Fatalf("calls of callers that had given up reached Redis: INCRBY gave %v (%v), want 1", v, err)
+	}
+
+	srv.pause()
+	var wg sync.WaitGroup
+	for i := range 3 * redisBatchWorkers {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := b.run(cctx, batchTestScript, []string{"hung"}, []any{1})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("call %d with Redis hung: %v, want the caller's deadline", i, err)
+			}
+			if d := time.Since(start); d > 600*time.Millisecond {
+				t.Errorf("call %d with Redis hung returned after %v; its deadline was 100ms", i, d)
+			}
+		})
+	}
+	wg.Wait()
+	srv.resume()
+
+	b.close()
+	if _, err := b.run(ctx, batchTestScript, []string{"closed"}, []any{1}); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("call on a closed batcher: %v, want redis.ErrClosed", err)
+	}
+}
