@@ -12,9 +12,9 @@
 #        C  the same on the Redis store
 #        D  replays of one completed key, memory store
 #        E  replays of one completed key, Redis store
-#      and runs A B C D E in turn, several rounds (3 by default): each ratio X/A is taken
-#      within a round, A measured just before X, and the median over the rounds is reported,
-#      so that the machine drifting during the run does not decide the ratios;
+#      and runs them in rounds (3 by default), each round A B A C A D A E: each ratio X/A
+#      compares X with the A run just before it, and the median over the rounds is reported, so
+#      that the machine drifting during the run does not decide the ratios;
 #   3. drives each with wrk (-t2 -c32 --latency, POST bodies of 1 KiB, a warm-up first; every
 #      scenario's wrk script formats each request anew, so wrk costs the same in each), prints
 #      requests/s, p50 and p99 latency (medians over the rounds) and the ratios B/A, C/A, D/A, E/A;
@@ -34,7 +34,7 @@
 # Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
 # stopped on exit. Takes about 2 minutes.
 #
-# Knobs (environment): BENCH_DURATION (seconds per scenario, default 5), BENCH_WARMUP
+# Knobs (environment): BENCH_DURATION (seconds per scenario, default 3), BENCH_WARMUP
 # (default 1), BENCH_ROUNDS (default 3), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
 # BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
 # `go tool pprof -top` of it into bench/out/b-pprof.txt).
@@ -43,7 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$ROOT/bench/out
-DURATION=${BENCH_DURATION:-5}
+DURATION=${BENCH_DURATION:-3}
 WARMUP=${BENCH_WARMUP:-1}
 ROUNDS=${BENCH_ROUNDS:-3}
 THREADS=2
@@ -207,7 +207,9 @@ measure() { # name port lua [extra wrk args]
 	local name=$1 port=$2 lua=$3 url="http://127.0.0.1:$2/webhook" f
 	shift 3
 	f=$OUT/$name.txt
-	KEY_PREFIX="$name-warm-$$" wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" -s "$ROOT/bench/$lua" "$url" >/dev/null
+	if [ "$WARMUP" != 0 ]; then
+		KEY_PREFIX="$name-warm-$$" wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" -s "$ROOT/bench/$lua" "$url" >/dev/null
+	fi
 	if [ -n "${BEFORE_MEASURE:-}" ]; then $BEFORE_MEASURE; fi
 	KEY_PREFIX="$name-$$" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$ROOT/bench/$lua" "$url" >"$f"
 	RPS[$name]=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$f")
@@ -243,7 +245,7 @@ redis_trips() { # name: INFO commandstats since the reset, per request served
 	say "  $name: ${RT[$name]}"
 }
 
-say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B C D E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
+say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B A C A D A E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
 export BODY_FILE=$BODY
 export REPLAY_KEY=replay-$$
 
@@ -251,9 +253,10 @@ complete_key "$PD" "$REPLAY_KEY"
 complete_key "$PE" "$REPLAY_KEY"
 for r in $(seq 1 "$ROUNDS"); do
 	say "round $r of $ROUNDS"
-	# A uses unique.lua too: the key is ignored by reverse_proxy, and wrk does the same work per
-	# request in every scenario
-	measure "A.$r" "$PA" unique.lua
+	# A runs again just before each scenario, so that each ratio compares runs a few seconds
+	# apart; A uses unique.lua too (the key is ignored by reverse_proxy), so wrk does the same
+	# work per request in every scenario
+	measure "A.$r.B" "$PA" unique.lua
 	if [ "$PROFILE" = 1 ] && [ "$r" = 1 ]; then
 		profile_b() {
 			curl -fsS -o "$OUT/b.prof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=$DURATION" &
@@ -266,9 +269,12 @@ for r in $(seq 1 "$ROUNDS"); do
 	else
 		measure "B.$r" "$PB" unique.lua
 	fi
+	WARMUP=0 measure "A.$r.C" "$PA" unique.lua # A is warm: it ran moments ago
 	BEFORE_MEASURE=redis_reset measure "C.$r" "$PC" unique.lua
 	redis_trips "C.$r"
+	WARMUP=0 measure "A.$r.D" "$PA" unique.lua # A is warm: it ran moments ago
 	measure "D.$r" "$PD" replay.lua
+	WARMUP=0 measure "A.$r.E" "$PA" unique.lua # A is warm: it ran moments ago
 	BEFORE_MEASURE=redis_reset measure "E.$r" "$PE" replay.lua
 	redis_trips "E.$r"
 done
@@ -339,11 +345,11 @@ fi
 {
 	echo
 	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the end)"
-	echo "wrk -t$THREADS -c$CONNS --latency, $ROUNDS rounds of A B C D E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST 1 KiB; wrk, Caddy, upstream and Redis share the cores"
+	echo "wrk -t$THREADS -c$CONNS --latency, $ROUNDS rounds of A B A C A D A E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST 1 KiB; wrk, Caddy, upstream and Redis share the cores"
 	echo
-	echo "per scenario: the median of the $ROUNDS rounds (req/s, p50, p99) and every round's req/s"
+	echo "per scenario: the median of its runs (req/s, p50, p99; A ran before each scenario in each round) and every run's req/s"
 	echo
-	printf '| %-42s | %8s | %8s | %8s | %-24s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by round'
+	printf '| %-42s | %8s | %8s | %8s | %-24s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run'
 	printf '|%s|%s:|%s:|%s:|%s|\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})"
 	for s in A B C D E; do
 		case $s in
@@ -355,18 +361,22 @@ fi
 		esac
 		rps=() p50=() p99=() bad=0
 		for r in $(seq 1 "$ROUNDS"); do
-			rps+=("${RPS[$s.$r]}") p50+=("${P50[$s.$r]}") p99+=("${P99[$s.$r]}")
-			bad=$((bad + BAD[$s.$r]))
+			runs=("$s.$r")
+			[ "$s" = A ] && runs=("A.$r.B" "A.$r.C" "A.$r.D" "A.$r.E")
+			for n in "${runs[@]}"; do
+				rps+=("${RPS[$n]}") p50+=("${P50[$n]}") p99+=("${P99[$n]}")
+				bad=$((bad + BAD[$n]))
+			done
 		done
 		printf '| %-42s | %8s | %8s | %8s | %-24s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")"
 	done
 	echo
-	echo "ratios: the median over the rounds of each round's X/A (A measured just before X):"
+	echo "ratios: the median over the rounds of X/A, A measured just before X:"
 	for s in B C D E; do
 		case $s in B) t=0.90 ;; C) t=0.75 ;; D) t=1.30 ;; E) t=1.20 ;; esac
 		ratios=()
 		for r in $(seq 1 "$ROUNDS"); do
-			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r]}" 'BEGIN { printf "%.3f", x / a }')")
+			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r.$s]}" 'BEGIN { printf "%.3f", x / a }')")
 		done
 		awk -v s="$s" -v r="$(median "${ratios[@]}")" -v t="$t" -v all="${ratios[*]}" 'BEGIN {
 			printf "%s/A = %.2f (target >= %.2f: %s; rounds: %s)\n", s, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)), all }'
