@@ -3,11 +3,13 @@ package webhookidempotency
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -45,7 +47,8 @@ var benchNext = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Reques
 	return err
 })
 
-// newBenchHandler provisions a handler with the memory store.
+// newBenchHandler provisions h; without a store configured, it uses a
+// memory store of its own.
 func newBenchHandler(b *testing.B, h *Handler) *Handler {
 	b.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
@@ -76,11 +79,14 @@ type benchRequest struct {
 	data []byte
 }
 
-func newBenchRequest(size int) *benchRequest {
+func newBenchRequest(size int, signed bool) *benchRequest {
 	data := bytes.Repeat([]byte("x"), size)
 	br := &benchRequest{data: data, body: bytes.NewReader(data)}
 	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), nil, nil)
+	if signed {
+		r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(benchSecret, string(data)))
+	}
 	br.r = r
 	return br
 }
@@ -93,39 +99,55 @@ func (br *benchRequest) reset(key string) *http.Request {
 	return br.r
 }
 
-func BenchmarkServeHTTPMemory(b *testing.B) {
-	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+// benchSizes are the request bodies every handler benchmark runs with.
+var benchSizes = []int{1 << 10, 64 << 10, 1 << 20}
+
+// benchSecret is the github secret of the signed variants.
+const benchSecret = "bench-secret"
+
+// benchRun numbers the runs of a benchmark function, so that a store shared
+// by several runs (Redis) never sees a key of an earlier run.
+var benchRun atomic.Int64
+
+// benchServeHTTP runs "new/<size>" and "replay/<size>" for each size on a
+// handler made by newHandler (once per run of each sub-benchmark). With
+// signed, the request carries a valid `github` signature of its body,
+// computed once.
+func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *testing.B) *Handler) {
+	for _, size := range sizes {
 		b.Run(fmt.Sprintf("new/%s", sizeName(size)), func(b *testing.B) {
-			h := newBenchHandler(b, &Handler{})
+			h := newHandler(b)
+			prefix := "evt_" + strconv.FormatInt(benchRun.Add(1), 10) + "_"
 			keys := make([]string, b.N)
 			for i := range keys {
-				keys[i] = "evt_" + strconv.Itoa(i)
+				keys[i] = prefix + strconv.Itoa(i)
 			}
-			br := newBenchRequest(size)
+			br := newBenchRequest(size, signed)
 			w := &benchResponseWriter{h: make(http.Header)}
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				w.reset()
-				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 {
-					b.Fatalf("status %d, err %v", w.status, err)
+				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 || w.h.Get(replayedHeader) != "" {
+					b.Fatalf("not a new delivery: status %d, header %v, err %v", w.status, w.h, err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("replay/%s", sizeName(size)), func(b *testing.B) {
-			h := newBenchHandler(b, &Handler{})
-			br := newBenchRequest(size)
+			h := newHandler(b)
+			key := "evt_replayed_" + strconv.FormatInt(benchRun.Add(1), 10)
+			br := newBenchRequest(size, signed)
 			w := &benchResponseWriter{h: make(http.Header)}
-			if err := h.ServeHTTP(w, br.reset("evt_replayed"), benchNext); err != nil {
-				b.Fatal(err)
+			if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.status != 200 {
+				b.Fatalf("first delivery: status %d, err %v", w.status, err)
 			}
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				w.reset()
-				if err := h.ServeHTTP(w, br.reset("evt_replayed"), benchNext); err != nil || w.h.Get(replayedHeader) != "true" {
+				if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.h.Get(replayedHeader) != "true" {
 					b.Fatalf("not a replay: %v %v", w.h, err)
 				}
 			}
@@ -133,12 +155,46 @@ func BenchmarkServeHTTPMemory(b *testing.B) {
 	}
 }
 
+// memoryBenchHandler makes the handlers of the memory store benchmarks;
+// with signed, they verify `github` signatures.
+func memoryBenchHandler(signed bool) func(b *testing.B) *Handler {
+	return func(b *testing.B) *Handler {
+		h := &Handler{}
+		if signed {
+			h.Verify = &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}}
+		}
+		return newBenchHandler(b, h)
+	}
+}
+
+func BenchmarkServeHTTPMemory(b *testing.B) {
+	benchServeHTTP(b, benchSizes, false, memoryBenchHandler(false))
+}
+
+// BenchmarkServeHTTPMemorySigned is BenchmarkServeHTTPMemory with `github`
+// verification (HMAC-SHA256 of the body in X-Hub-Signature-256).
+func BenchmarkServeHTTPMemorySigned(b *testing.B) {
+	benchServeHTTP(b, benchSizes[:2], true, memoryBenchHandler(true))
+}
+
+// BenchmarkServeHTTPRedis is BenchmarkServeHTTPMemory on the redis store,
+// against one redis-server started for the whole benchmark. Each call goes
+// out alone (one request at a time): a new delivery is two round trips
+// (claim, complete), a replay one.
+func BenchmarkServeHTTPRedis(b *testing.B) {
+	srv := startRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	benchServeHTTP(b, benchSizes, false, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
+	})
+}
+
 // BenchmarkServeHTTPBaseline is the next handler alone on the same request:
 // what the handler's cost is measured against.
 func BenchmarkServeHTTPBaseline(b *testing.B) {
-	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+	for _, size := range benchSizes {
 		b.Run(sizeName(size), func(b *testing.B) {
-			br := newBenchRequest(size)
+			br := newBenchRequest(size, false)
 			w := &benchResponseWriter{h: make(http.Header)}
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
