@@ -104,7 +104,8 @@ type adminStatus struct {
 	Dead      int64  `json:"dead"`
 }
 
-// adminDead is the JSON of one dead-lettered event.
+// adminDead is the JSON of one dead-lettered event as the README documents it,
+// written out apart from deadEvent so that a changed tag there fails here.
 type adminDead struct {
 	ID         string    `json:"id"`
 	Key        string    `json:"key"`
