@@ -185,7 +185,8 @@ func (AdminAPI) handleDead(w http.ResponseWriter, r *http.Request, ib *inbox) er
 // handleRedeliver moves a dead-lettered event back into the inbox stream,
 // where it is delivered again with a fresh retry schedule.
 func (AdminAPI) handleRedeliver(w http.ResponseWriter, r *http.Request, ib *inbox, id string) error {
-	if !validStreamID(id) {
+	// a whole id: <ms> alone would name every event of that millisecond
+	if !validStreamID(id) || !strings.Contains(id, "-") {
 		return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.source))
 	}
 	newID, err := ib.redeliver(r.Context(), id)

@@ -348,6 +348,9 @@ func TestAdminErrors(t *testing.T) {
 	// 404
 	adminExpectError(t, c, http.MethodPost, base+"/dead/1-0/redeliver", http.StatusNotFound)
 	adminExpectError(t, c, http.MethodPost, base+"/dead/not-an-id/redeliver", http.StatusNotFound)
+	// the millisecond part alone of a dead event's id does not name it
+	ms, _, _ := strings.Cut(dead[0].ID, "-")
+	adminExpectError(t, c, http.MethodPost, base+"/dead/"+ms+"/redeliver", http.StatusNotFound)
 	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/nope", http.StatusNotFound)
 	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/nope/dead", http.StatusNotFound)
 	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/nope/dead/"+dead[0].ID+"/redeliver", http.StatusNotFound)
