@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -474,11 +475,15 @@ func (a *App) Start() error {
 	return nil
 }
 
-// Stop stops the inbox workers, letting the deliveries in progress finish.
+// Stop stops the inbox workers, letting the deliveries in progress finish;
+// the inboxes stop side by side, so a reload waits for one delivery
+// timeout at most.
 func (a *App) Stop() error {
+	var wg sync.WaitGroup
 	for _, ib := range a.inboxes {
-		ib.stop()
+		wg.Go(ib.stop)
 	}
+	wg.Wait()
 	return nil
 }
 
