@@ -229,7 +229,7 @@ func (rs *requestState) accept(w http.ResponseWriter, next caddyhttp.Handler, bo
 	ib := h.inbox
 	record := ib.acceptRecord(&rs.bodyHash)
 	start := time.Now()
-	res, err := ib.accept(rs.r.Context(), rs.key, rs.owner, record, eventFields(rs.r, body, value, rs.key))
+	res, err := ib.accept(rs.r.Context(), rs.key, rs.owner, record, eventFields(rs.r, body, h.Source, value, rs.key))
 	h.metrics.observeStore(opClaim, start, err)
 	if err != nil {
 		return rs.storeFailed(w, next, opClaim, err)

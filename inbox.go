@@ -81,6 +81,7 @@ var (
 
 // Stream entry fields of an event.
 const (
+	fieldSource     = "source"
 	fieldKey        = "key"       // the resolved key value (Idempotency-Key)
 	fieldStoreKey   = "store_key" // <key_prefix>:<source>:<value>
 	fieldMethod     = "method"
@@ -410,7 +411,7 @@ func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []
 
 // eventFields builds the stream entry of a new event: the request as the
 // application needs it, without hop-by-hop headers.
-func eventFields(r *http.Request, body []byte, keyValue, storeKey string) []any {
+func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string) []any {
 	var hdr strings.Builder
 	for name, values := range r.Header {
 		if skipEventHeader(name) {
@@ -436,6 +437,7 @@ func eventFields(r *http.Request, body []byte, keyValue, storeKey string) []any 
 		}
 	}
 	return []any{
+		fieldSource, source,
 		fieldKey, keyValue,
 		fieldStoreKey, storeKey,
 		fieldMethod, r.Method,

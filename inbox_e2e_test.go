@@ -344,7 +344,8 @@ func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
 	}
 	ev := msgs[0].Values
 	for field, want := range map[string]string{
-		fieldKey: "evt_dead", fieldAttempts: "3", fieldLastStatus: "500", fieldBody: `{"id":"evt_dead"}`,
+		fieldSource: "exhaust", fieldKey: "evt_dead", fieldStoreKey: "idem:exhaust:evt_dead",
+		fieldAttempts: "3", fieldLastStatus: "500", fieldBody: `{"id":"evt_dead"}`, fieldMethod: http.MethodPost,
 	} {
 		if got := str(ev[field]); got != want {
 			t.Errorf("dead-lettered event: %s = %q, want %q", field, got, want)
