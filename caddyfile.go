@@ -171,6 +171,8 @@ func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
 	}
 	ib := new(InboxConfig)
 	h.Inbox = ib
+	// made here, so that it names the line of `inbox`, not the end of its block
+	errNoURL := d.Err("inbox needs deliver_to: the URL events are delivered to")
 	checkURL := func(v string) error {
 		if !strings.Contains(v, "{") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
 			return d.Errf("invalid inbox deliver_to '%s': want an http:// or https:// URL", v)
@@ -271,7 +273,7 @@ func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
 		}
 	}
 	if ib.DeliverTo == "" {
-		return d.Err("inbox needs deliver_to: the URL events are delivered to")
+		return errNoURL
 	}
 	return nil
 }

@@ -163,8 +163,8 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 		want  string // the whole error message
 	}{
 		// deliver_to
-		{"no deliver_to", block("\t\trespond 202"), "inbox needs deliver_to: the URL events are delivered to, at Testfile:4"},
-		{"empty block", block(), "inbox needs deliver_to: the URL events are delivered to, at Testfile:4"},
+		{"no deliver_to", block("\t\trespond 202"), "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
+		{"empty block", block(), "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
 		{"bare inbox", "webhook_idempotency source s {\n\tinbox\n}", "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
 		{"deliver_to missing value", block("\t\tdeliver_to"), "inbox 'deliver_to' needs a value, at Testfile:3"},
 		{"deliver_to empty", block("\t\tdeliver_to \"\""), "inbox 'deliver_to' needs a value, at Testfile:3"},
