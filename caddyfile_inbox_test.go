@@ -353,8 +353,8 @@ func TestInboxConfigDefaults(t *testing.T) {
 	if ib.concurrency != 4 {
 		t.Errorf("concurrency = %d, want 4", ib.concurrency)
 	}
-	if h.failClosed {
-		t.Errorf("fail defaulted to closed; inbox mode answers 503 on a store failure whatever fail says")
+	if !h.failClosed || h.Fail != failClosed {
+		t.Errorf("fail = %q: an inbox fails closed by default (a store failure answers 503)", h.Fail)
 	}
 	// the stream, retry set and dead-letter stream share one Cluster slot
 	for got, want := range map[string]string{ib.stream: "{idem:orders}:inbox", ib.retry: "{idem:orders}:retry", ib.dead: "{idem:orders}:dead"} {

@@ -330,7 +330,7 @@ func (rs *requestState) storeFailed(w http.ResponseWriter, next caddyhttp.Handle
 	h := rs.h
 	h.logger.Warn("store error",
 		zap.String("source", h.Source), zap.String("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
-	if h.failClosed || h.inbox != nil {
+	if h.failClosed {
 		rs.setResult(resultUnavailable)
 		return writeError(w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}

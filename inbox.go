@@ -117,7 +117,6 @@ type inbox struct {
 
 	store    *RedisStore
 	rc       *redisClient // a reference of our own, held until stop
-	poolKey  string
 	cluster  bool
 	stream   string
 	retry    string
@@ -128,14 +127,13 @@ type inbox struct {
 	logger  *zap.Logger
 	metrics *inboxMetrics
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	released bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	slots    chan struct{}
-	warned   time.Time // last background error logged
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	slots   chan struct{}
+	warned  time.Time // last background error logged
 }
 
 // newInbox resolves the configuration; workers start with start.
@@ -218,7 +216,7 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)
 	}
-	ib.rc, ib.poolKey = val.(*redisClient), rs.poolKey
+	ib.rc = val.(*redisClient)
 	_, ib.cluster = ib.rc.client.(*redis.ClusterClient)
 
 	ib.http = &http.Client{
@@ -508,10 +506,7 @@ func (ib *inbox) stop() {
 		ib.removeConsumer()
 		ib.http.CloseIdleConnections()
 	}
-	if !ib.released {
-		ib.released = true
-		_, _ = redisPool.Delete(ib.poolKey)
-	}
+	_, _ = redisPool.Delete(ib.store.poolKey)
 }
 
 // inboxConsumerName names this worker set in the consumer group.

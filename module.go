@@ -93,7 +93,7 @@ type Handler struct {
 
 	// What happens when the store fails: `open` passes the request on
 	// without deduplication, `closed` answers 503 with Retry-After.
-	// Default: `open`.
+	// Default: `open`; with an inbox, `closed` (and `open` is refused).
 	Fail string `json:"fail,omitempty"`
 
 	// The store module (`memory` or `redis`). Default: the store of the
@@ -197,6 +197,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.Fail == "" {
 		h.Fail = failOpen
+		if h.Inbox != nil {
+			h.Fail = failClosed // nothing is accepted that was not stored
+		}
 	}
 	h.failClosed = h.Fail == failClosed
 	h.rejectDiffs = h.Mismatch == mismatchReject
