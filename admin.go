@@ -89,36 +89,28 @@ func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 		}
 		segs[i] = v
 	}
+	var method string
+	var serve func(http.ResponseWriter, *http.Request, *inbox) error
 	switch {
 	case len(segs) == 1:
-		if err := allowMethod(w, r, http.MethodGet); err != nil {
-			return err
-		}
-		ib, err := runningInbox(segs[0])
-		if err != nil {
-			return err
-		}
-		return a.handleCounts(w, r, ib)
+		method, serve = http.MethodGet, a.handleCounts
 	case len(segs) == 2 && segs[1] == "dead":
-		if err := allowMethod(w, r, http.MethodGet); err != nil {
-			return err
-		}
-		ib, err := runningInbox(segs[0])
-		if err != nil {
-			return err
-		}
-		return a.handleDead(w, r, ib)
+		method, serve = http.MethodGet, a.handleDead
 	case len(segs) == 4 && segs[1] == "dead" && segs[3] == "redeliver":
-		if err := allowMethod(w, r, http.MethodPost); err != nil {
-			return err
+		method, serve = http.MethodPost, func(w http.ResponseWriter, r *http.Request, ib *inbox) error {
+			return a.handleRedeliver(w, r, ib, segs[2])
 		}
-		ib, err := runningInbox(segs[0])
-		if err != nil {
-			return err
-		}
-		return a.handleRedeliver(w, r, ib, segs[2])
+	default:
+		return apiError(http.StatusNotFound, errors.New("not found"))
 	}
-	return apiError(http.StatusNotFound, errors.New("not found"))
+	if err := allowMethod(w, r, method); err != nil {
+		return err
+	}
+	ib, err := runningInbox(segs[0])
+	if err != nil {
+		return err
+	}
+	return serve(w, r, ib)
 }
 
 // handleList reports the counts of every inbox running in this process,
