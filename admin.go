@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +17,7 @@ func init() {
 }
 
 // AdminAPI is a module that adds the /webhook_idempotency/ endpoints to
-// Caddy's admin API (SPEC §7): the number of pending, scheduled and dead
+// Caddy's admin API (docs/inbox.md): the number of pending, scheduled and dead
 // events of each inbox running in this process, the list of a source's
 // dead-lettered events, and their redelivery. Caddy loads it by itself;
 // it has no configuration.
@@ -116,14 +115,7 @@ func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 // handleList reports the counts of every inbox running in this process,
 // sorted by source.
 func (AdminAPI) handleList(w http.ResponseWriter, r *http.Request) error {
-	inboxesMu.Lock()
-	running := make([]*inbox, 0, len(inboxes))
-	for _, ib := range inboxes {
-		running = append(running, ib)
-	}
-	inboxesMu.Unlock()
-	slices.SortFunc(running, func(a, b *inbox) int { return strings.Compare(a.source, b.source) })
-
+	running := runningInboxes()
 	out := make([]inboxStatus, 0, len(running))
 	for _, ib := range running {
 		c, err := ib.counts(r.Context())

@@ -2,7 +2,6 @@ package webhookidempotency
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +50,7 @@ var benchNext = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Reques
 // memory store of its own.
 func newBenchHandler(b *testing.B, h *Handler) *Handler {
 	b.Helper()
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(b)
 	b.Cleanup(cancel)
 	if h.Source == "" {
 		h.Source = "bench"

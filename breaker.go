@@ -10,7 +10,7 @@ import (
 )
 
 // breaker stops a store from paying its timeout on every request during an
-// outage (SPEC §3.7). It opens after breakerThreshold consecutive failures;
+// outage (docs/stores.md). It opens after breakerThreshold consecutive failures;
 // while it is open every call fails at once, and a background goroutine
 // probes the store until it answers, then closes the breaker. No request
 // traffic is let through while it is open, so an outage never costs a

@@ -3,7 +3,6 @@ package webhookidempotency
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -11,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -37,8 +35,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 	if m.Provider != "" && m.Source == "" {
 		stateKey := "webhook_idempotency.preset_source." + m.Provider
 		if prev, ok := h.State[stateKey].(string); ok {
-			return nil, fmt.Errorf("%s:%d: the %q preset is used without a 'source' here and at %s: both routes would share keys and replay one endpoint's answers to the other; give each a distinct 'source'",
-				file, line, m.Provider, prev)
+			return nil, fmt.Errorf("%s:%d: %w", file, line, presetSourceConflict(m.Provider, "here and at "+prev))
 		}
 		h.State[stateKey] = fmt.Sprintf("%s:%d", file, line)
 	}
@@ -123,15 +120,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "verify":
 			err = h.parseVerify(d, d.RemainingArgs(), false)
 		case "inbox":
-			err = h.parseInbox(d)
+			if h.Inbox != nil {
+				return d.Err("inbox given twice")
+			}
+			h.Inbox = new(InboxConfig)
+			err = h.Inbox.unmarshalCaddyfile(d)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
 		if err != nil {
 			return err
 		}
-		if (name == "inbox" || name == "store") && h.Inbox != nil && strings.Contains(string(h.StoreRaw), `"module":"memory"`) {
-			return d.Errf("inbox mode requires the redis store, not memory: an accepted event must survive a restart")
+		if (name == "inbox" || name == "store") && h.Inbox != nil && h.StoreRaw != nil {
+			if err := checkInboxStore(storeModuleName(h.StoreRaw)); err != nil {
+				return d.Errf("%v", err)
+			}
 		}
 	}
 	return nil
@@ -155,154 +158,12 @@ var blockOptions = func() map[string]bool {
 	return m
 }()
 
-// parseInbox parses the inbox block:
-//
-//	inbox [<deliver_to>] {
-//		deliver_to  <url>
-//		respond     <status>
-//		retries     <duration>...
-//		jitter      <percent>
-//		timeout     <duration>
-//		concurrency <n>
-//	}
-func (h *Handler) parseInbox(d *caddyfile.Dispenser) error {
-	if h.Inbox != nil {
-		return d.Err("inbox given twice")
-	}
-	ib := new(InboxConfig)
-	h.Inbox = ib
-	// made here, so that it names the line of `inbox`, not the end of its block
-	errNoURL := d.Err("inbox needs deliver_to: the URL events are delivered to")
-	checkURL := func(v string) error {
-		if !strings.Contains(v, "{") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-			return d.Errf("invalid inbox deliver_to '%s': want an http:// or https:// URL", v)
-		}
-		return nil
-	}
-	if d.NextArg() {
-		if err := checkURL(d.Val()); err != nil {
-			return err
-		}
-		ib.DeliverTo = d.Val()
-		if d.NextArg() {
-			return d.Errf("inbox takes one deliver_to URL, got extra argument '%s'", d.Val())
-		}
-	}
-	one := func(name string) (string, error) {
-		if !d.NextArg() || d.Val() == "" {
-			return "", d.Errf("inbox '%s' needs a value", name)
-		}
-		v := d.Val()
-		if d.NextArg() {
-			return "", d.Errf("inbox '%s' takes exactly one value, got extra '%s'", name, d.Val())
-		}
-		return v, nil
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		switch name {
-		case "deliver_to":
-			v, err := one(name)
-			if err != nil {
-				return err
-			}
-			if err := checkURL(v); err != nil {
-				return err
-			}
-			if ib.DeliverTo != "" {
-				return d.Errf("inbox deliver_to given twice: '%s' and '%s'", ib.DeliverTo, v)
-			}
-			ib.DeliverTo = v
-		case "respond":
-			v, err := one(name)
-			if err != nil {
-				return err
-			}
-			code, err := strconv.Atoi(v)
-			if err != nil || code < 200 || code > 299 {
-				return d.Errf("invalid inbox respond '%s': want a 2xx status, so the provider stops retrying", v)
-			}
-			ib.Respond = code
-		case "retries":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.Errf("inbox 'retries' needs at least one duration")
-			}
-			ib.Retries = ib.Retries[:0]
-			for _, a := range args {
-				dur, err := parsePositiveDuration(a)
-				if err != nil {
-					return d.Errf("invalid inbox retry '%s': %v", a, err)
-				}
-				ib.Retries = append(ib.Retries, dur)
-			}
-		case "jitter":
-			v, err := one(name)
-			if err != nil {
-				return err
-			}
-			if !strings.HasSuffix(v, "%") {
-				return d.Errf("invalid inbox jitter '%s': want a percentage such as 10%%", v)
-			}
-			if _, err := parsePercent(v); err != nil {
-				return d.Errf("invalid inbox jitter '%s': %v", v, err)
-			}
-			ib.Jitter = v
-		case "timeout":
-			v, err := one(name)
-			if err != nil {
-				return err
-			}
-			dur, err := parsePositiveDuration(v)
-			if err != nil {
-				return d.Errf("invalid inbox timeout '%s': %v", v, err)
-			}
-			ib.Timeout = dur
-		case "concurrency":
-			v, err := one(name)
-			if err != nil {
-				return err
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return d.Errf("invalid inbox concurrency '%s': want a positive integer", v)
-			}
-			ib.Concurrency = n
-		default:
-			return d.Errf("unrecognized inbox subdirective '%s'", name)
-		}
-	}
-	if ib.DeliverTo == "" {
-		return errNoURL
-	}
-	return nil
-}
-
 // parseOption applies one single-line option with its values.
 func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string, keySet, headerSet *bool) error {
-	one := func() (string, error) {
-		if len(args) != 1 {
-			return "", d.Errf("'%s' takes exactly one value, got %d", name, len(args))
-		}
-		if args[0] == "" {
-			return "", d.Errf("'%s' has an empty value", name)
-		}
-		return args[0], nil
-	}
-	atLeastOne := func() error {
-		if len(args) == 0 {
-			return d.Errf("'%s' needs at least one value", name)
-		}
-		for _, a := range args {
-			if a == "" {
-				return d.Errf("'%s' has an empty value", name)
-			}
-		}
-		return nil
-	}
+	what := "'" + name + "'"
 	switch name {
 	case "source":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
@@ -311,7 +172,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		h.Source = v
 	case "provider":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
@@ -320,7 +181,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		h.Provider = v
 	case "secret":
-		if err := atLeastOne(); err != nil {
+		if err := someValues(d, what, args); err != nil {
 			return err
 		}
 		if h.Verify == nil {
@@ -328,7 +189,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		h.Verify.Secrets = append(h.Verify.Secrets, args...)
 	case "header":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
@@ -341,21 +202,19 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		*headerSet = true
 		h.Key = []string{"header:" + v, "body"}
 	case "key":
-		if err := atLeastOne(); err != nil {
+		if err := someValues(d, what, args); err != nil {
 			return err
 		}
 		if *headerSet {
 			return d.Errf("'header' and 'key' both set the key: use one")
 		}
-		for _, a := range args {
-			if _, err := parseKeySource(a); err != nil {
-				return d.Errf("%v", err)
-			}
+		if _, err := parseKeySources(args); err != nil {
+			return d.Errf("%v", err)
 		}
 		*keySet = true
 		h.Key = append(h.Key, args...)
 	case "ttl", "lease":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
@@ -369,51 +228,36 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.Lease = dur
 		}
 	case "in_flight":
-		if err := atLeastOne(); err != nil {
+		if err := someValues(d, what, args); err != nil {
 			return err
 		}
-		switch args[0] {
-		case inFlightConflict, inFlightProceed:
-			if len(args) != 1 {
-				return d.Errf("in_flight %s takes no timeout", args[0])
-			}
-		case inFlightWait:
-			if len(args) > 2 {
-				return d.Errf("too many arguments to in_flight wait: want an optional timeout")
-			}
-			if len(args) == 2 {
-				dur, err := parsePositiveDuration(args[1])
-				if err != nil {
-					return d.Errf("invalid in_flight wait timeout '%s': %v", args[1], err)
-				}
-				h.WaitTimeout = dur
-			}
-		default:
-			return d.Errf("invalid in_flight '%s': want conflict, wait [<timeout>] or proceed", args[0])
+		mode, timeout, err := parseInFlight(args)
+		if err != nil {
+			return d.Errf("%v", err)
 		}
-		h.InFlight = args[0]
+		h.InFlight = mode.String()
+		if timeout != 0 {
+			h.WaitTimeout = timeout
+		}
 	case "cache_status":
-		if err := atLeastOne(); err != nil {
+		if err := someValues(d, what, args); err != nil {
 			return err
 		}
-		var s statusSet
-		for _, a := range args {
-			if err := addStatus(&s, a); err != nil {
-				return d.Errf("%v", err)
-			}
+		if _, err := parseStatusSet(args); err != nil {
+			return d.Errf("%v", err)
 		}
 		h.CacheStatus = append(h.CacheStatus, args...)
 	case "mismatch":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
-		if v != mismatchReplay && v != mismatchReject {
-			return d.Errf("invalid mismatch '%s': want replay or reject", v)
+		if _, err := parseMismatch(v); err != nil {
+			return d.Errf("%v", err)
 		}
 		h.Mismatch = v
 	case "max_body", "max_response":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
@@ -427,7 +271,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.MaxResponse = size
 		}
 	case "methods":
-		if err := atLeastOne(); err != nil {
+		if err := someValues(d, what, args); err != nil {
 			return err
 		}
 		for _, m := range args {
@@ -437,12 +281,12 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.Methods = append(h.Methods, strings.ToUpper(m))
 		}
 	case "fail":
-		v, err := one()
+		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
 		}
-		if v != failOpen && v != failClosed {
-			return d.Errf("invalid fail '%s': want open or closed", v)
+		if _, err := parseFail(v, false); err != nil {
+			return d.Errf("%v", err)
 		}
 		h.Fail = v
 	}
@@ -470,38 +314,23 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
+		what := "verify '" + name + "'"
 		sub := d.RemainingArgs()
-		one := func() (string, error) {
-			if len(sub) != 1 {
-				return "", d.Errf("verify '%s' takes exactly one value, got %d", name, len(sub))
-			}
-			if sub[0] == "" {
-				return "", d.Errf("verify '%s' has an empty value", name)
-			}
-			return sub[0], nil
-		}
-		switch name {
-		case "secret":
-			if len(sub) == 0 {
-				return d.Errf("verify 'secret' needs at least one value")
-			}
-			for _, s := range sub {
-				if s == "" {
-					return d.Errf("verify 'secret' has an empty value")
-				}
+		if name == "secret" {
+			if err := someValues(d, what, sub); err != nil {
+				return err
 			}
 			v.Secrets = append(v.Secrets, sub...)
+			continue
+		}
+		val, err := oneValue(d, what, sub)
+		if err != nil && verifyValueOptions[name] {
+			return err
+		}
+		switch name {
 		case "header":
-			val, err := one()
-			if err != nil {
-				return err
-			}
 			v.Header = val
 		case "algorithm":
-			val, err := one()
-			if err != nil {
-				return err
-			}
 			switch val {
 			case "sha1", "sha256", "sha512":
 			default:
@@ -509,37 +338,21 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 			}
 			v.Algorithm = val
 		case "encoding":
-			val, err := one()
-			if err != nil {
-				return err
-			}
 			if val != "hex" && val != "base64" {
 				return d.Errf("invalid encoding '%s': want hex or base64", val)
 			}
 			v.Encoding = val
 		case "prefix":
-			val, err := one()
-			if err != nil {
-				return err
-			}
 			v.Prefix = val
 		case "tolerance":
-			val, err := one()
-			if err != nil {
-				return err
-			}
 			dur, err := parsePositiveDuration(val)
 			if err != nil {
 				return d.Errf("invalid tolerance '%s': %v", val, err)
 			}
 			v.Tolerance = dur
 		case "url":
-			val, err := one()
-			if err != nil {
-				return err
-			}
-			if !strings.HasPrefix(val, "http://") && !strings.HasPrefix(val, "https://") && !strings.HasPrefix(val, "{") {
-				return d.Errf("invalid url '%s': want an absolute http(s) URL", val)
+			if err := checkHTTPURL(val); err != nil {
+				return d.Errf("invalid url '%s': %v", val, err)
 			}
 			v.URL = val
 		default:
@@ -547,6 +360,11 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 		}
 	}
 	return nil
+}
+
+// verifyValueOptions are the verify subdirectives that take one value.
+var verifyValueOptions = map[string]bool{
+	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,
 }
 
 // parseStore parses `store <module> [args] [{ ... }]` with the store
@@ -576,106 +394,38 @@ func parseStore(d *caddyfile.Dispenser, inline bool) (json.RawMessage, error) {
 	return caddyconfig.JSONModuleObject(unm, "module", name, nil), nil
 }
 
-// parseGlobalOption parses the global option block:
-//
-//	{
-//		webhook_idempotency {
-//			store memory | redis [<redis url>] { ... }
-//		}
-//	}
-func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
-	app := new(App)
-	d.Next() // option name
-	if d.NextArg() {
-		return nil, d.ArgErr()
+// The Caddyfile argument helpers of every parser in the package. what
+// names the subdirective in errors: `'ttl'`, `verify 'header'`,
+// `inbox 'respond'`, `redis store 'db'`.
+
+// oneValue returns the one, non-empty value of a subdirective.
+func oneValue(d *caddyfile.Dispenser, what string, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", d.Errf("%s takes exactly one value, got %d", what, len(args))
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch d.Val() {
-		case "store":
-			raw, err := parseStore(d, false)
-			if err != nil {
-				return nil, err
-			}
-			app.StoreRaw = raw
-		default:
-			return nil, d.Errf("unrecognized global webhook_idempotency option '%s'", d.Val())
-		}
+	if args[0] == "" {
+		return "", d.Errf("%s has an empty value", what)
 	}
-	return httpcaddyfile.App{Name: "webhook_idempotency", Value: caddyconfig.JSON(app, nil)}, nil
+	return args[0], nil
 }
 
-// parsePositiveDuration parses a duration with caddy.ParseDuration (`1d`
-// works) and refuses zero and negative values.
-func parsePositiveDuration(s string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(s)
-	if err != nil {
-		return 0, err
+// someValues checks that a subdirective has values, none of them empty.
+func someValues(d *caddyfile.Dispenser, what string, args []string) error {
+	if len(args) == 0 {
+		return d.Errf("%s needs at least one value", what)
 	}
-	if dur <= 0 {
-		return 0, fmt.Errorf("must be positive")
-	}
-	return caddy.Duration(dur), nil
-}
-
-// parseSize parses `1MiB`, `512KB` or plain bytes.
-func parseSize(s string) (int64, error) {
-	n, err := humanize.ParseBytes(s)
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 || n > 1<<40 {
-		return 0, fmt.Errorf("must be between 1 byte and 1TiB")
-	}
-	return int64(n), nil
-}
-
-// validMethod reports whether m is an HTTP method token.
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-			return false
-		}
-	}
-	return true
-}
-
-// UnmarshalCaddyfile sets up the memory store from Caddyfile tokens:
-//
-//	store memory {
-//		max_entries <n>
-//	}
-func (m *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // "memory"
-	if d.NextArg() {
-		return d.Errf("store memory takes no arguments, got '%s'", d.Val())
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch d.Val() {
-		case "max_entries":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			var n int
-			if _, err := fmt.Sscanf(d.Val(), "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != d.Val() {
-				return d.Errf("invalid max_entries '%s': want a positive integer", d.Val())
-			}
-			m.MaxEntries = n
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		default:
-			return d.Errf("unrecognized memory store subdirective '%s'", d.Val())
+	for _, a := range args {
+		if a == "" {
+			return d.Errf("%s has an empty value", what)
 		}
 	}
 	return nil
 }
 
+// nextValue reads the one value of the subdirective the dispenser is on.
+func nextValue(d *caddyfile.Dispenser, what string) (string, error) {
+	return oneValue(d, what, d.RemainingArgs())
+}
+
 // Interface guards
-var (
-	_ caddyfile.Unmarshaler = (*Handler)(nil)
-	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
-)
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,7 +1,6 @@
 package webhookidempotency
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -156,7 +155,7 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 	block := func(lines ...string) string {
 		return "webhook_idempotency source s {\n\tinbox {\n" + strings.Join(lines, "\n") + "\n\t}\n}"
 	}
-	const memoryOnly = "inbox mode requires the redis store, not memory: an accepted event must survive a restart"
+	const memoryOnly = "inbox mode requires the redis store, not memory: an accepted event must survive a restart and be shared by every Caddy instance (configure 'store redis')"
 	for _, tc := range []struct {
 		name  string
 		input string
@@ -166,24 +165,24 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 		{"no deliver_to", block("\t\trespond 202"), "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
 		{"empty block", block(), "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
 		{"bare inbox", "webhook_idempotency source s {\n\tinbox\n}", "inbox needs deliver_to: the URL events are delivered to, at Testfile:2"},
-		{"deliver_to missing value", block("\t\tdeliver_to"), "inbox 'deliver_to' needs a value, at Testfile:3"},
-		{"deliver_to empty", block("\t\tdeliver_to \"\""), "inbox 'deliver_to' needs a value, at Testfile:3"},
-		{"deliver_to two values", block("\t\tdeliver_to http://a/h http://b/h"), "inbox 'deliver_to' takes exactly one value, got extra 'http://b/h', at Testfile:3"},
-		{"deliver_to ftp", block("\t\tdeliver_to ftp://x"), "invalid inbox deliver_to 'ftp://x': want an http:// or https:// URL, at Testfile:3"},
-		{"deliver_to without scheme", block("\t\tdeliver_to app:3000/hooks"), "invalid inbox deliver_to 'app:3000/hooks': want an http:// or https:// URL, at Testfile:3"},
-		{"deliver_to a path", block("\t\tdeliver_to /hooks"), "invalid inbox deliver_to '/hooks': want an http:// or https:// URL, at Testfile:3"},
-		{"shorthand ftp", "webhook_idempotency source s {\n\tinbox ftp://x\n}", "invalid inbox deliver_to 'ftp://x': want an http:// or https:// URL, at Testfile:2"},
+		{"deliver_to missing value", block("\t\tdeliver_to"), "inbox 'deliver_to' takes exactly one value, got 0, at Testfile:3"},
+		{"deliver_to empty", block("\t\tdeliver_to \"\""), "inbox 'deliver_to' has an empty value, at Testfile:3"},
+		{"deliver_to two values", block("\t\tdeliver_to http://a/h http://b/h"), "inbox 'deliver_to' takes exactly one value, got 2, at Testfile:3"},
+		{"deliver_to ftp", block("\t\tdeliver_to ftp://x"), "invalid inbox deliver_to 'ftp://x': want an absolute http:// or https:// URL with a host, at Testfile:3"},
+		{"deliver_to without scheme", block("\t\tdeliver_to app:3000/hooks"), "invalid inbox deliver_to 'app:3000/hooks': want an absolute http:// or https:// URL with a host, at Testfile:3"},
+		{"deliver_to a path", block("\t\tdeliver_to /hooks"), "invalid inbox deliver_to '/hooks': want an absolute http:// or https:// URL with a host, at Testfile:3"},
+		{"shorthand ftp", "webhook_idempotency source s {\n\tinbox ftp://x\n}", "invalid inbox deliver_to 'ftp://x': want an absolute http:// or https:// URL with a host, at Testfile:2"},
 		{"shorthand and deliver_to", "webhook_idempotency source s {\n\tinbox http://a/h {\n\t\tdeliver_to http://b/h\n\t}\n}", "inbox deliver_to given twice: 'http://a/h' and 'http://b/h', at Testfile:3"},
 
 		// respond
 		{"respond 500", block("\t\tdeliver_to http://a/h", "\t\trespond 500"), "invalid inbox respond '500': want a 2xx status, so the provider stops retrying, at Testfile:4"},
 		{"respond 302", block("\t\tdeliver_to http://a/h", "\t\trespond 302"), "invalid inbox respond '302': want a 2xx status, so the provider stops retrying, at Testfile:4"},
 		{"respond abc", block("\t\tdeliver_to http://a/h", "\t\trespond abc"), "invalid inbox respond 'abc': want a 2xx status, so the provider stops retrying, at Testfile:4"},
-		{"respond missing", block("\t\tdeliver_to http://a/h", "\t\trespond"), "inbox 'respond' needs a value, at Testfile:4"},
-		{"respond two values", block("\t\tdeliver_to http://a/h", "\t\trespond 202 200"), "inbox 'respond' takes exactly one value, got extra '200', at Testfile:4"},
+		{"respond missing", block("\t\tdeliver_to http://a/h", "\t\trespond"), "inbox 'respond' takes exactly one value, got 0, at Testfile:4"},
+		{"respond two values", block("\t\tdeliver_to http://a/h", "\t\trespond 202 200"), "inbox 'respond' takes exactly one value, got 2, at Testfile:4"},
 
 		// retries
-		{"retries none", block("\t\tdeliver_to http://a/h", "\t\tretries"), "inbox 'retries' needs at least one duration, at Testfile:4"},
+		{"retries none", block("\t\tdeliver_to http://a/h", "\t\tretries"), "inbox 'retries' needs at least one value, at Testfile:4"},
 		{"retries 0s", block("\t\tdeliver_to http://a/h", "\t\tretries 30s 0s"), "invalid inbox retry '0s': must be positive, at Testfile:4"},
 		{"retries negative", block("\t\tdeliver_to http://a/h", "\t\tretries -1m"), "invalid inbox retry '-1m': must be positive, at Testfile:4"},
 		{"retries bad", block("\t\tdeliver_to http://a/h", "\t\tretries 30s soon"), `invalid inbox retry 'soon': time: invalid duration "soon", at Testfile:4`},
@@ -191,25 +190,25 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 
 		// jitter
 		{"jitter without %", block("\t\tdeliver_to http://a/h", "\t\tjitter 10"), "invalid inbox jitter '10': want a percentage such as 10%, at Testfile:4"},
-		{"jitter 150%", block("\t\tdeliver_to http://a/h", "\t\tjitter 150%"), `invalid inbox jitter '150%': want a percentage from 0% to 100%, got "150%", at Testfile:4`},
-		{"jitter negative", block("\t\tdeliver_to http://a/h", "\t\tjitter -5%"), `invalid inbox jitter '-5%': want a percentage from 0% to 100%, got "-5%", at Testfile:4`},
+		{"jitter 150%", block("\t\tdeliver_to http://a/h", "\t\tjitter 150%"), `invalid inbox jitter '150%': want a percentage from 0% to 100%, at Testfile:4`},
+		{"jitter negative", block("\t\tdeliver_to http://a/h", "\t\tjitter -5%"), `invalid inbox jitter '-5%': want a percentage from 0% to 100%, at Testfile:4`},
 		{"jitter abc", block("\t\tdeliver_to http://a/h", "\t\tjitter abc"), "invalid inbox jitter 'abc': want a percentage such as 10%, at Testfile:4"},
-		{"jitter abc%", block("\t\tdeliver_to http://a/h", "\t\tjitter abc%"), `invalid inbox jitter 'abc%': want a percentage from 0% to 100%, got "abc%", at Testfile:4`},
-		{"jitter missing", block("\t\tdeliver_to http://a/h", "\t\tjitter"), "inbox 'jitter' needs a value, at Testfile:4"},
+		{"jitter abc%", block("\t\tdeliver_to http://a/h", "\t\tjitter abc%"), `invalid inbox jitter 'abc%': want a percentage from 0% to 100%, at Testfile:4`},
+		{"jitter missing", block("\t\tdeliver_to http://a/h", "\t\tjitter"), "inbox 'jitter' takes exactly one value, got 0, at Testfile:4"},
 
 		// timeout
 		{"timeout bad", block("\t\tdeliver_to http://a/h", "\t\ttimeout later"), `invalid inbox timeout 'later': time: invalid duration "later", at Testfile:4`},
 		{"timeout 0", block("\t\tdeliver_to http://a/h", "\t\ttimeout 0"), "invalid inbox timeout '0': must be positive, at Testfile:4"},
 		{"timeout 0s", block("\t\tdeliver_to http://a/h", "\t\ttimeout 0s"), "invalid inbox timeout '0s': must be positive, at Testfile:4"},
-		{"timeout missing", block("\t\tdeliver_to http://a/h", "\t\ttimeout"), "inbox 'timeout' needs a value, at Testfile:4"},
-		{"timeout two values", block("\t\tdeliver_to http://a/h", "\t\ttimeout 1s 2s"), "inbox 'timeout' takes exactly one value, got extra '2s', at Testfile:4"},
+		{"timeout missing", block("\t\tdeliver_to http://a/h", "\t\ttimeout"), "inbox 'timeout' takes exactly one value, got 0, at Testfile:4"},
+		{"timeout two values", block("\t\tdeliver_to http://a/h", "\t\ttimeout 1s 2s"), "inbox 'timeout' takes exactly one value, got 2, at Testfile:4"},
 
 		// concurrency
 		{"concurrency 0", block("\t\tdeliver_to http://a/h", "\t\tconcurrency 0"), "invalid inbox concurrency '0': want a positive integer, at Testfile:4"},
 		{"concurrency -1", block("\t\tdeliver_to http://a/h", "\t\tconcurrency -1"), "invalid inbox concurrency '-1': want a positive integer, at Testfile:4"},
 		{"concurrency x", block("\t\tdeliver_to http://a/h", "\t\tconcurrency x"), "invalid inbox concurrency 'x': want a positive integer, at Testfile:4"},
 		{"concurrency 1.5", block("\t\tdeliver_to http://a/h", "\t\tconcurrency 1.5"), "invalid inbox concurrency '1.5': want a positive integer, at Testfile:4"},
-		{"concurrency missing", block("\t\tdeliver_to http://a/h", "\t\tconcurrency"), "inbox 'concurrency' needs a value, at Testfile:4"},
+		{"concurrency missing", block("\t\tdeliver_to http://a/h", "\t\tconcurrency"), "inbox 'concurrency' takes exactly one value, got 0, at Testfile:4"},
 
 		// the block and the inbox line
 		{"unknown subdirective", block("\t\tdeliver_to http://a/h", "\t\tqueue redis"), "unrecognized inbox subdirective 'queue', at Testfile:4"},
@@ -240,7 +239,7 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 }
 
 // provisionInboxHandler provisions a handler from JSON as Caddy would
-// (without an app), and returns the handler and Provision's error. The
+// (its workers are not started), and returns the handler and Provision's error. The
 // handler is cleaned up when the test ends.
 func provisionInboxHandler(t *testing.T, cfg string) (*Handler, error) {
 	t.Helper()
@@ -248,7 +247,7 @@ func provisionInboxHandler(t *testing.T, cfg string) (*Handler, error) {
 	if err := json.Unmarshal([]byte(cfg), h); err != nil {
 		t.Fatalf("decoding %s: %v", cfg, err)
 	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	err := h.Provision(ctx)
 	t.Cleanup(func() {
 		_ = h.Cleanup()
@@ -297,16 +296,16 @@ func TestInboxConfigProvisionErrors(t *testing.T) {
 	}{
 		{"fail open with redis", `{"deliver_to":"http://127.0.0.1:9/h"}`, `"fail":"open",`,
 			"inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')"},
-		{"deliver_to ftp", `{"deliver_to":"ftp://x"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "ftp://x"`},
-		{"deliver_to without host", `{"deliver_to":"http:///h"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "http:///h"`},
-		{"deliver_to with a port only", `{"deliver_to":"http://:3000/h"}`, "", `inbox deliver_to must be an http:// or https:// URL with a host, got "http://:3000/h"`},
+		{"deliver_to ftp", `{"deliver_to":"ftp://x"}`, "", "invalid inbox deliver_to 'ftp://x': want an absolute http:// or https:// URL with a host"},
+		{"deliver_to without host", `{"deliver_to":"http:///h"}`, "", "invalid inbox deliver_to 'http:///h': want an absolute http:// or https:// URL with a host"},
+		{"deliver_to with a port only", `{"deliver_to":"http://:3000/h"}`, "", "invalid inbox deliver_to 'http://:3000/h': want an absolute http:// or https:// URL with a host"},
 		{"deliver_to missing", `{}`, "", "inbox needs deliver_to: the URL events are delivered to"},
 		{"deliver_to placeholder resolving to nothing", `{"deliver_to":"{env.WEBHOOK_IDEMPOTENCY_TEST_UNSET}"}`, "", "inbox needs deliver_to: the URL events are delivered to"},
-		{"respond 500", `{"deliver_to":"http://127.0.0.1:9/h","respond":500}`, "", "inbox respond must be a 2xx status, got 500"},
-		{"retries zero", `{"deliver_to":"http://127.0.0.1:9/h","retries":[1000000000,0]}`, "", "inbox retries must be positive durations, got 0s"},
-		{"jitter 150%", `{"deliver_to":"http://127.0.0.1:9/h","jitter":"150%"}`, "", `inbox jitter: want a percentage from 0% to 100%, got "150%"`},
-		{"timeout negative", `{"deliver_to":"http://127.0.0.1:9/h","timeout":-1}`, "", "inbox timeout must be positive, got -1ns"},
-		{"concurrency negative", `{"deliver_to":"http://127.0.0.1:9/h","concurrency":-1}`, "", "inbox concurrency must be positive, got -1"},
+		{"respond 500", `{"deliver_to":"http://127.0.0.1:9/h","respond":500}`, "", "invalid inbox respond '500': want a 2xx status, so the provider stops retrying"},
+		{"retries zero", `{"deliver_to":"http://127.0.0.1:9/h","retries":[1000000000,0]}`, "", "invalid inbox retry '0s': must be positive"},
+		{"jitter 150%", `{"deliver_to":"http://127.0.0.1:9/h","jitter":"150%"}`, "", "invalid inbox jitter '150%': want a percentage from 0% to 100%"},
+		{"timeout negative", `{"deliver_to":"http://127.0.0.1:9/h","timeout":-1}`, "", "invalid inbox timeout '-1ns': must be positive"},
+		{"concurrency negative", `{"deliver_to":"http://127.0.0.1:9/h","concurrency":-1}`, "", "invalid inbox concurrency '-1': want a positive integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := `{"source":"s",` + tc.extra + `"store":` + store + `,"inbox":` + tc.inbox + `}`

@@ -372,17 +372,17 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"verify prefix missing", "webhook_idempotency {\n\tverify hmac {\n\t\tprefix\n\t}\n}", "verify 'prefix' takes exactly one value, got 0, at Testfile:3"},
 		{"verify tolerance bad", "webhook_idempotency stripe {\n\tverify {\n\t\ttolerance 5\n\t}\n}", `invalid tolerance '5': time: missing unit in duration "5", at Testfile:3`},
 		{"verify tolerance negative", "webhook_idempotency stripe {\n\tverify {\n\t\ttolerance -5m\n\t}\n}", "invalid tolerance '-5m': must be positive, at Testfile:3"},
-		{"verify url relative", "webhook_idempotency twilio {\n\tverify {\n\t\turl /hook\n\t}\n}", "invalid url '/hook': want an absolute http(s) URL, at Testfile:3"},
+		{"verify url relative", "webhook_idempotency twilio {\n\tverify {\n\t\turl /hook\n\t}\n}", "invalid url '/hook': want an absolute http:// or https:// URL with a host, at Testfile:3"},
 
 		// store
 		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: memory or redis, at Testfile:2"},
 		{"store unknown", "webhook_idempotency {\n\tstore etcd\n}", "unknown store 'etcd': want memory or redis, at Testfile:2"},
 		{"store memory argument", "webhook_idempotency {\n\tstore memory big\n}", "store memory takes no arguments, got 'big', at Testfile:2"},
 		{"store memory unknown subdirective", "webhook_idempotency {\n\tstore memory {\n\t\tsize 10\n\t}\n}", "unrecognized memory store subdirective 'size', at Testfile:3"},
-		{"store memory max_entries missing", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries\n\t}\n}", "wrong argument count or unexpected line ending after 'max_entries', at Testfile:3"},
+		{"store memory max_entries missing", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries\n\t}\n}", "memory store 'max_entries' takes exactly one value, got 0, at Testfile:3"},
 		{"store memory max_entries bad", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 10k\n\t}\n}", "invalid max_entries '10k': want a positive integer, at Testfile:3"},
 		{"store memory max_entries zero", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 0\n\t}\n}", "invalid max_entries '0': want a positive integer, at Testfile:3"},
-		{"store memory max_entries too many", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 10 20\n\t}\n}", "wrong argument count or unexpected line ending after '20', at Testfile:3"},
+		{"store memory max_entries too many", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 10 20\n\t}\n}", "memory store 'max_entries' takes exactly one value, got 2, at Testfile:3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := parseTestHandler(tc.input)

@@ -39,7 +39,7 @@ func newRedisTestHandler(t *testing.T, cfg string) *Handler {
 	if err := json.Unmarshal([]byte(cfg), h); err != nil {
 		t.Fatalf("decoding %s: %v", cfg, err)
 	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	if err := h.Provision(ctx); err != nil {
 		cancel()
 		t.Fatalf("provisioning handler: %v", err)
@@ -111,7 +111,7 @@ func readBody(resp *http.Response) string {
 func twoRedisInstances(t *testing.T, addr, extra string) (*Handler, *Handler) {
 	a := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":20,"timeout":5000000000}}`)
 	b := newRedisTestHandler(t, `{"source":"shop",`+extra+`"store":{"module":"redis","addresses":["`+addr+`"],"pool_size":21,"timeout":5000000000}}`)
-	if a.store.(*RedisStore).client == b.store.(*RedisStore).client {
+	if a.store.store.(*RedisStore).client == b.store.store.(*RedisStore).client {
 		t.Fatal("the two instances share a client; want one each")
 	}
 	return a, b

@@ -818,7 +818,7 @@ func TestE2ELeaseExpiryLetsADuplicateThrough(t *testing.T) {
 	// Its lease is 2s rather than 1s only so that a loaded machine still
 	// sends the first duplicate below while the lease runs.
 	claimed := time.Now()
-	if res := tbl.claim("idem:lease:evt_dead", "a-request-that-died", 2*time.Second); res.State != Claimed {
+	if res := tbl.claim("idem:lease:evt_dead", "a-request-that-died", 2*time.Second); res.State != stateClaimed {
 		t.Fatalf("claim: %v", res.State)
 	}
 

@@ -1,16 +1,18 @@
+// Package webhookidempotency is a Caddy HTTP middleware that makes webhook
+// endpoints safe: it verifies the sender's signature on the raw body,
+// deduplicates deliveries through a store, passes the first delivery to the
+// next handler, records its answer and replays that answer to every
+// duplicate. In inbox mode it accepts a delivery at once and delivers it to
+// the application later, with retries.
 package webhookidempotency
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
+	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -18,623 +20,342 @@ import (
 	"go.uber.org/zap"
 )
 
-// replayedHeader marks a replayed response.
-const replayedHeader = "Idempotent-Replayed"
+func init() {
+	caddy.RegisterModule(Handler{})
+}
 
-// Results, as in the `{http.webhook_idempotency.result}` placeholder.
+// Handler deduplicates webhook deliveries: the first delivery of a key is
+// passed to the next handler and its response recorded; every duplicate gets
+// the recorded response, with `Idempotent-Replayed: true`, without reaching
+// the next handler.
+type Handler struct {
+	// A label that namespaces keys: two handlers with different sources
+	// never share keys. Required, unless a provider preset supplies it
+	// (the preset's name).
+	Source string `json:"source,omitempty"`
+
+	// A provider preset (see docs/providers.md): `stripe`, `github`,
+	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
+	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
+	// `stone` or `evolution`. It sets the source, the verification scheme
+	// and the default key. Default: none.
+	Provider string `json:"provider,omitempty"`
+
+	// Signature verification. Default: the provider's scheme, or none
+	// without a provider.
+	Verify *VerifyConfig `json:"verify,omitempty"`
+
+	// Key sources tried in order; the first non-empty one is the key:
+	// `header:<Name>`, `json:<path>`, `query:<name>` or `body` (SHA-256
+	// of the body). Default: the provider's key, else
+	// `["header:Idempotency-Key", "body"]`.
+	Key []string `json:"key,omitempty"`
+
+	// How long a completed response is kept and replayed. Default: 24h.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+
+	// How long a claim lasts without being renewed; it is renewed while
+	// the request is handled, so a request that dies frees its key after
+	// at most one lease. Default: 30s.
+	Lease caddy.Duration `json:"lease,omitempty"`
+
+	// What a duplicate of an in-flight key gets: `conflict` (409 with
+	// Retry-After), `wait` (wait for the first request, then replay) or
+	// `proceed` (call the next handler without claiming). Default:
+	// `conflict`.
+	InFlight string `json:"in_flight,omitempty"`
+
+	// How long `wait` waits before answering 409. Default: 10s.
+	WaitTimeout caddy.Duration `json:"wait_timeout,omitempty"`
+
+	// Response statuses that are recorded and replayed, as codes (`200`)
+	// or classes (`2xx`). Any other status releases the key so the
+	// provider's retry is processed. Default: every 2xx and 4xx except
+	// 408, 409, 425 and 429.
+	CacheStatus []string `json:"cache_status,omitempty"`
+
+	// What a duplicate whose body differs from the recorded one gets,
+	// when the key is not the body hash: `replay` (and a warning in the
+	// log) or `reject` (422). Default: `replay`.
+	Mismatch string `json:"mismatch,omitempty"`
+
+	// The largest request body accepted, in bytes; larger gets 413.
+	// Default: 5MiB.
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// The largest response body recorded, in bytes; a larger response is
+	// sent untouched and recorded without its body. Default: 1MiB.
+	MaxResponse int64 `json:"max_response,omitempty"`
+
+	// Request methods that are processed; others pass through untouched.
+	// Default: `["POST", "PUT", "PATCH", "DELETE"]`.
+	Methods []string `json:"methods,omitempty"`
+
+	// What happens when the store fails: `open` passes the request on
+	// without deduplication, `closed` answers 503 with Retry-After.
+	// Default: `open`; with an inbox, `closed` (and `open` is refused).
+	Fail string `json:"fail,omitempty"`
+
+	// The store module (`memory` or `redis`). Default: the store of the
+	// global `webhook_idempotency` option, else `memory`.
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
+
+	// Inbox mode (docs/inbox.md): accept a new delivery at once, store it
+	// in Redis and deliver it to the application in the background, with
+	// retries and a dead-letter stream. Requires the redis store.
+	// Default: off (the next handler is called).
+	Inbox *InboxConfig `json:"inbox,omitempty"`
+
+	store       *meteredStore
+	inbox       *inbox
+	ownedStore  *MemoryStore // a default store this handler provisioned itself
+	verifier    Verifier
+	keys        []keySource
+	keyPrefix   string // "<key_prefix>:<source>:"
+	methods     []string
+	cacheable   statusSet
+	inFlight    inFlightMode
+	failClosed  bool
+	rejectDiffs bool
+	logger      *zap.Logger // carries the source
+	metrics     *handlerMetrics
+	sourceValue any // Source, boxed once for the replacer
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.webhook_idempotency",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Defaults of the handler's options (docs/caddyfile.md).
 const (
-	resultNew              = "new"
-	resultReplayed         = "replayed"
-	resultConflict         = "conflict"
-	resultMismatch         = "mismatch"
-	resultInvalidSignature = "invalid_signature"
-	resultTooLarge         = "too_large"
-	resultBypassed         = "bypassed"
-	resultUnavailable      = "unavailable"
-	resultSkipped          = "skipped"
+	defaultTTL         = 24 * time.Hour
+	defaultLease       = 30 * time.Second
+	defaultWaitTimeout = 10 * time.Second
+	defaultMaxBody     = 5 << 20
+	defaultMaxResponse = 1 << 20
+	defaultKeyPrefix   = "idem"
 )
 
-// Placeholder names.
-const (
-	placeholderSource = "http.webhook_idempotency.source"
-	placeholderKey    = "http.webhook_idempotency.key"
-	placeholderResult = "http.webhook_idempotency.result"
+var (
+	defaultMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	defaultKey     = []string{"header:Idempotency-Key", "body"}
 )
 
-// storeRetryAfter is the Retry-After of a 503 when the store is down.
-const storeRetryAfter = "5"
+// now is the clock; tests may replace it.
+var now = time.Now
 
-// ServeHTTP implements caddyhttp.MiddlewareHandler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rs := requestState{h: h, r: r}
-	rs.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	rs.extra, _ = r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
-	if rs.repl != nil {
-		rs.repl.Set(placeholderSource, h.sourceValue)
-	}
-	if rs.extra != nil {
-		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
-	}
-
-	if !slices.Contains(h.methods, r.Method) {
-		rs.setResult(resultSkipped)
-		return next.ServeHTTP(w, r)
-	}
-
-	body, err := rs.readBody()
-	defer rs.releaseBody()
+// Provision sets defaults and builds the runtime state.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	presetSource, err := h.applyPreset()
 	if err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
-			rs.setResult(resultTooLarge)
-			return writeError(w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
-		}
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) {
+		return err
+	}
+	h.logger = ctx.Logger().With(zap.String("source", h.Source))
+	h.sourceValue = h.Source
+	if h.metrics, err = registerMetrics(ctx, h.Source); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	if err := h.provisionOptions(); err != nil {
+		return err
+	}
+	if err := h.provisionVerifier(); err != nil {
+		return err
+	}
+	h.warnVerifyConfig()
+
+	app, err := appFor(ctx)
+	if err != nil {
+		return err
+	}
+	if presetSource {
+		if err := app.claimPresetSource(h.Provider); err != nil {
 			return err
 		}
-		return caddyhttp.Error(http.StatusBadRequest, err)
 	}
-
-	// verification runs on the raw bytes, before any store access
-	if h.verifier != nil {
-		if err := h.verifier.Verify(r, body); err != nil {
-			rs.setResult(resultInvalidSignature)
-			reason := errInvalidSignature.Reason
-			var ve *VerificationError
-			if errors.As(err, &ve) {
-				reason = ve.Reason
-			}
-			if ce := h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
-				ce.Write(zap.String("source", h.Source), zap.String("reason", reason))
-			}
-			return writeError(w, http.StatusUnauthorized, reason, "")
+	if err := h.provisionStore(ctx, app); err != nil {
+		return err
+	}
+	if h.Inbox != nil {
+		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
+			return err
 		}
+		// workers start and stop with the configuration
+		return app.addInbox(h.inbox)
 	}
-
-	rs.bodyHash = sha256.Sum256(body)
-	value, fromBody := resolveKey(h.keys, r, body, &rs.bodyHash)
-	rs.keyFromBody = fromBody
-	rs.set(placeholderKey, value)
-	rs.key = h.keyPrefix + value
-	rs.owner = newOwner()
-	if h.inbox != nil {
-		return rs.accept(w, next, body, value)
-	}
-
-	start := time.Now()
-	res, err := h.store.Claim(r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
-	h.metrics.observeStore(opClaim, start, err)
-	if err != nil {
-		return rs.storeFailed(w, next, opClaim, err)
-	}
-	if res.State == InFlight && h.InFlight == inFlightWait {
-		res, err = rs.wait(res)
-		if err != nil {
-			return rs.storeFailed(w, next, opClaim, err)
-		}
-	}
-
-	switch res.State {
-	case Completed:
-		return rs.replay(w, next, res.Record)
-	case InFlight:
-		if h.InFlight == inFlightProceed {
-			rs.setResult(resultNew)
-			rs.handOn()
-			return next.ServeHTTP(w, r)
-		}
-		return rs.conflict(w, res)
-	}
-	return rs.process(w, next)
+	return nil
 }
 
-// conflict answers a duplicate of a delivery still in flight.
-func (rs *requestState) conflict(w http.ResponseWriter, res ClaimResult) error {
-	rs.setResult(resultConflict)
-	return writeError(w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
-}
-
-// requestState is the state of one request through the handler.
-type requestState struct {
-	h           *Handler
-	r           *http.Request
-	repl        *caddy.Replacer
-	extra       *caddyhttp.ExtraLogFields
-	body        *pooledBody
-	bodyHash    [32]byte
-	keyFromBody bool
-	key         string // the store key
-	owner       string
-}
-
-func (rs *requestState) set(name, value string) {
-	if rs.repl != nil {
-		rs.repl.Set(name, value)
-	}
-	if rs.extra != nil {
-		rs.extra.Set(zap.String(name[len("http."):], value))
-	}
-}
-
-func (rs *requestState) setResult(result string) {
-	rs.set(placeholderResult, result)
-	rs.h.metrics.countResult(result)
-	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
-		ce.Write(zap.String("source", rs.h.Source), zap.String("key", rs.key), zap.String("result", result))
-	}
-}
-
-// process hands a claimed delivery to the next handler, records its answer
-// and completes the key, or releases the key when the answer must not be
-// replayed.
-func (rs *requestState) process(w http.ResponseWriter, next caddyhttp.Handler) error {
-	h := rs.h
-	rs.setResult(resultNew)
-	rn := h.startRenewal(rs.key, rs.owner)
-	rec := &recorder{
-		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
-		maxBody:               h.MaxResponse,
-		bodyHash:              &rs.bodyHash,
-	}
-	// A panic in next must still stop the renewal and release the key, or
-	// the key stays in flight, renewed for ever, and every retry gets 409:
-	// reverse_proxy panics with http.ErrAbortHandler when the upstream's
-	// response is cut short after its headers were sent.
-	returned := false
-	defer func() {
-		if !returned {
-			rn.stop()
-			rs.release(completionCtx)
+// applyPreset fills the source and key from the provider preset; it
+// reports whether the source came from the preset.
+func (h *Handler) applyPreset() (presetSource bool, err error) {
+	if h.Provider != "" {
+		p, ok := providers[h.Provider]
+		if !ok {
+			return false, fmt.Errorf("unknown provider %q", h.Provider)
 		}
-	}()
-	rs.handOn()
-	err := next.ServeHTTP(rec, rs.r)
-	returned = true
-	rn.stop()
-
-	// completion and release run even when the client went away
-	// (completionCtx is never cancelled)
-	status := rec.status
-	if status == 0 && err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil {
-		// nothing written: net/http answers 200 with an empty body
-		rec.WriteHeader(http.StatusOK)
-		status = http.StatusOK
-	}
-	cacheable := err == nil && rec.writeErr == nil && rs.r.Context().Err() == nil && h.cacheable.has(status)
-	if cacheable {
-		start := time.Now()
-		cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL))
-		h.metrics.observeStore(opComplete, start, cerr)
-		if cerr != nil {
-			h.logger.Warn("recording response failed; duplicates will be processed again",
-				zap.String("source", h.Source), zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
+		if h.Source == "" {
+			h.Source = h.Provider
+			presetSource = true
 		}
-	} else {
-		rs.release(completionCtx)
+		if len(h.Key) == 0 {
+			h.Key = p.defaultKey
+		}
 	}
-	// the answer goes out only now that the store knows its fate, so a
-	// duplicate sent after the client has it finds the key completed
-	if err == nil {
-		rec.sendBuffered()
+	if h.Source == "" {
+		return false, errors.New("source is required (or a provider preset that supplies it)")
 	}
+	if len(h.Key) == 0 {
+		h.Key = defaultKey
+	}
+	return presetSource, nil
+}
+
+// provisionOptions sets the defaults of the plain options and parses them
+// into their runtime form, with the rules the Caddyfile parser applies.
+func (h *Handler) provisionOptions() error {
+	if h.TTL == 0 {
+		h.TTL = caddy.Duration(defaultTTL)
+	}
+	if h.Lease == 0 {
+		h.Lease = caddy.Duration(defaultLease)
+	}
+	if h.WaitTimeout == 0 {
+		h.WaitTimeout = caddy.Duration(defaultWaitTimeout)
+	}
+	if h.MaxBody == 0 {
+		h.MaxBody = defaultMaxBody
+	}
+	if h.MaxResponse == 0 {
+		h.MaxResponse = defaultMaxResponse
+	}
+	if h.InFlight == "" {
+		h.InFlight = inFlightConflict.String()
+	}
+	if h.Mismatch == "" {
+		h.Mismatch = mismatchReplay
+	}
+	if h.Fail == "" {
+		h.Fail = defaultFail(h.Inbox != nil)
+	}
+	var err error
+	if h.inFlight, _, err = parseInFlight([]string{h.InFlight}); err != nil {
+		return err
+	}
+	if h.rejectDiffs, err = parseMismatch(h.Mismatch); err != nil {
+		return err
+	}
+	if h.failClosed, err = parseFail(h.Fail, h.Inbox != nil); err != nil {
+		return err
+	}
+	h.methods = defaultMethods
+	if len(h.Methods) > 0 {
+		h.methods = make([]string, len(h.Methods))
+		for i, m := range h.Methods {
+			h.methods[i] = strings.ToUpper(m)
+		}
+	}
+	if h.keys, err = parseKeySources(h.Key); err != nil {
+		return err
+	}
+	h.cacheable, err = parseStatusSet(h.CacheStatus)
 	return err
 }
 
-// accept stores a new delivery in the inbox and answers at once; a
-// duplicate gets the same answer as a replay. Nothing is answered 2xx
-// before it is stored: a store failure is 503 whatever the fail policy.
-func (rs *requestState) accept(w http.ResponseWriter, next caddyhttp.Handler, body []byte, value string) error {
-	h := rs.h
-	ib := h.inbox
-	record := ib.acceptRecord(&rs.bodyHash)
-	start := time.Now()
-	res, err := ib.accept(rs.r.Context(), rs.key, rs.owner, record, eventFields(rs.r, body, h.Source, value, rs.key))
-	h.metrics.observeStore(opClaim, start, err)
-	if err != nil {
-		return rs.storeFailed(w, next, opClaim, err)
-	}
-	switch res.State {
-	case Completed:
-		return rs.replay(w, next, res.Record)
-	case InFlight:
-		return rs.conflict(w, res.ClaimResult)
-	}
-	rs.setResult(resultNew)
-	if ce := h.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
-		ce.Write(zap.String("source", h.Source), zap.String("key", rs.key), zap.String("id", res.id))
-	}
-	if bodyAllowed(ib.respond) {
-		w.Header().Set("Content-Length", "0")
-	}
-	w.WriteHeader(ib.respond)
-	return nil
-}
-
-// release deletes this request's claim so the provider's retry is processed.
-func (rs *requestState) release(ctx context.Context) {
-	h := rs.h
-	start := time.Now()
-	rerr := h.store.Release(ctx, rs.key, rs.owner)
-	h.metrics.observeStore(opRelease, start, rerr)
-	if rerr != nil && !errors.Is(rerr, ErrNotOwner) {
-		h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
-			zap.String("source", h.Source), zap.String("key", rs.key), zap.Error(rerr))
-	}
-}
-
-// replay writes a recorded response.
-// A record that cannot be decoded is a store failure (SPEC §3.7).
-func (rs *requestState) replay(w http.ResponseWriter, next caddyhttp.Handler, encoded []byte) error {
-	h := rs.h
-	rec, err := decodeRecord(encoded)
-	if err != nil {
-		h.metrics.storeErrors[opReplay].Inc()
-		return rs.storeFailed(w, next, opReplay, err)
-	}
-	if !rs.keyFromBody && !bytes.Equal(rec.bodyHash, rs.bodyHash[:]) {
-		if h.rejectDiffs {
-			rs.setResult(resultMismatch)
-			return writeError(w, http.StatusUnprocessableEntity, msgMismatch, "")
-		}
-		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
-			zap.String("source", h.Source), zap.String("key", rs.key))
-	}
-	rs.setResult(resultReplayed)
-	hdr := w.Header()
-	contentLength := ""
-	if bodyAllowed(rec.status) {
-		contentLength = strconv.Itoa(len(rec.body))
-	}
-	rec.writeReplayHeaders(hdr, contentLength)
-	w.WriteHeader(rec.status)
-	if bodyAllowed(rec.status) && len(rec.body) > 0 && rs.r.Method != http.MethodHead {
-		_, _ = w.Write(rec.body)
-	}
-	return nil
-}
-
-// wait polls the store until an in-flight key is completed or released (it
-// then claims it), or until wait_timeout.
-func (rs *requestState) wait(res ClaimResult) (ClaimResult, error) {
-	h := rs.h
-	deadline := time.Now().Add(time.Duration(h.WaitTimeout))
-	interval := 10 * time.Millisecond
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for res.State == InFlight {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return res, nil
-		}
-		timer.Reset(min(interval, left))
-		select {
-		case <-rs.r.Context().Done():
-			return res, nil
-		case <-timer.C:
-		}
-		interval = min(interval*3/2, 250*time.Millisecond)
-		var err error
-		start := time.Now()
-		res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
-		h.metrics.observeStore(opClaim, start, err)
+// provisionStore loads the store: the handler's own, else the global
+// option's, else a memory store of its own. Every call to it is metered.
+func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
+	var s store
+	switch {
+	case h.StoreRaw != nil:
+		mod, err := ctx.LoadModule(h, "StoreRaw")
 		if err != nil {
-			return res, err
+			return fmt.Errorf("loading store: %v", err)
+		}
+		s = mod.(store)
+	case app.store != nil:
+		s = app.store
+	default:
+		h.ownedStore = new(MemoryStore)
+		if err := h.ownedStore.Provision(ctx); err != nil {
+			return err
+		}
+		s = h.ownedStore
+	}
+	if h.Inbox != nil {
+		if err := checkInboxStore(s.(caddy.Module).CaddyModule().ID.Name()); err != nil {
+			return err
 		}
 	}
-	return res, nil
+	prefix := defaultKeyPrefix
+	if p, ok := s.(interface{ KeyPrefix() string }); ok {
+		prefix = p.KeyPrefix()
+	}
+	h.keyPrefix = prefix + ":" + h.Source + ":"
+	h.store = &meteredStore{store: s, m: h.metrics}
+	return nil
 }
 
-// storeFailed applies the `fail` policy (SPEC §3.7).
-func (rs *requestState) storeFailed(w http.ResponseWriter, next caddyhttp.Handler, op string, err error) error {
-	h := rs.h
-	h.logger.Warn("store error",
-		zap.String("source", h.Source), zap.String("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
-	if h.failClosed {
-		rs.setResult(resultUnavailable)
-		return writeError(w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
+// Validate checks the configuration.
+func (h *Handler) Validate() error {
+	if h.TTL < 0 || h.Lease < 0 || h.WaitTimeout < 0 {
+		return errors.New("ttl, lease and wait_timeout must not be negative")
 	}
-	rs.setResult(resultBypassed)
-	rs.handOn()
-	return next.ServeHTTP(w, rs.r)
-}
-
-// Error bodies, prebuilt.
-const (
-	msgTooLarge    = "request body too large"
-	msgInFlight    = "a delivery with this idempotency key is being processed"
-	msgMismatch    = "idempotency key reused with a different body"
-	msgUnavailable = "idempotency store unavailable"
-)
-
-// writeError answers with a JSON error body.
-func writeError(w http.ResponseWriter, status int, msg, retryAfter string) error {
-	body := `{"error":` + strconv.Quote(msg) + `}`
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	if retryAfter != "" {
-		hdr.Set("Retry-After", retryAfter)
+	if h.MaxBody < 0 || h.MaxResponse < 0 {
+		return errors.New("max_body and max_response must not be negative")
 	}
-	w.WriteHeader(status)
-	_, err := io.WriteString(w, body)
-	if err != nil {
-		return caddyhttp.Error(status, err)
+	if h.Verify != nil && h.Verify.Tolerance < 0 {
+		return fmt.Errorf("verify tolerance must not be negative, got %s", time.Duration(h.Verify.Tolerance))
 	}
 	return nil
 }
 
-// retryAfterSeconds is the time left on the lease, rounded up to whole
-// seconds (at least 1).
-func retryAfterSeconds(left, lease time.Duration) string {
-	if left <= 0 {
-		left = lease
+// Cleanup releases what this handler provisioned itself; modules it loaded
+// through the context are cleaned up by Caddy, and its inbox is stopped by
+// the app.
+func (h *Handler) Cleanup() error {
+	if h.inbox != nil {
+		h.inbox.stop()
 	}
-	secs := int64((left + time.Second - 1) / time.Second)
-	return strconv.FormatInt(max(secs, 1), 10)
-}
-
-// bodyAllowed reports whether a response with this status has a body.
-func bodyAllowed(status int) bool {
-	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
-}
-
-// Body buffering.
-
-var errBodyTooLarge = errors.New("request body too large")
-
-// pooledBody is a pooled request-body buffer. It goes back to the pool only
-// when every reader handed to later handlers has been closed, because
-// http.Transport may still read a request body after RoundTrip returns.
-type pooledBody struct {
-	buf  []byte
-	open atomic.Int32
-}
-
-var bodyPool = sync.Pool{New: func() any { return new(pooledBody) }}
-
-// maxPooledBody keeps very large buffers out of the pool.
-const maxPooledBody = 4 << 20
-
-// completionCtx is the context of Complete and Release: they must run even
-// when the client went away, and every store bounds its own calls.
-var completionCtx = context.Background()
-
-// readBody reads the whole body, up to max_body, and hands an identical
-// body on to the next handler.
-func (rs *requestState) readBody() ([]byte, error) {
-	r := rs.r
-	limit := rs.h.MaxBody
-	if r.ContentLength > limit {
-		return nil, errBodyTooLarge
-	}
-	pb := bodyPool.Get().(*pooledBody)
-	rs.body = pb
-	buf := pb.buf[:0]
-	if r.ContentLength > 0 && int64(cap(buf)) <= r.ContentLength {
-		buf = make([]byte, 0, r.ContentLength+1)
-	}
-	var err error
-	if r.Body != nil && r.Body != http.NoBody {
-		for {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			var n int
-			n, err = r.Body.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if int64(len(buf)) > limit {
-				err = errBodyTooLarge
-				break
-			}
-			if err == io.EOF {
-				err = nil
-				break
-			}
-			if err != nil {
-				break
-			}
-		}
-		_ = r.Body.Close()
-	}
-	pb.buf = buf
-	if err != nil {
-		return nil, err
-	}
-	r.ContentLength = int64(len(buf))
-	r.TransferEncoding = nil
-	return buf, nil
-}
-
-// handOn gives the next handler the buffered body: exactly the bytes that
-// were received and verified, with a known length, so reverse_proxy sends
-// them as they are. It is called only on paths that call the next handler:
-// a reader handed on is closed by whoever consumes it, and the buffer goes
-// back to the pool only once every such reader is closed.
-func (rs *requestState) handOn() {
-	pb := rs.body
-	if pb == nil {
-		return
-	}
-	rs.r.Body = pb.reader()
-	rs.r.GetBody = pb.getBody
-}
-
-// releaseBody returns the body buffer to the pool when nothing reads it.
-func (rs *requestState) releaseBody() {
-	pb := rs.body
-	if pb == nil || pb.open.Load() != 0 || cap(pb.buf) > maxPooledBody {
-		return
-	}
-	pb.buf = pb.buf[:0]
-	bodyPool.Put(pb)
-}
-
-func (pb *pooledBody) getBody() (io.ReadCloser, error) { return pb.reader(), nil }
-
-func (pb *pooledBody) reader() io.ReadCloser {
-	pb.open.Add(1)
-	br := &bodyReader{pb: pb}
-	br.Reset(pb.buf)
-	return br
-}
-
-// bodyReader reads a pooled body; Close marks it done.
-type bodyReader struct {
-	bytes.Reader
-	pb     *pooledBody
-	closed atomic.Bool
-}
-
-func (br *bodyReader) Close() error {
-	if br.closed.CompareAndSwap(false, true) {
-		br.pb.open.Add(-1)
+	if h.ownedStore != nil {
+		err := h.ownedStore.Cleanup()
+		h.ownedStore = nil
+		return err
 	}
 	return nil
 }
 
-// recorder records the next handler's answer: headers at WriteHeader, then
-// the body up to max_response, held back from the client until the key is
-// completed or released (sendBuffered). A body that grows past max_response
-// is sent on at once and streamed from then on, and recorded without it.
-type recorder struct {
-	*caddyhttp.ResponseWriterWrapper
-	maxBody   int64
-	bodyHash  *[32]byte
-	status    int
-	record    []byte
-	headerEnd int
-	streaming bool // the client has the status and what was written so far
-	writeErr  error
-}
-
-func (rec *recorder) WriteHeader(status int) {
-	if rec.status != 0 {
-		return
+// ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
+// of a delivery: methods, body, signature, key, claim, then what the claim
+// found decides the answer.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	rs := h.newRequest(w, r, next)
+	if !slices.Contains(h.methods, r.Method) {
+		return rs.skip()
 	}
-	if status < 200 && status != http.StatusSwitchingProtocols {
-		rec.ResponseWriterWrapper.WriteHeader(status) // informational
-		return
-	}
-	rec.status = status
-	size := 256
-	if cl, err := strconv.ParseInt(rec.Header().Get("Content-Length"), 10, 64); err == nil && cl > 0 && cl <= rec.maxBody {
-		size += int(cl)
-	}
-	rec.record = encodeRecord(make([]byte, 0, size), status, rec.Header(), nil, false, rec.bodyHash)
-	rec.headerEnd = len(rec.record)
-	if status == http.StatusSwitchingProtocols {
-		rec.stream()
-	}
-}
-
-func (rec *recorder) Write(p []byte) (int, error) {
-	if rec.status == 0 {
-		rec.WriteHeader(http.StatusOK)
-	}
-	if !rec.streaming {
-		if int64(len(rec.record)-rec.headerEnd+len(p)) <= rec.maxBody {
-			rec.record = append(rec.record, p...)
-			return len(p), nil
-		}
-		rec.stream()
-	}
-	n, err := rec.ResponseWriterWrapper.Write(p)
-	if err != nil && rec.writeErr == nil {
-		rec.writeErr = err
-	}
-	return n, err
-}
-
-// stream sends the status and the buffered body to the client, drops the
-// body from the record, and passes every later write straight through.
-func (rec *recorder) stream() {
-	rec.streaming = true
-	rec.ResponseWriterWrapper.WriteHeader(rec.status)
-	if body := rec.record[rec.headerEnd:]; len(body) > 0 {
-		if _, err := rec.ResponseWriterWrapper.Write(body); err != nil && rec.writeErr == nil {
-			rec.writeErr = err
-		}
-	}
-	rec.record = rec.record[:rec.headerEnd]
-	rec.record[1] |= recordFlagNoBody
-}
-
-// sendBuffered sends a held-back answer to the client.
-func (rec *recorder) sendBuffered() {
-	if rec.streaming || rec.status == 0 {
-		return
-	}
-	rec.ResponseWriterWrapper.WriteHeader(rec.status)
-	if body := rec.record[rec.headerEnd:]; len(body) > 0 {
-		_, _ = rec.ResponseWriterWrapper.Write(body)
-	}
-}
-
-// FlushError flushes a streaming answer; a held-back answer has nothing to
-// flush yet. (reverse_proxy flushes through http.ResponseController.)
-func (rec *recorder) FlushError() error {
-	if !rec.streaming {
-		return nil
-	}
-	return http.NewResponseController(rec.ResponseWriterWrapper.ResponseWriter).Flush()
-}
-
-// ReadFrom copies through Write so the body is recorded.
-func (rec *recorder) ReadFrom(src io.Reader) (int64, error) {
-	return io.Copy(writerOnly{rec}, src)
-}
-
-type writerOnly struct{ io.Writer }
-
-// renewal keeps a claim's lease alive while the request is handled.
-type renewal struct {
-	h          *Handler
-	key, owner string
-	mu         sync.Mutex
-	timer      *time.Timer
-	stopped    bool
-}
-
-func (h *Handler) startRenewal(key, owner string) *renewal {
-	rn := &renewal{h: h, key: key, owner: owner}
-	rn.mu.Lock()
-	rn.timer = time.AfterFunc(time.Duration(h.Lease)/3, rn.fire)
-	rn.mu.Unlock()
-	return rn
-}
-
-func (rn *renewal) fire() {
-	lease := time.Duration(rn.h.Lease)
-	start := time.Now()
-	err := rn.h.store.Renew(context.Background(), rn.key, rn.owner, lease)
-	rn.h.metrics.observeStore(opRenew, start, err)
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if rn.stopped {
-		return
-	}
-	if errors.Is(err, ErrNotOwner) {
-		rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
-			zap.String("source", rn.h.Source), zap.String("key", rn.key))
-		return
-	}
+	err := rs.readBody()
+	defer rs.releaseBody()
 	if err != nil {
-		rn.h.logger.Warn("renewing lease failed", zap.String("source", rn.h.Source), zap.String("key", rn.key), zap.Error(err))
+		return rs.bodyFailed(err)
 	}
-	rn.timer.Reset(lease / 3)
-}
-
-func (rn *renewal) stop() {
-	rn.mu.Lock()
-	rn.stopped = true
-	rn.timer.Stop()
-	rn.mu.Unlock()
+	if err := rs.verify(); err != nil {
+		return rs.unauthorized(err)
+	}
+	rs.resolveKey()
+	res, err := rs.claim()
+	if err != nil {
+		return rs.storeFailed(opClaim, err)
+	}
+	return rs.dispatch(res)
 }
 
 // Interface guards
 var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
-	_ http.ResponseWriter         = (*recorder)(nil)
-	_ io.ReaderFrom               = (*recorder)(nil)
 )

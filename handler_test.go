@@ -19,7 +19,7 @@ import (
 // newTestHandler provisions h as Caddy would, on the default memory store.
 func newTestHandler(t *testing.T, h *Handler) *Handler {
 	t.Helper()
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	t.Cleanup(cancel)
 	if err := h.Provision(ctx); err != nil {
 		t.Fatalf("provision: %v", err)
@@ -415,18 +415,18 @@ func TestHandlerRetryAfterSeconds(t *testing.T) {
 
 // orderStore wraps a Store and notes when Complete and Release run.
 type orderStore struct {
-	Store
+	store
 	events *[]string
 }
 
 func (s orderStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	*s.events = append(*s.events, "complete")
-	return s.Store.Complete(ctx, key, owner, record, ttl)
+	return s.store.Complete(ctx, key, owner, record, ttl)
 }
 
 func (s orderStore) Release(ctx context.Context, key, owner string) error {
 	*s.events = append(*s.events, "release")
-	return s.Store.Release(ctx, key, owner)
+	return s.store.Release(ctx, key, owner)
 }
 
 // orderWriter notes when the client is sent the status.
@@ -458,7 +458,7 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []string
 			h := newTestHandler(t, &Handler{Source: "order-" + strings.ReplaceAll(tc.name, " ", "-"), MaxResponse: 50})
-			h.store = orderStore{Store: h.store, events: &events}
+			h.store.store = orderStore{store: h.store.store, events: &events}
 			next := func(w http.ResponseWriter, r *http.Request) error {
 				w.WriteHeader(tc.status)
 				_, err := io.WriteString(w, tc.body)
@@ -481,7 +481,7 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 }
 
 func TestHandlerValidateRefusesNegativeTolerance(t *testing.T) {
-	h := &Handler{Source: "neg", InFlight: inFlightConflict, Mismatch: mismatchReplay, Fail: failOpen,
+	h := &Handler{Source: "neg", InFlight: "conflict", Mismatch: mismatchReplay, Fail: failOpen,
 		Verify: &VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
 	err := h.Validate()
 	if err == nil || !strings.Contains(err.Error(), "tolerance must not be negative") {

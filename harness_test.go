@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,22 @@ import (
 // process, on free ports, in front of a real upstream HTTP server that
 // records what it received. Tests that use it must not run in parallel
 // (Caddy runs one configuration per process).
+
+// newTestContext returns a context of a real, empty configuration, like
+// the one Caddy provisions a config's modules in (the webhook_idempotency
+// app is made in it on first use); cancel cleans up the modules loaded
+// through it. The configuration is never started: a test that needs an
+// inbox's workers starts them itself.
+func newTestContext(t testing.TB) (caddy.Context, context.CancelFunc) {
+	t.Helper()
+	// only errors reach the log, as in a quiet test run
+	quiet := &caddy.Logging{Logs: map[string]*caddy.CustomLog{"default": {BaseLog: caddy.BaseLog{Level: "ERROR"}}}}
+	cfgCtx, err := caddy.ProvisionContext(&caddy.Config{Logging: quiet})
+	if err != nil {
+		t.Fatalf("provisioning an empty configuration: %v", err)
+	}
+	return caddy.NewContext(cfgCtx)
+}
 
 // receivedRequest is what the upstream saw.
 type receivedRequest struct {

@@ -1,7 +1,6 @@
 package webhookidempotency
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -9,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2"
 )
 
 // sha256Key is the `sha256:<hex>` form of s.
@@ -331,7 +328,7 @@ func TestKeyStoreLayout(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+			ctx, cancel := newTestContext(t)
 			defer cancel()
 			h := tc.handler
 			if err := h.Provision(ctx); err != nil {

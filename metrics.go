@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -8,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The collectors of SPEC §3.9. They are built once per process and
+// The collectors of docs/operating.md. They are built once per process and
 // registered in each configuration's registry, so their values survive
 // config reloads. No label carries an idempotency key.
 var (
@@ -72,14 +73,22 @@ func (m *inboxMetrics) setCounts(c inboxCounts) {
 	m.dead.Set(float64(c.Dead))
 }
 
-// Store operations, as in the `op` label.
+// storeOp is a store operation, as in the `op` label.
+type storeOp uint8
+
 const (
-	opClaim    = "claim"
-	opComplete = "complete"
-	opRelease  = "release"
-	opRenew    = "renew"
-	opReplay   = "replay"
+	opClaim storeOp = iota
+	opComplete
+	opRelease
+	opRenew
+	opReplay // decoding a record for a replay
+	numStoreOps
 )
+
+var storeOpNames = [numStoreOps]string{"claim", "complete", "release", "renew", "replay"}
+
+// String returns the operation's label value.
+func (op storeOp) String() string { return storeOpNames[op] }
 
 // allResults lists every result, so each handler resolves its counters once.
 var allResults = [...]string{
@@ -91,36 +100,32 @@ var allResults = [...]string{
 // does no label lookups.
 type handlerMetrics struct {
 	requests    [len(allResults)]prometheus.Counter
-	storeErrors map[string]prometheus.Counter
-	duration    map[string]prometheus.Observer
+	storeErrors [numStoreOps]prometheus.Counter
+	duration    [numStoreOps]prometheus.Observer
 }
 
 // registerMetrics registers the collectors in the configuration's registry
-// (which may be nil) and resolves this handler's series.
-func (h *Handler) registerMetrics(ctx caddy.Context) error {
+// (which may be nil) and resolves the series of one source.
+func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
-					return err
+					return nil, err
 				}
 			}
 		}
 	}
-	m := &handlerMetrics{
-		storeErrors: make(map[string]prometheus.Counter),
-		duration:    make(map[string]prometheus.Observer),
-	}
+	m := new(handlerMetrics)
 	for i, r := range allResults {
-		m.requests[i] = metricRequests.WithLabelValues(h.Source, r)
+		m.requests[i] = metricRequests.WithLabelValues(source, r)
 	}
-	for _, op := range []string{opClaim, opComplete, opRelease, opRenew, opReplay} {
-		m.storeErrors[op] = metricStoreErrors.WithLabelValues(h.Source, op)
-		m.duration[op] = metricStoreDuration.WithLabelValues(op)
+	for op, name := range storeOpNames {
+		m.storeErrors[op] = metricStoreErrors.WithLabelValues(source, name)
+		m.duration[op] = metricStoreDuration.WithLabelValues(name)
 	}
-	h.metrics = m
-	return nil
+	return m, nil
 }
 
 // countResult counts one request's result.
@@ -134,10 +139,60 @@ func (m *handlerMetrics) countResult(result string) {
 }
 
 // observeStore records a store call's duration, and its failure (not
-// counting ErrNotOwner, which is an answer, not a failure).
-func (m *handlerMetrics) observeStore(op string, start time.Time, err error) {
+// counting errNotOwner, which is an answer, not a failure).
+func (m *handlerMetrics) observeStore(op storeOp, start time.Time, err error) {
 	m.duration[op].Observe(time.Since(start).Seconds())
-	if err != nil && !errors.Is(err, ErrNotOwner) {
+	if err != nil && !errors.Is(err, errNotOwner) {
 		m.storeErrors[op].Inc()
 	}
 }
+
+// meteredStore is a handler's store with every call timed and its failures
+// counted: the one place that observes store calls.
+type meteredStore struct {
+	store
+	m *handlerMetrics
+}
+
+// Claim implements store.
+func (s *meteredStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
+	start := time.Now()
+	res, err := s.store.Claim(ctx, key, owner, lease)
+	s.m.observeStore(opClaim, start, err)
+	return res, err
+}
+
+// Complete implements store.
+func (s *meteredStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := s.store.Complete(ctx, key, owner, record, ttl)
+	s.m.observeStore(opComplete, start, err)
+	return err
+}
+
+// Release implements store.
+func (s *meteredStore) Release(ctx context.Context, key, owner string) error {
+	start := time.Now()
+	err := s.store.Release(ctx, key, owner)
+	s.m.observeStore(opRelease, start, err)
+	return err
+}
+
+// Renew implements store.
+func (s *meteredStore) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
+	start := time.Now()
+	err := s.store.Renew(ctx, key, owner, lease)
+	s.m.observeStore(opRenew, start, err)
+	return err
+}
+
+// accept accepts an event into an inbox, the claim of inbox mode.
+func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, owner string, record []byte, event []any) (claimResult, error) {
+	start := time.Now()
+	res, err := ib.accept(ctx, key, owner, record, event)
+	s.m.observeStore(opClaim, start, err)
+	return res, err
+}
+
+// Interface guards
+var _ store = (*meteredStore)(nil)

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 )
 
@@ -86,7 +88,7 @@ func (m *MemoryStore) Cleanup() error {
 }
 
 // Claim implements Store.
-func (m *MemoryStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (ClaimResult, error) {
+func (m *MemoryStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
 	return m.table.claim(key, owner, lease), nil
 }
 
@@ -217,7 +219,7 @@ func (t *memoryTable) shard(key string) *memoryShard {
 	return &t.shards[maphash.String(t.seed, key)%memoryShards]
 }
 
-func (t *memoryTable) claim(key, owner string, lease time.Duration) ClaimResult {
+func (t *memoryTable) claim(key, owner string, lease time.Duration) claimResult {
 	t.janitor.Do(t.startJanitor)
 	nowNano := now().UnixNano()
 	s := t.shard(key)
@@ -225,15 +227,15 @@ func (t *memoryTable) claim(key, owner string, lease time.Duration) ClaimResult 
 	defer s.mu.Unlock()
 	if e, ok := s.m[key]; ok && e.expires > nowNano {
 		if !s.inFlight(key, e) {
-			return ClaimResult{State: Completed, Record: recordBytes(e.record)}
+			return claimResult{State: stateCompleted, Record: recordBytes(e.record)}
 		}
-		return ClaimResult{State: InFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
+		return claimResult{State: stateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
 	} else if !ok && int64(len(s.m)) >= t.perShard.Load() {
 		t.evict(s, nowNano)
 	}
 	s.m[key] = memoryEntry{expires: nowNano + int64(lease)}
 	s.owners[key] = owner
-	return ClaimResult{State: Claimed}
+	return claimResult{State: stateClaimed}
 }
 
 // evict makes room in a full shard: it drops expired keys among a sample,
@@ -296,7 +298,7 @@ func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Durati
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.owned(key, owner, nowNano); !ok {
-		return ErrNotOwner
+		return errNotOwner
 	}
 	delete(s.owners, key)
 	// Assigning to a key already in the map also replaces the map's copy of
@@ -313,7 +315,7 @@ func (t *memoryTable) release(key, owner string) error {
 	defer s.mu.Unlock()
 	e, ok := s.owned(key, owner, now().UnixNano())
 	if !ok {
-		return ErrNotOwner
+		return errNotOwner
 	}
 	s.remove(key, e)
 	return nil
@@ -326,23 +328,11 @@ func (t *memoryTable) renew(key, owner string, lease time.Duration) error {
 	defer s.mu.Unlock()
 	e, ok := s.owned(key, owner, nowNano)
 	if !ok {
-		return ErrNotOwner
+		return errNotOwner
 	}
 	e.expires = nowNano + int64(lease)
 	s.m[key] = e
 	return nil
-}
-
-// len returns the number of keys held, expired ones included until swept.
-func (t *memoryTable) len() int {
-	n := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
 }
 
 // memorySweepEvery is how often the janitor sweeps the whole table; it
@@ -410,11 +400,41 @@ func (t *memoryTable) Destruct() error {
 	return nil
 }
 
+// UnmarshalCaddyfile sets up the memory store from Caddyfile tokens:
+//
+//	store memory {
+//		max_entries <n>
+//	}
+func (m *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // "memory"
+	if d.NextArg() {
+		return d.Errf("store memory takes no arguments, got '%s'", d.Val())
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "max_entries":
+			v, err := nextValue(d, "memory store 'max_entries'")
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 || strconv.Itoa(n) != v {
+				return d.Errf("invalid max_entries '%s': want a positive integer", v)
+			}
+			m.MaxEntries = n
+		default:
+			return d.Errf("unrecognized memory store subdirective '%s'", d.Val())
+		}
+	}
+	return nil
+}
+
 // Interface guards
 var (
-	_ Store              = (*MemoryStore)(nil)
-	_ caddy.Provisioner  = (*MemoryStore)(nil)
-	_ caddy.Validator    = (*MemoryStore)(nil)
-	_ caddy.CleanerUpper = (*MemoryStore)(nil)
-	_ caddy.Destructor   = (*memoryTable)(nil)
+	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
+	_ store                 = (*MemoryStore)(nil)
+	_ caddy.Provisioner     = (*MemoryStore)(nil)
+	_ caddy.Validator       = (*MemoryStore)(nil)
+	_ caddy.CleanerUpper    = (*MemoryStore)(nil)
+	_ caddy.Destructor      = (*memoryTable)(nil)
 )

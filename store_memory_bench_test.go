@@ -38,7 +38,7 @@ func benchRecord() []byte {
 		"Server":       {"Caddy"},
 	}
 	var hash [32]byte
-	rec := encodeRecord(make([]byte, 0, 256), http.StatusOK, hdr, nil, false, &hash)
+	rec := encodeTestRecord(make([]byte, 0, 256), http.StatusOK, hdr, nil, false, &hash)
 	return append(rec, benchRecordBody...)
 }
 
@@ -81,7 +81,7 @@ func BenchmarkMemoryStorePerKey(b *testing.B) {
 		for i := range benchStoredKeys {
 			key := benchKey(&buf, "fill", i)
 			owner := newOwner()
-			if res, err := store.Claim(ctx, key, owner, 30*time.Second); err != nil || res.State != Claimed {
+			if res, err := store.Claim(ctx, key, owner, 30*time.Second); err != nil || res.State != stateClaimed {
 				b.Fatalf("claim %d: %v, %v", i, res.State, err)
 			}
 			if err := store.Complete(ctx, key, owner, benchRecord(), time.Hour); err != nil {
@@ -190,7 +190,7 @@ func benchClaimLoad(b *testing.B, store *MemoryStore, prefix string, d time.Dura
 				start := time.Now()
 				res, err := store.Claim(ctx, key, owner, 30*time.Second)
 				lats[w] = append(lats[w], time.Since(start))
-				if err != nil || res.State != Claimed {
+				if err != nil || res.State != stateClaimed {
 					b.Errorf("claim %s: %v, %v", key, res.State, err)
 					return
 				}

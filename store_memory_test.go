@@ -40,7 +40,7 @@ func newTestTable(t *testing.T) *memoryTable {
 	return tbl
 }
 
-func mustClaim(t *testing.T, tbl *memoryTable, key, owner string, lease time.Duration, want ClaimState) ClaimResult {
+func mustClaim(t *testing.T, tbl *memoryTable, key, owner string, lease time.Duration, want claimState) claimResult {
 	t.Helper()
 	res := tbl.claim(key, owner, lease)
 	if res.State != want {
@@ -53,77 +53,77 @@ func TestMemoryClaimCompleteReplay(t *testing.T) {
 	useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", 30*time.Second, Claimed)
-	res := mustClaim(t, tbl, "k", "b", 30*time.Second, InFlight)
+	mustClaim(t, tbl, "k", "a", 30*time.Second, stateClaimed)
+	res := mustClaim(t, tbl, "k", "b", 30*time.Second, stateInFlight)
 	if res.LeaseLeft != 30*time.Second {
 		t.Fatalf("LeaseLeft = %v, want 30s", res.LeaseLeft)
 	}
-	if err := tbl.complete("k", "b", []byte("other"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.complete("k", "b", []byte("other"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("complete by a non-owner: %v, want ErrNotOwner", err)
 	}
 	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatalf("complete by the owner: %v", err)
 	}
-	res = mustClaim(t, tbl, "k", "c", 30*time.Second, Completed)
+	res = mustClaim(t, tbl, "k", "c", 30*time.Second, stateCompleted)
 	if string(res.Record) != "rec" {
 		t.Fatalf("record = %q, want %q", res.Record, "rec")
 	}
 	// a completed key is no longer owned by anyone
-	if err := tbl.release("k", "a"); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.release("k", "a"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release of a completed key: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "a", time.Minute); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.renew("k", "a", time.Minute); !errors.Is(err, errNotOwner) {
 		t.Fatalf("renew of a completed key: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.complete("k", "a", []byte("again"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.complete("k", "a", []byte("again"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("second complete: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "c", 30*time.Second, Completed)
+	mustClaim(t, tbl, "k", "c", 30*time.Second, stateCompleted)
 }
 
 func TestMemoryReleaseLetsTheNextClaim(t *testing.T) {
 	useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", time.Minute, Claimed)
-	if err := tbl.release("k", "b"); !errors.Is(err, ErrNotOwner) {
+	mustClaim(t, tbl, "k", "a", time.Minute, stateClaimed)
+	if err := tbl.release("k", "b"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release by a non-owner: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "b", time.Minute, InFlight)
+	mustClaim(t, tbl, "k", "b", time.Minute, stateInFlight)
 	if err := tbl.release("k", "a"); err != nil {
 		t.Fatalf("release by the owner: %v", err)
 	}
-	if err := tbl.release("k", "a"); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.release("k", "a"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("second release: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "b", time.Minute, Claimed)
+	mustClaim(t, tbl, "k", "b", time.Minute, stateClaimed)
 }
 
 func TestMemoryExpiredOwnerCannotTouchTheNewClaim(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "old", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "old", time.Second, stateClaimed)
 	clock.advance(2 * time.Second) // old's lease ran out without renewal
-	mustClaim(t, tbl, "k", "new", 10*time.Second, Claimed)
+	mustClaim(t, tbl, "k", "new", 10*time.Second, stateClaimed)
 
-	if err := tbl.complete("k", "old", []byte("stale"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.complete("k", "old", []byte("stale"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.release("k", "old"); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.release("k", "old"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release by the expired owner: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "old", time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.renew("k", "old", time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("renew by the expired owner: %v, want ErrNotOwner", err)
 	}
-	res := mustClaim(t, tbl, "k", "third", time.Second, InFlight)
+	res := mustClaim(t, tbl, "k", "third", time.Second, stateInFlight)
 	if res.LeaseLeft != 10*time.Second {
 		t.Fatalf("the new owner's lease was changed: LeaseLeft = %v, want 10s", res.LeaseLeft)
 	}
 	if err := tbl.complete("k", "new", []byte("fresh"), time.Hour); err != nil {
 		t.Fatalf("complete by the new owner: %v", err)
 	}
-	if res := mustClaim(t, tbl, "k", "third", time.Second, Completed); string(res.Record) != "fresh" {
+	if res := mustClaim(t, tbl, "k", "third", time.Second, stateCompleted); string(res.Record) != "fresh" {
 		t.Fatalf("record = %q, want %q", res.Record, "fresh")
 	}
 }
@@ -132,22 +132,22 @@ func TestMemoryExpiredLeaseCannotComplete(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "a", time.Second, stateClaimed)
 	clock.advance(time.Second)
-	if err := tbl.complete("k", "a", []byte("late"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.complete("k", "a", []byte("late"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("complete after the lease ran out: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "a", time.Second); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.renew("k", "a", time.Second); !errors.Is(err, errNotOwner) {
 		t.Fatalf("renew after the lease ran out: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
 }
 
 func TestMemoryRenewExtendsTheLease(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", 10*time.Second, Claimed)
+	mustClaim(t, tbl, "k", "a", 10*time.Second, stateClaimed)
 	for range 5 {
 		clock.advance(8 * time.Second)
 		if err := tbl.renew("k", "a", 10*time.Second); err != nil {
@@ -155,30 +155,30 @@ func TestMemoryRenewExtendsTheLease(t *testing.T) {
 		}
 	}
 	clock.advance(8 * time.Second)
-	res := mustClaim(t, tbl, "k", "b", time.Second, InFlight)
+	res := mustClaim(t, tbl, "k", "b", time.Second, stateInFlight)
 	if res.LeaseLeft != 2*time.Second {
 		t.Fatalf("LeaseLeft = %v, want 2s", res.LeaseLeft)
 	}
-	if err := tbl.renew("k", "b", time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := tbl.renew("k", "b", time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("renew by a non-owner: %v, want ErrNotOwner", err)
 	}
 	clock.advance(2 * time.Second)
-	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
 }
 
 func TestMemoryTTLExpiry(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "a", time.Second, stateClaimed)
 	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	// the TTL counts from completion, not from the claim, and outlives the lease
 	clock.advance(time.Hour - time.Nanosecond)
-	mustClaim(t, tbl, "k", "b", time.Second, Completed)
+	mustClaim(t, tbl, "k", "b", time.Second, stateCompleted)
 	clock.advance(time.Nanosecond)
-	mustClaim(t, tbl, "k", "b", time.Second, Claimed)
+	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
 }
 
 func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
@@ -188,12 +188,12 @@ func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
 	// a record with room to spare, as the handler's recorder hands over,
 	// is copied: the caller's buffer is not kept
 	buf := append(make([]byte, 0, 256), "rec"...)
-	mustClaim(t, tbl, "short", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "short", "a", time.Minute, stateClaimed)
 	if err := tbl.complete("short", "a", buf, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "XXX")
-	if res := mustClaim(t, tbl, "short", "b", time.Minute, Completed); string(res.Record) != "rec" {
+	if res := mustClaim(t, tbl, "short", "b", time.Minute, stateCompleted); string(res.Record) != "rec" {
 		t.Fatalf("record = %q, want %q", res.Record, "rec")
 	}
 
@@ -202,11 +202,11 @@ func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
 	for i := range long {
 		long[i] = byte(i)
 	}
-	mustClaim(t, tbl, "long", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "long", "a", time.Minute, stateClaimed)
 	if err := tbl.complete("long", "a", long, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	res := mustClaim(t, tbl, "long", "b", time.Minute, Completed)
+	res := mustClaim(t, tbl, "long", "b", time.Minute, stateCompleted)
 	if string(res.Record) != string(long) {
 		t.Fatalf("long record read back differs (%d bytes, want %d)", len(res.Record), len(long))
 	}
@@ -218,20 +218,20 @@ func TestMemoryEmptyRecordIsCompleted(t *testing.T) {
 
 	for _, rec := range [][]byte{{}, nil} {
 		key := fmt.Sprintf("empty-%v", rec == nil)
-		mustClaim(t, tbl, key, "a", time.Minute, Claimed)
+		mustClaim(t, tbl, key, "a", time.Minute, stateClaimed)
 		if err := tbl.complete(key, "a", rec, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		res := mustClaim(t, tbl, key, "b", time.Minute, Completed)
+		res := mustClaim(t, tbl, key, "b", time.Minute, stateCompleted)
 		if res.Record == nil || len(res.Record) != 0 {
 			t.Fatalf("%s: record = %#v, want empty and not nil", key, res.Record)
 		}
 		// completed: nobody owns it any more
 		for _, owner := range []string{"a", ""} {
-			if err := tbl.renew(key, owner, time.Minute); !errors.Is(err, ErrNotOwner) {
+			if err := tbl.renew(key, owner, time.Minute); !errors.Is(err, errNotOwner) {
 				t.Fatalf("%s: renew by %q: %v, want ErrNotOwner", key, owner, err)
 			}
-			if err := tbl.release(key, owner); !errors.Is(err, ErrNotOwner) {
+			if err := tbl.release(key, owner); !errors.Is(err, errNotOwner) {
 				t.Fatalf("%s: release by %q: %v, want ErrNotOwner", key, owner, err)
 			}
 		}
@@ -254,10 +254,10 @@ func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "completed", "a", time.Minute, Claimed)
-	mustClaim(t, tbl, "released", "a", time.Minute, Claimed)
-	mustClaim(t, tbl, "expired", "a", time.Minute, Claimed)
-	mustClaim(t, tbl, "reclaimed", "a", time.Minute, Claimed)
+	mustClaim(t, tbl, "completed", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "released", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "expired", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "reclaimed", "a", time.Minute, stateClaimed)
 	if n := ownersLen(tbl); n != 4 {
 		t.Fatalf("%d owners, want 4", n)
 	}
@@ -271,8 +271,8 @@ func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
 		t.Fatalf("%d owners after complete and release, want 2", n)
 	}
 	clock.advance(time.Minute)
-	mustClaim(t, tbl, "reclaimed", "b", time.Minute, Claimed)
-	if err := tbl.complete("reclaimed", "a", []byte("stale"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	mustClaim(t, tbl, "reclaimed", "b", time.Minute, stateClaimed)
+	if err := tbl.complete("reclaimed", "a", []byte("stale"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
 	}
 	for i := range tbl.shards {
@@ -300,11 +300,11 @@ func TestMemorySweepLetsClaimsInBetweenBatches(t *testing.T) {
 	keys := sameShardKeys(tbl, "sweep-", 3*n)
 	expired, live, added := keys[:n], keys[n:2*n], keys[2*n:]
 	for _, k := range expired {
-		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 	}
 	clock.advance(time.Minute)
 	for _, k := range live {
-		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 		if err := tbl.complete(k, "a", []byte("rec"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +314,7 @@ func TestMemorySweepLetsClaimsInBetweenBatches(t *testing.T) {
 	go func() {
 		defer close(done)
 		for _, k := range added {
-			if res := tbl.claim(k, "b", time.Minute); res.State != Claimed {
+			if res := tbl.claim(k, "b", time.Minute); res.State != stateClaimed {
 				t.Errorf("claim(%q) during the sweep = %v, want claimed", k, res.State)
 			}
 		}
@@ -365,22 +365,22 @@ func TestMemoryBoundedEvictsCompletedClosestToExpiry(t *testing.T) {
 	tbl.setMaxEntries(2 * memoryShards) // two keys per shard
 
 	keys := sameShardKeys(tbl, "bounded-", 3)
-	mustClaim(t, tbl, keys[0], "a", time.Minute, Claimed)
+	mustClaim(t, tbl, keys[0], "a", time.Minute, stateClaimed)
 	if err := tbl.complete(keys[0], "a", []byte("r0"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, tbl, keys[1], "a", time.Minute, Claimed)
+	mustClaim(t, tbl, keys[1], "a", time.Minute, stateClaimed)
 	if err := tbl.complete(keys[1], "a", []byte("r1"), 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, tbl, keys[2], "a", time.Minute, Claimed)
+	mustClaim(t, tbl, keys[2], "a", time.Minute, stateClaimed)
 
 	if n := shardLen(tbl, keys[0]); n != 2 {
 		t.Fatalf("shard holds %d keys, want 2", n)
 	}
-	mustClaim(t, tbl, keys[1], "b", time.Minute, Completed) // kept
-	mustClaim(t, tbl, keys[2], "b", time.Minute, InFlight)
-	mustClaim(t, tbl, keys[0], "b", time.Minute, Claimed) // evicted: closest to expiry
+	mustClaim(t, tbl, keys[1], "b", time.Minute, stateCompleted) // kept
+	mustClaim(t, tbl, keys[2], "b", time.Minute, stateInFlight)
+	mustClaim(t, tbl, keys[0], "b", time.Minute, stateClaimed) // evicted: closest to expiry
 }
 
 func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
@@ -390,11 +390,11 @@ func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
 
 	keys := sameShardKeys(tbl, "inflight-", 3)
 	for _, k := range keys {
-		mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 	}
 	// a full shard of in-flight keys grows rather than drop a claim
 	for _, k := range keys {
-		mustClaim(t, tbl, k, "b", time.Minute, InFlight)
+		mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
 	}
 }
 
@@ -409,19 +409,19 @@ func TestMemoryBoundedFindsCompletedAmongManyInFlight(t *testing.T) {
 		tbl.setMaxEntries(perShard * memoryShards)
 		keys := sameShardKeys(tbl, fmt.Sprintf("many-%d-", round), perShard+1)
 		for _, k := range keys[:perShard-1] {
-			mustClaim(t, tbl, k, "a", time.Minute, Claimed)
+			mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 		}
 		done := keys[perShard-1]
-		mustClaim(t, tbl, done, "a", time.Minute, Claimed)
+		mustClaim(t, tbl, done, "a", time.Minute, stateClaimed)
 		if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		mustClaim(t, tbl, keys[perShard], "a", time.Minute, Claimed)
+		mustClaim(t, tbl, keys[perShard], "a", time.Minute, stateClaimed)
 		if n := shardLen(tbl, done); n != perShard {
 			t.Fatalf("round %d: shard holds %d keys, want %d (the completed key evicted)", round, n, perShard)
 		}
 		for _, k := range keys[:perShard-1] {
-			mustClaim(t, tbl, k, "b", time.Minute, InFlight)
+			mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
 		}
 	}
 }
@@ -432,14 +432,14 @@ func TestMemoryBoundedDropsExpiredFirst(t *testing.T) {
 	tbl.setMaxEntries(2 * memoryShards)
 
 	keys := sameShardKeys(tbl, "expired-", 3)
-	mustClaim(t, tbl, keys[0], "a", time.Second, Claimed) // will die
-	mustClaim(t, tbl, keys[1], "a", time.Minute, Claimed)
+	mustClaim(t, tbl, keys[0], "a", time.Second, stateClaimed) // will die
+	mustClaim(t, tbl, keys[1], "a", time.Minute, stateClaimed)
 	if err := tbl.complete(keys[1], "a", []byte("r1"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(2 * time.Second)
-	mustClaim(t, tbl, keys[2], "a", time.Minute, Claimed)
-	mustClaim(t, tbl, keys[1], "b", time.Minute, Completed)
+	mustClaim(t, tbl, keys[2], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, keys[1], "b", time.Minute, stateCompleted)
 	if n := shardLen(tbl, keys[0]); n != 2 {
 		t.Fatalf("shard holds %d keys, want 2", n)
 	}
@@ -469,14 +469,14 @@ func TestMemoryJanitorSweepsAndStops(t *testing.T) {
 	tbl := newMemoryTable(zap.NewNop())
 	for i := range 200 {
 		k := fmt.Sprintf("sweep-%d", i)
-		mustClaim(t, tbl, k, "a", time.Second, Claimed)
+		mustClaim(t, tbl, k, "a", time.Second, stateClaimed)
 		if i%2 == 0 {
 			if err := tbl.complete(k, "a", []byte("r"), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	mustClaim(t, tbl, "sweep-live", "a", time.Hour, Claimed)
+	mustClaim(t, tbl, "sweep-live", "a", time.Hour, stateClaimed)
 	if n := tbl.len(); n != 201 {
 		t.Fatalf("len = %d, want 201", n)
 	}
@@ -489,7 +489,7 @@ func TestMemoryJanitorSweepsAndStops(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	mustClaim(t, tbl, "sweep-live", "b", time.Hour, InFlight)
+	mustClaim(t, tbl, "sweep-live", "b", time.Hour, stateInFlight)
 
 	if err := tbl.Destruct(); err != nil {
 		t.Fatal(err)
@@ -528,7 +528,7 @@ func provisionMemoryStore(t *testing.T, ctx caddy.Context) *MemoryStore {
 }
 
 func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	defer cancel()
 	before := runtime.NumGoroutine()
 
@@ -538,13 +538,13 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 		t.Fatal("two memory stores got different tables")
 	}
 	bg := context.Background()
-	if res, err := a.Claim(bg, "shared", "a", time.Minute); err != nil || res.State != Claimed {
+	if res, err := a.Claim(bg, "shared", "a", time.Minute); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim through a: %v, %v", res.State, err)
 	}
 	if err := a.Complete(bg, "shared", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := b.Claim(bg, "shared", "b", time.Minute); res.State != Completed || string(res.Record) != "rec" {
+	if res, _ := b.Claim(bg, "shared", "b", time.Minute); res.State != stateCompleted || string(res.Record) != "rec" {
 		t.Fatalf("claim through b: %v %q, want the record written through a", res.State, res.Record)
 	}
 
@@ -557,7 +557,7 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 	if c.table != b.table {
 		t.Fatal("a store provisioned while another is alive got a new table")
 	}
-	if res, _ := c.Claim(bg, "shared", "c", time.Minute); res.State != Completed {
+	if res, _ := c.Claim(bg, "shared", "c", time.Minute); res.State != stateCompleted {
 		t.Fatalf("after cleaning up one store: %v, want the record kept", res.State)
 	}
 	tbl := c.table
@@ -580,13 +580,13 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 	if d.table == tbl {
 		t.Fatal("a destroyed table was handed out again")
 	}
-	if res, _ := d.Claim(bg, "shared", "d", time.Minute); res.State != Claimed {
+	if res, _ := d.Claim(bg, "shared", "d", time.Minute); res.State != stateClaimed {
 		t.Fatalf("fresh table: %v, want Claimed", res.State)
 	}
 }
 
 func TestMemoryCleanupTwiceIsSafe(t *testing.T) {
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	defer cancel()
 	keep := provisionMemoryStore(t, ctx)
 	defer keep.Cleanup()
@@ -598,7 +598,7 @@ func TestMemoryCleanupTwiceIsSafe(t *testing.T) {
 	if err := m.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := keep.Claim(context.Background(), "twice", "a", time.Minute); res.State != Claimed {
+	if res, _ := keep.Claim(context.Background(), "twice", "a", time.Minute); res.State != stateClaimed {
 		t.Fatalf("claim: %v", res.State)
 	}
 }
@@ -623,7 +623,7 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 			owner := fmt.Sprintf("owner-%d", g)
 			res := tbl.claim(key, owner, time.Minute)
 			switch res.State {
-			case Claimed:
+			case stateClaimed:
 				claimed[k].Add(1)
 				// half the winners complete, the other half keep the claim
 				if k%2 == 0 {
@@ -634,15 +634,15 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 						t.Errorf("complete %s: %v", key, err)
 					}
 				}
-			case InFlight:
-			case Completed:
+			case stateInFlight:
+			case stateCompleted:
 				if string(res.Record) != key {
 					t.Errorf("record of %s = %q", key, res.Record)
 				}
 			}
 			// a loser can never touch the winner's claim
-			if res.State != Claimed {
-				if err := tbl.release(key, owner); !errors.Is(err, ErrNotOwner) {
+			if res.State != stateClaimed {
+				if err := tbl.release(key, owner); !errors.Is(err, errNotOwner) {
 					t.Errorf("release by a loser of %s: %v", key, err)
 				}
 			}
@@ -662,12 +662,12 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 // request it is serving still has to complete its key, and the new
 // configuration must then replay that answer.
 func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	defer cancel()
 	bg := context.Background()
 
 	old := provisionMemoryStore(t, ctx)
-	if res, err := old.Claim(bg, "inflight-reload", "first", time.Minute); err != nil || res.State != Claimed {
+	if res, err := old.Claim(bg, "inflight-reload", "first", time.Minute); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	// the reload: the new store is provisioned, then the old one cleaned up
@@ -680,7 +680,19 @@ func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
 	if err := old.Complete(bg, "inflight-reload", "first", []byte("answer"), time.Hour); err != nil {
 		t.Fatalf("completing through a cleaned-up store: %v", err)
 	}
-	if res, _ := next.Claim(bg, "inflight-reload", "dup", time.Minute); res.State != Completed || string(res.Record) != "answer" {
+	if res, _ := next.Claim(bg, "inflight-reload", "dup", time.Minute); res.State != stateCompleted || string(res.Record) != "answer" {
 		t.Fatalf("duplicate after the reload: %v %q, want the recorded answer", res.State, res.Record)
 	}
+}
+
+// len returns the number of keys held, expired ones included until swept.
+func (t *memoryTable) len() int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
 }

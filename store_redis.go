@@ -2,22 +2,16 @@ package webhookidempotency
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 )
 
@@ -105,31 +99,6 @@ const (
 	redisPingTimeoutMax = 2 * time.Second
 )
 
-// redisPool shares clients across config reloads, keyed by every
-// connection setting.
-var redisPool = caddy.NewUsagePool()
-
-// redisConn is the resolved connection settings: the pool key is built
-// from all of them.
-type redisConn struct {
-	addrs      []string
-	username   string
-	password   string
-	db         int
-	masterName string
-	tls        bool
-	poolSize   int
-	timeout    time.Duration
-}
-
-// key identifies a client; it holds a hash of the password, not the
-// password.
-func (c *redisConn) key() string {
-	pw := sha256.Sum256([]byte(c.password))
-	return fmt.Sprintf("redis|addrs=%q|db=%d|user=%q|password=%s|tls=%t|master=%q|pool=%d|timeout=%s",
-		c.addrs, c.db, c.username, hex.EncodeToString(pw[:]), c.tls, c.masterName, c.poolSize, c.timeout)
-}
-
 // Provision resolves placeholders, sets defaults and attaches the store to
 // a shared client. A Redis that does not answer is logged, not fatal: the
 // handler's `fail` policy applies until it is back.
@@ -171,56 +140,6 @@ func (s *RedisStore) provision(logger *zap.Logger) error {
 	return nil
 }
 
-// resolve resolves placeholders and merges the URL with the fields.
-func (s *RedisStore) resolve() (*redisConn, error) {
-	repl := caddy.NewReplacer()
-	conn := &redisConn{
-		username:   repl.ReplaceKnown(s.Username, ""),
-		password:   repl.ReplaceKnown(s.Password, ""),
-		db:         s.DB,
-		masterName: repl.ReplaceKnown(s.MasterName, ""),
-		tls:        s.TLS,
-		poolSize:   s.PoolSize,
-		timeout:    s.timeout,
-	}
-	if s.URL != "" {
-		u := repl.ReplaceKnown(s.URL, "")
-		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
-			return nil, errors.New("redis store: url must start with redis:// or rediss://")
-		}
-		if strings.ContainsRune(u, '?') {
-			return nil, errors.New("redis store: url query parameters are not supported: use the store's subdirectives")
-		}
-		opts, err := redis.ParseURL(u)
-		if err != nil {
-			// the error may quote the URL, which may hold a password
-			return nil, errors.New("redis store: invalid url: want redis[s]://[user[:password]@]host[:port][/db] without query parameters")
-		}
-		conn.addrs = append(conn.addrs, opts.Addr)
-		if conn.username == "" {
-			conn.username = opts.Username
-		}
-		if conn.password == "" {
-			conn.password = opts.Password
-		}
-		if conn.db == 0 {
-			conn.db = opts.DB
-		}
-		conn.tls = conn.tls || opts.TLSConfig != nil
-	}
-	for _, a := range s.Addresses {
-		a = repl.ReplaceKnown(a, "")
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("redis store: invalid address %q: want host:port", a)
-		}
-		conn.addrs = append(conn.addrs, a)
-	}
-	if len(conn.addrs) == 0 {
-		conn.addrs = []string{defaultRedisAddress}
-	}
-	return conn, nil
-}
-
 // Validate checks the configuration.
 func (s *RedisStore) Validate() error {
 	if s.DB < 0 {
@@ -257,148 +176,61 @@ func (s *RedisStore) Cleanup() error {
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
-// Values stored under a key.
-//
-// A completed key holds the encoded record (encodeRecord), whose first byte
-// is the record version, 1. An in-flight key holds the two bytes 0x00 0x01
-// (in-flight marker, version 1) followed by the owner token. Anything else
-// is corrupt or foreign: it is logged and overwritten by the next claim.
-//
-// The scripts take the key as KEYS[1] and durations in milliseconds.
-
-var (
-	// ARGV: owner, lease.
-	// Returns -1 when claimed, -2 when claimed over a corrupt value, the
-	// PTTL (>= 0) of an in-flight key, or the record of a completed key.
-	redisClaimScript = redis.NewScript(luaKeyState + `
-local r, foreign = keyState(KEYS[1], ARGV[1], ARGV[2])
-if r then
-	return r
-end
-redis.call('SET', KEYS[1], '\0\1' .. ARGV[1], 'PX', ARGV[2])
-if foreign then
-	return -2
-end
-return -1
-`)
-
-	// ARGV: owner, lease, the corrupt value seen.
-	// Claims a key whose value Lua could not tell from a record but Go
-	// could not decode, if it still holds that value. Returns 1 when
-	// claimed, 0 otherwise.
-	redisReclaimScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) == ARGV[3] then
-	redis.call('SET', KEYS[1], '\0\1' .. ARGV[1], 'PX', ARGV[2])
-	return 1
-end
-return 0
-`)
-
-	// ARGV: owner, record, ttl. Returns 1 when completed (or already
-	// completed with this record, a retried call), 0 when not the owner.
-	redisCompleteScript = redis.NewScript(`
-local v = redis.pcall('GET', KEYS[1])
-if v == '\0\1' .. ARGV[1] then
-	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-	return 1
-end
-if v == ARGV[2] then
-	return 1
-end
-return 0
-`)
-
-	// ARGV: owner. Returns 1 when released, 0 when not the owner.
-	redisReleaseScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) == '\0\1' .. ARGV[1] then
-	redis.call('DEL', KEYS[1])
-	return 1
-end
-return 0
-`)
-
-	// ARGV: owner, lease. Returns 1 when renewed, 0 when not the owner.
-	redisRenewScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) == '\0\1' .. ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	return 1
-end
-return 0
-`)
-)
-
-// luaKeyState is the Lua every claim starts with: keyState(key, owner,
-// lease) returns the record of a completed key, the PTTL of a key in flight
-// for another owner, or -1 for a key in flight for this owner (its lease
-// renewed); else nil, and true when the key held a corrupt or foreign value.
-const luaKeyState = `
-local function keyState(key, owner, lease)
-	local v = redis.pcall('GET', key)
-	if type(v) == 'table' then
-		v = '' -- a key of another type: foreign
-	end
-	if not v then
-		return nil, false
-	end
-	local b = string.byte(v, 1)
-	if b == 1 and string.len(v) > 36 then
-		return v
-	end
-	if b == 0 and string.byte(v, 2) == 1 then
-		if string.sub(v, 3) == owner then
-			redis.call('PEXPIRE', key, lease)
-			return -1
-		end
-		local t = redis.call('PTTL', key)
-		if t >= 0 then
-			return t
-		end
-	end
-	return nil, true
-end
-`
-
-// errRedisBreakerOpen is returned while the breaker is open.
-var errRedisBreakerOpen = errors.New("redis store unreachable (circuit breaker open)")
-
-// Claim implements Store in one round trip.
-func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (ClaimResult, error) {
+// Claim implements store in one round trip.
+func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
 	leaseMs := redisMillis(lease)
-	v, err := s.run(ctx, "claim", redisClaimScript, key, owner, leaseMs)
+	v, err := s.run(ctx, "claim", redisClaimScript, []string{key}, owner, leaseMs)
 	if err != nil {
-		return ClaimResult{}, err
+		return claimResult{}, err
 	}
+	if v == int64(-1) || v == int64(-2) {
+		if v == int64(-2) {
+			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.String("key", key))
+		}
+		s.client.claims.Add(1)
+		return claimResult{State: stateClaimed}, nil
+	}
+	res, ok := keyStateResult(v)
+	if !ok {
+		if rec, isString := v.(string); isString {
+			return s.reclaim(ctx, key, owner, leaseMs, rec)
+		}
+		return claimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
+	}
+	return res, nil
+}
+
+// keyStateResult reads the reply of luaKeyState for a key this caller did
+// not claim: a decodable record, or the PTTL of a key in flight.
+func keyStateResult(v any) (claimResult, bool) {
 	switch v := v.(type) {
 	case int64:
-		switch {
-		case v == -1:
-			s.client.claims.Add(1)
-			return ClaimResult{State: Claimed}, nil
-		case v == -2:
-			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.String("key", key))
-			s.client.claims.Add(1)
-			return ClaimResult{State: Claimed}, nil
-		case v >= 0:
-			return ClaimResult{State: InFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, nil
+		if v >= 0 {
+			return claimResult{State: stateInFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, true
 		}
 	case string:
 		rec := []byte(v)
 		if _, err := decodeRecord(rec); err == nil {
-			return ClaimResult{State: Completed, Record: rec}, nil
+			return claimResult{State: stateCompleted, Record: rec}, true
 		}
-		s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.String("key", key))
-		ok, err := s.run(ctx, "claim", redisReclaimScript, key, owner, leaseMs, v)
-		if err != nil {
-			return ClaimResult{}, err
-		}
-		if ok == int64(1) {
-			s.client.claims.Add(1)
-			return ClaimResult{State: Claimed}, nil
-		}
-		// someone else changed the key meanwhile: it is theirs
-		return ClaimResult{State: InFlight}, nil
 	}
-	return ClaimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
+	return claimResult{}, false
+}
+
+// reclaim claims a key whose value looked like a record to Lua but does
+// not decode, unless someone changed it meanwhile.
+func (s *RedisStore) reclaim(ctx context.Context, key, owner, leaseMs, seen string) (claimResult, error) {
+	s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.String("key", key))
+	ok, err := s.run(ctx, "claim", redisReclaimScript, []string{key}, owner, leaseMs, seen)
+	if err != nil {
+		return claimResult{}, err
+	}
+	if ok == int64(1) {
+		s.client.claims.Add(1)
+		return claimResult{State: stateClaimed}, nil
+	}
+	// someone else changed the key meanwhile: it is theirs
+	return claimResult{State: stateInFlight}, nil
 }
 
 // Complete implements Store.
@@ -420,24 +252,20 @@ func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Du
 
 // ownerOp runs an owner-checked script that answers 1 or 0.
 func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	v, err := s.run(ctx, op, script, key, args...)
+	v, err := s.run(ctx, op, script, []string{key}, args...)
 	if err != nil {
 		return err
 	}
 	if v == int64(1) {
 		return nil
 	}
-	return ErrNotOwner
+	return errNotOwner
 }
 
-// run runs a script on key within the store's timeout, through the
-// breaker. EVALSHA falls back to EVAL when Redis does not know the script.
-func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, key string, args ...any) (any, error) {
-	return s.runKeys(ctx, op, script, []string{key}, args...)
-}
-
-// runKeys is run with several keys.
-func (s *RedisStore) runKeys(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+// run runs a script within the store's timeout, through the breaker and
+// the batcher. EVALSHA falls back to EVAL when Redis does not know the
+// script.
+func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := s.client
 	if c == nil {
 		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
@@ -459,118 +287,57 @@ func (s *RedisStore) runKeys(ctx context.Context, op string, script *redis.Scrip
 	return v, nil
 }
 
+// The inbox's seam: what inbox mode needs of the store, and nothing more.
+
+// acquireClient returns the store's shared client with a reference of the
+// caller's own, which release gives back: the store may be cleaned up
+// before the caller is done with the client.
+func (s *RedisStore) acquireClient() (c *redisClient, release func(), err error) {
+	val, _, err := redisPool.LoadOrNew(s.poolKey, func() (caddy.Destructor, error) {
+		return nil, errors.New("redis client gone")
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return val.(*redisClient), func() { _, _ = redisPool.Delete(s.poolKey) }, nil
+}
+
+// streamKeys returns the Redis keys of a source's inbox: the stream of
+// events, the set of scheduled retries and the dead-letter stream. They
+// share one hash tag, so Redis Cluster keeps them on one slot.
+func (s *RedisStore) streamKeys(source string) (stream, retry, dead string) {
+	tag := "{" + s.Prefix + ":" + source + "}"
+	return tag + ":inbox", tag + ":retry", tag + ":dead"
+}
+
+// callTimeout is the bound of one call.
+func (s *RedisStore) callTimeout() time.Duration { return s.timeout }
+
+// claimAndAppend completes an absent key with record, kept for ttl, and
+// appends the event's fields and values to stream, in one round trip; or
+// reports the key's state, as Claim does. It returns the appended event's
+// id. key and stream must be on one node (not Redis Cluster).
+func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, record []byte, ttl time.Duration, event []any) (claimResult, string, error) {
+	args := make([]any, 0, 2+len(event))
+	args = append(args, record, redisMillis(ttl))
+	args = append(args, event...)
+	v, err := s.run(ctx, "claim", redisClaimAppendScript, []string{key, stream}, args...)
+	if err != nil {
+		return claimResult{}, "", err
+	}
+	if reply, ok := v.([]any); ok && len(reply) == 1 {
+		id, _ := reply[0].(string)
+		return claimResult{State: stateClaimed}, id, nil
+	}
+	if res, ok := keyStateResult(v); ok {
+		return res, "", nil
+	}
+	return claimResult{}, "", fmt.Errorf("redis store: accept: unexpected reply %T", v)
+}
+
 // redisMillis converts a duration to whole milliseconds, at least 1.
 func redisMillis(d time.Duration) string {
 	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
-}
-
-// redisClient is a go-redis client shared across config reloads, with the
-// breaker that guards it.
-type redisClient struct {
-	client  redis.UniversalClient
-	batch   *redisBatcher // the request path's script calls go through it
-	breaker *breaker
-	logger  *zap.Logger
-
-	// claims counts the keys claimed through this client and not yet
-	// completed or released, so a client whose last configuration was
-	// cleaned up stays open for the requests that configuration is still
-	// finishing.
-	claims    atomic.Int64
-	closing   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	mu        sync.Mutex
-	drain     *time.Timer // guarded by mu
-}
-
-// redisDrainMax bounds how long a client outlives its last configuration
-// while claims taken through it are outstanding.
-const redisDrainMax = 2 * time.Minute
-
-func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
-	opts := &redis.UniversalOptions{
-		Addrs:                 conn.addrs,
-		ClientName:            redisClientName,
-		DB:                    conn.db,
-		Username:              conn.username,
-		Password:              conn.password,
-		MasterName:            conn.masterName,
-		PoolSize:              conn.poolSize,
-		DialTimeout:           conn.timeout,
-		ReadTimeout:           conn.timeout,
-		WriteTimeout:          conn.timeout,
-		PoolTimeout:           conn.timeout,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            1,
-		// RESP2: the store needs no push notifications, and reading
-		// replies then skips looking for them
-		Protocol:      2,
-		DialerRetries: 1,
-		// no CLIENT MAINT_NOTIFICATIONS handshake: plain Redis rejects it
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	}
-	if conn.tls {
-		// the server name comes from each node's address
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	c := &redisClient{client: redis.NewUniversalClient(opts), logger: logger}
-	// the requests' script calls go out in shared pipelines
-	c.batch = newRedisBatcher(c.client, conn.timeout)
-	c.breaker = newBreaker(func(ctx context.Context) error {
-		return c.client.Ping(ctx).Err()
-	}, conn.timeout, logger)
-	return c
-}
-
-// checkReachable pings Redis once; a failure is logged and opens the
-// breaker, so requests do not wait for a Redis that is down.
-func (c *redisClient) checkReachable(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.client.Ping(ctx).Err(); err != nil {
-		c.logger.Warn("redis store unreachable at provision time; requests follow the handler's fail policy until it answers",
-			zap.Error(err))
-		c.breaker.open()
-	}
-}
-
-// Destruct stops the breaker's probe when the last configuration using the
-// client is cleaned up, and closes the client at once, or when the claims
-// still outstanding are completed or released (at most redisDrainMax later).
-func (c *redisClient) Destruct() error {
-	c.breaker.close()
-	c.closing.Store(true)
-	if c.claims.Load() <= 0 {
-		c.close()
-		return c.closeErr
-	}
-	c.mu.Lock()
-	c.drain = time.AfterFunc(redisDrainMax, c.close)
-	c.mu.Unlock()
-	if c.claims.Load() <= 0 { // the last claim ended meanwhile
-		c.close()
-	}
-	return nil
-}
-
-// claimDone records the end of a claim: completed or released.
-func (c *redisClient) claimDone() {
-	if c.claims.Add(-1) <= 0 && c.closing.Load() {
-		c.close()
-	}
-}
-
-func (c *redisClient) close() {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		if c.drain != nil {
-			c.drain.Stop()
-		}
-		c.mu.Unlock()
-		c.batch.close()
-		c.closeErr = c.client.Close()
-	})
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
@@ -588,51 +355,56 @@ func (c *redisClient) close() {
 //	}
 func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "redis"
-	if d.NextArg() {
-		u := d.Val()
-		if !strings.Contains(u, "{") && !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+	if args := d.RemainingArgs(); len(args) > 0 {
+		u, err := oneValue(d, "store redis", args)
+		if err != nil {
+			return err
+		}
+		if !hasPlaceholder(u) && !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
 			return d.Errf("invalid redis url '%s': want redis:// or rediss://", redisRedactURL(u))
 		}
 		s.URL = u
-		if d.NextArg() {
-			return d.ArgErr()
-		}
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch d.Val() {
+		name := d.Val()
+		what := "redis store '" + name + "'"
+		args := d.RemainingArgs()
+		switch name {
 		case "address":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
+			if err := someValues(d, what, args); err != nil {
+				return err
 			}
 			for _, a := range args {
-				if _, _, err := net.SplitHostPort(a); err != nil && !strings.Contains(a, "{") {
+				if _, _, err := net.SplitHostPort(a); err != nil && !hasPlaceholder(a) {
 					return d.Errf("invalid redis address '%s': want host:port", a)
 				}
 			}
 			s.Addresses = append(s.Addresses, args...)
+			continue
+		case "tls":
+			if len(args) > 0 {
+				return d.Errf("%s takes no value, got %d", what, len(args))
+			}
+			s.TLS = true
+			continue
+		case "username", "password", "master_name", "key_prefix", "db", "pool_size", "timeout":
+		default:
+			return d.Errf("unrecognized redis store subdirective '%s'", name)
+		}
+		v, err := oneValue(d, what, args)
+		if err != nil {
+			return err
+		}
+		switch name {
 		case "username":
-			if err := redisOneArg(d, &s.Username); err != nil {
-				return err
-			}
+			s.Username = v
 		case "password":
-			if err := redisOneArg(d, &s.Password); err != nil {
-				return err
-			}
+			s.Password = v
 		case "master_name":
-			if err := redisOneArg(d, &s.MasterName); err != nil {
-				return err
-			}
+			s.MasterName = v
 		case "key_prefix":
-			if err := redisOneArg(d, &s.Prefix); err != nil {
-				return err
-			}
+			s.Prefix = v
 		case "db", "pool_size":
-			name := d.Val()
-			var v string
-			if err := redisOneArg(d, &v); err != nil {
-				return err
-			}
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || (name == "pool_size" && n == 0) {
 				return d.Errf("invalid %s '%s': want a non-negative integer", name, v)
@@ -642,36 +414,13 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				s.PoolSize = n
 			}
-		case "tls":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			s.TLS = true
 		case "timeout":
-			var v string
-			if err := redisOneArg(d, &v); err != nil {
-				return err
-			}
 			dur, err := parsePositiveDuration(v)
 			if err != nil {
 				return d.Errf("invalid timeout '%s': %v", v, err)
 			}
 			s.Timeout = dur
-		default:
-			return d.Errf("unrecognized redis store subdirective '%s'", d.Val())
 		}
-	}
-	return nil
-}
-
-// redisOneArg reads exactly one argument into dst.
-func redisOneArg(d *caddyfile.Dispenser, dst *string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	*dst = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
 	}
 	return nil
 }
@@ -686,10 +435,9 @@ func redisRedactURL(u string) string {
 
 // Interface guards
 var (
-	_ Store                 = (*RedisStore)(nil)
+	_ store                 = (*RedisStore)(nil)
 	_ caddy.Provisioner     = (*RedisStore)(nil)
 	_ caddy.Validator       = (*RedisStore)(nil)
 	_ caddy.CleanerUpper    = (*RedisStore)(nil)
 	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
-	_ caddy.Destructor      = (*redisClient)(nil)
 )

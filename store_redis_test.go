@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -25,7 +24,7 @@ func provisionRedisStore(t *testing.T, cfg string) *RedisStore {
 	if err := json.Unmarshal([]byte(cfg), s); err != nil {
 		t.Fatalf("decoding %s: %v", cfg, err)
 	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := newTestContext(t)
 	t.Cleanup(cancel)
 	if err := s.Provision(ctx); err != nil {
 		t.Fatalf("provisioning redis store: %v", err)
@@ -44,7 +43,7 @@ func provisionRedisStore(t *testing.T, cfg string) *RedisStore {
 // testRecord is an encoded record for status 201 with a small body.
 func testRecord(body string) []byte {
 	var hash [32]byte
-	return encodeRecord(nil, http.StatusCreated, http.Header{"Content-Type": {"text/plain"}}, []byte(body), false, &hash)
+	return encodeTestRecord(nil, http.StatusCreated, http.Header{"Content-Type": {"text/plain"}}, []byte(body), false, &hash)
 }
 
 func TestRedisStoreClaimCompleteReplay(t *testing.T) {
@@ -55,7 +54,7 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	key := "idem:test:evt_1"
 
 	res, err := s.Claim(ctx, key, "owner-a", 30*time.Second)
-	if err != nil || res.State != Claimed {
+	if err != nil || res.State != stateClaimed {
 		t.Fatalf("first claim: %v, %v", res.State, err)
 	}
 	// the in-flight value: marker 0x00 0x01 and the owner, with the lease
@@ -67,13 +66,13 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	}
 
 	res, err = s.Claim(ctx, key, "owner-b", 30*time.Second)
-	if err != nil || res.State != InFlight {
+	if err != nil || res.State != stateInFlight {
 		t.Fatalf("duplicate claim: %v, %v", res.State, err)
 	}
 	if res.LeaseLeft <= 29*time.Second || res.LeaseLeft > 30*time.Second {
 		t.Fatalf("lease left %v, want about 30s", res.LeaseLeft)
 	}
-	if err := s.Complete(ctx, key, "owner-b", testRecord("no"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := s.Complete(ctx, key, "owner-b", testRecord("no"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("completion by a non-owner: %v, want ErrNotOwner", err)
 	}
 
@@ -93,14 +92,14 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	}
 
 	res, err = s.Claim(ctx, key, "owner-c", 30*time.Second)
-	if err != nil || res.State != Completed {
+	if err != nil || res.State != stateCompleted {
 		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
 	}
 	got, err := decodeRecord(res.Record)
 	if err != nil || got.status != http.StatusCreated || string(got.body) != "hello" {
 		t.Fatalf("replayed record: %+v, %v", got, err)
 	}
-	if err := s.Release(ctx, key, "owner-a"); !errors.Is(err, ErrNotOwner) {
+	if err := s.Release(ctx, key, "owner-a"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release of a completed key: %v, want ErrNotOwner", err)
 	}
 }
@@ -112,7 +111,7 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 	ctx := context.Background()
 	key := "idem:test:evt_2"
 
-	if res, err := s.Claim(ctx, key, "a", time.Second); err != nil || res.State != Claimed {
+	if res, err := s.Claim(ctx, key, "a", time.Second); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	if err := s.Renew(ctx, key, "a", time.Minute); err != nil {
@@ -121,10 +120,10 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 	if pttl := rc.PTTL(ctx, key).Val(); pttl <= 59*time.Second {
 		t.Fatalf("PTTL after renew %v, want about 1m", pttl)
 	}
-	if err := s.Renew(ctx, key, "b", time.Minute); !errors.Is(err, ErrNotOwner) {
+	if err := s.Renew(ctx, key, "b", time.Minute); !errors.Is(err, errNotOwner) {
 		t.Fatalf("renew by a non-owner: %v", err)
 	}
-	if err := s.Release(ctx, key, "b"); !errors.Is(err, ErrNotOwner) {
+	if err := s.Release(ctx, key, "b"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release by a non-owner: %v", err)
 	}
 	if err := s.Release(ctx, key, "a"); err != nil {
@@ -133,7 +132,7 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 	if n := rc.Exists(ctx, key).Val(); n != 0 {
 		t.Fatal("released key still exists")
 	}
-	if res, err := s.Claim(ctx, key, "b", time.Second); err != nil || res.State != Claimed {
+	if res, err := s.Claim(ctx, key, "b", time.Second); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim after release: %v, %v", res.State, err)
 	}
 }
@@ -147,23 +146,23 @@ func TestRedisStoreExpiredOwnerCannotTouchNewOwner(t *testing.T) {
 	ctx := context.Background()
 	key := "idem:test:evt_3"
 
-	if res, err := s.Claim(ctx, key, "old", 100*time.Millisecond); err != nil || res.State != Claimed {
+	if res, err := s.Claim(ctx, key, "old", 100*time.Millisecond); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	time.Sleep(250 * time.Millisecond)
-	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("completion after the lease expired: %v, want ErrNotOwner", err)
 	}
-	if res, err := s.Claim(ctx, key, "new", 30*time.Second); err != nil || res.State != Claimed {
+	if res, err := s.Claim(ctx, key, "new", 30*time.Second); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim after expiry: %v, %v", res.State, err)
 	}
-	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("old owner completes: %v, want ErrNotOwner", err)
 	}
-	if err := s.Release(ctx, key, "old"); !errors.Is(err, ErrNotOwner) {
+	if err := s.Release(ctx, key, "old"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("old owner releases: %v, want ErrNotOwner", err)
 	}
-	if err := s.Renew(ctx, key, "old", time.Hour); !errors.Is(err, ErrNotOwner) {
+	if err := s.Renew(ctx, key, "old", time.Hour); !errors.Is(err, errNotOwner) {
 		t.Fatalf("old owner renews: %v, want ErrNotOwner", err)
 	}
 	if v := rc.Get(ctx, key).Val(); v != "\x00\x01new" {
@@ -205,7 +204,7 @@ func TestRedisStoreCorruptValues(t *testing.T) {
 			}
 			before := logs.Len()
 			res, err := s.Claim(ctx, key, "me", time.Minute)
-			if err != nil || res.State != Claimed {
+			if err != nil || res.State != stateClaimed {
 				t.Fatalf("claim over a corrupt value: %v, %v", res.State, err)
 			}
 			if logs.Len() != before+1 || !strings.Contains(logs.All()[before].Message, "corrupt") {
@@ -224,10 +223,10 @@ func TestRedisStoreCorruptValues(t *testing.T) {
 	if err := rc.HSet(ctx, "idem:test:foreign", "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "idem:test:foreign", "me"); !errors.Is(err, ErrNotOwner) {
+	if err := s.Release(ctx, "idem:test:foreign", "me"); !errors.Is(err, errNotOwner) {
 		t.Fatalf("release of a foreign value: %v", err)
 	}
-	if err := s.Complete(ctx, "idem:test:foreign", "me", testRecord("x"), time.Minute); !errors.Is(err, ErrNotOwner) {
+	if err := s.Complete(ctx, "idem:test:foreign", "me", testRecord("x"), time.Minute); !errors.Is(err, errNotOwner) {
 		t.Fatalf("complete of a foreign value: %v", err)
 	}
 }
@@ -245,7 +244,7 @@ func TestRedisStoreClientSharedAcrossReloads(t *testing.T) {
 		if err := json.Unmarshal([]byte(cfg), s); err != nil {
 			t.Fatal(err)
 		}
-		cctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		cctx, cancel := newTestContext(t)
 		if err := s.Provision(cctx); err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +315,7 @@ func TestRedisStorePasswordFromPlaceholders(t *testing.T) {
 	ctx := context.Background()
 
 	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"],"password":"{env.WEBHOOK_TEST_REDIS_PW}"}`)
-	if res, err := s.Claim(ctx, "idem:test:pw", "a", time.Minute); err != nil || res.State != Claimed {
+	if res, err := s.Claim(ctx, "idem:test:pw", "a", time.Minute); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim with the password from {env.*}: %v, %v", res.State, err)
 	}
 	if strings.Contains(s.poolKey, "s3cret-pw") {
@@ -324,7 +323,7 @@ func TestRedisStorePasswordFromPlaceholders(t *testing.T) {
 	}
 
 	u := provisionRedisStore(t, `{"url":"redis://:{env.WEBHOOK_TEST_REDIS_PW}@`+srv.addr()+`"}`)
-	if res, err := u.Claim(ctx, "idem:test:pw", "b", time.Minute); err != nil || res.State != InFlight {
+	if res, err := u.Claim(ctx, "idem:test:pw", "b", time.Minute); err != nil || res.State != stateInFlight {
 		t.Fatalf("claim with the password from the URL: %v, %v", res.State, err)
 	}
 
@@ -403,7 +402,7 @@ func TestRedisStoreBreaker(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		res, err := s.Claim(ctx, "idem:test:b2", "a", time.Minute)
-		if err == nil && res.State == Claimed {
+		if err == nil && res.State == stateClaimed {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -465,15 +464,15 @@ func TestRedisStoreCaddyfile(t *testing.T) {
 			pool_size 7
 		}`, `{"addresses":["a:1","b:2","c:3"],"username":"u","password":"{env.REDIS_PASSWORD}","db":3,"master_name":"mymaster","tls":true,"key_prefix":"wh","timeout":250000000,"pool_size":7}`},
 		{`redis http://x`, `error: invalid redis url 'http://x'`},
-		{`redis redis://u:pw@host:1 extra`, `error: wrong argument count`},
-		{"redis {\naddress\n}", `error: wrong argument count`},
+		{`redis redis://u:pw@host:1 extra`, `error: store redis takes exactly one value, got 2`},
+		{"redis {\naddress\n}", `error: redis store 'address' needs at least one value`},
 		{"redis {\naddress nope\n}", `error: invalid redis address 'nope'`},
 		{"redis {\ndb -1\n}", `error: invalid db '-1'`},
 		{"redis {\npool_size 0\n}", `error: invalid pool_size '0'`},
 		{"redis {\ntimeout soon\n}", `error: invalid timeout 'soon'`},
 		{"redis {\ntimeout 0s\n}", `error: invalid timeout '0s'`},
-		{"redis {\ntls yes\n}", `error: wrong argument count`},
-		{"redis {\nusername\n}", `error: wrong argument count`},
+		{"redis {\ntls yes\n}", `error: redis store 'tls' takes no value, got 1`},
+		{"redis {\nusername\n}", `error: redis store 'username' takes exactly one value, got 0`},
 		{"redis {\nbogus 1\n}", `error: unrecognized redis store subdirective 'bogus'`},
 	} {
 		s := new(RedisStore)
@@ -516,7 +515,7 @@ func TestRedisStoreProvisionErrors(t *testing.T) {
 		if err := json.Unmarshal([]byte(cfg), s); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		ctx, cancel := newTestContext(t)
 		err := s.Provision(ctx)
 		cancel()
 		if err == nil {

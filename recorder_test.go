@@ -96,7 +96,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			enc := encodeRecord(nil, tc.status, tc.header, tc.body, tc.noBody, &hash)
+			enc := encodeTestRecord(nil, tc.status, tc.header, tc.body, tc.noBody, &hash)
 			rec, err := decodeRecord(enc)
 			if err != nil {
 				t.Fatalf("decodeRecord: %v", err)
@@ -114,7 +114,7 @@ func TestRecordRoundTrip(t *testing.T) {
 				t.Errorf("body = %q, want %q", rec.body, tc.wantBody)
 			}
 			got := http.Header{}
-			rec.writeHeaders(got)
+			rec.writeTestHeaders(got)
 			if !reflect.DeepEqual(got, tc.wantHeader) {
 				t.Errorf("headers = %v, want %v", got, tc.wantHeader)
 			}
@@ -125,7 +125,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestRecordEncodeAppends(t *testing.T) {
 	hash := sha256.Sum256(nil)
 	prefix := []byte("keep")
-	enc := encodeRecord(append([]byte(nil), prefix...), 200, http.Header{"A": {"1"}}, []byte("b"), false, &hash)
+	enc := encodeTestRecord(append([]byte(nil), prefix...), 200, http.Header{"A": {"1"}}, []byte("b"), false, &hash)
 	if !bytes.HasPrefix(enc, prefix) {
 		t.Fatalf("encodeRecord overwrote dst: %q", enc[:4])
 	}
@@ -140,13 +140,14 @@ func TestRecordEncodeAppends(t *testing.T) {
 // backing slice).
 func TestRecordWriteHeadersIndependentValues(t *testing.T) {
 	hash := sha256.Sum256(nil)
-	enc := encodeRecord(nil, 200, http.Header{"A": {"1", "2"}, "B": {"3"}}, nil, false, &hash)
+	enc := encodeTestRecord(nil, 200, http.Header{"A": {"1", "2"}, "B": {"3"}}, nil, false, &hash)
 	rec, err := decodeRecord(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	rec.writeHeaders(h)
+	rec.writeReplayHeaders(h, "")
+	delete(h, replayedHeader)
 	h.Add("A", "added")
 	h.Add("B", "added")
 	want := http.Header{"A": {"1", "2", "added"}, "B": {"3", "added"}}
@@ -155,7 +156,8 @@ func TestRecordWriteHeadersIndependentValues(t *testing.T) {
 	}
 	// merging into a header that already has the name adds to it
 	h2 := http.Header{"A": {"0"}}
-	rec.writeHeaders(h2)
+	rec.writeReplayHeaders(h2, "")
+	delete(h2, replayedHeader)
 	if got := h2["A"]; !reflect.DeepEqual(got, []string{"1", "2"}) && !reflect.DeepEqual(got, []string{"0", "1", "2"}) {
 		t.Errorf("A after writeHeaders over an existing value = %q", got)
 	}
@@ -163,7 +165,7 @@ func TestRecordWriteHeadersIndependentValues(t *testing.T) {
 
 func TestRecordCorrupt(t *testing.T) {
 	hash := sha256.Sum256([]byte("x"))
-	valid := encodeRecord(nil, 200, http.Header{"Content-Type": {"text/plain"}, "X-Multi": {"1", "2"}}, []byte("body"), false, &hash)
+	valid := encodeTestRecord(nil, 200, http.Header{"Content-Type": {"text/plain"}, "X-Multi": {"1", "2"}}, []byte("body"), false, &hash)
 	if _, err := decodeRecord(valid); err != nil {
 		t.Fatalf("valid record: %v", err)
 	}
@@ -237,30 +239,58 @@ func TestRecordCorrupt(t *testing.T) {
 	}
 }
 
-// FuzzRecordDecode checks that no input makes decodeRecord or writeHeaders
-// panic, and that whatever decodes re-encodes to the same record.
+// FuzzRecordDecode checks that no input makes decodeRecord or
+// writeReplayHeaders panic, and that whatever decodes re-encodes to the
+// same record.
 func FuzzRecordDecode(f *testing.F) {
 	hash := sha256.Sum256([]byte("seed"))
-	f.Add(encodeRecord(nil, 200, http.Header{"A": {"1", "2"}, "B": {""}}, []byte("body"), false, &hash))
-	f.Add(encodeRecord(nil, 500, nil, nil, true, &hash))
+	f.Add(encodeTestRecord(nil, 200, http.Header{"A": {"1", "2"}, "B": {""}}, []byte("body"), false, &hash))
+	f.Add(encodeTestRecord(nil, 500, nil, nil, true, &hash))
 	f.Add([]byte{1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := decodeRecord(b)
 		if err != nil {
 			return
 		}
+		rec.writeReplayHeaders(http.Header{}, "1")
 		h := http.Header{}
-		rec.writeHeaders(h)
+		rec.writeTestHeaders(h)
 		var sum [32]byte
 		copy(sum[:], rec.bodyHash)
-		again, err := decodeRecord(encodeRecord(nil, rec.status, h, rec.body, rec.noBody, &sum))
+		again, err := decodeRecord(encodeTestRecord(nil, rec.status, h, rec.body, rec.noBody, &sum))
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
 		h2 := http.Header{}
-		again.writeHeaders(h2)
+		again.writeTestHeaders(h2)
 		if again.status != rec.status || !bytes.Equal(again.body, rec.body) && !rec.noBody {
 			t.Fatalf("re-encoded record differs: %+v vs %+v", again, rec)
 		}
 	})
+}
+
+// encodeTestRecord encodes a whole record: what the recorder builds from
+// a response's status, headers and body, or without the body when it
+// outgrew max_response (noBody).
+func encodeTestRecord(dst []byte, status int, header http.Header, body []byte, noBody bool, bodyHash *[32]byte) []byte {
+	rec := encodeRecord(dst, status, header, bodyHash)
+	if noBody {
+		rec[len(dst)+1] |= recordFlagNoBody
+		return rec
+	}
+	return append(rec, body...)
+}
+
+// writeTestHeaders adds the recorded headers to dst, as they were
+// recorded, without what a replay adds (writeReplayHeaders).
+func (rec record) writeTestHeaders(dst http.Header) {
+	for h := rec.headers; len(h) > 0; {
+		var fields [2]string
+		for i := range fields {
+			l, n := binary.Uvarint(h)
+			fields[i] = string(h[n : n+int(l)])
+			h = h[n+int(l):]
+		}
+		dst[fields[0]] = append(dst[fields[0]], fields[1])
+	}
 }

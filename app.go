@@ -1,0 +1,143 @@
+package webhookidempotency
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// App is the `webhook_idempotency` app: it holds the default store set by
+// the Caddyfile global option of the same name, and the per-configuration
+// state that handlers share. Caddy instantiates it for every configuration
+// with a webhook_idempotency handler, configured or not.
+type App struct {
+	// The default store of every handler that configures none. Default:
+	// each handler uses the memory store.
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
+
+	store store
+
+	// presetSources and inboxes need no lock: Caddy provisions, starts
+	// and stops one configuration's modules one after another.
+	presetSources map[string]bool
+	inboxes       []*inbox
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "webhook_idempotency",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision loads the default store.
+func (a *App) Provision(ctx caddy.Context) error {
+	if a.StoreRaw != nil {
+		mod, err := ctx.LoadModule(a, "StoreRaw")
+		if err != nil {
+			return fmt.Errorf("loading store: %v", err)
+		}
+		a.store = mod.(store)
+	}
+	return nil
+}
+
+// Start starts the inbox workers of this configuration's handlers.
+func (a *App) Start() error {
+	for _, ib := range a.inboxes {
+		ib.start()
+	}
+	return nil
+}
+
+// Stop stops the inbox workers, letting the deliveries in progress finish;
+// the inboxes stop side by side, so a reload waits for one delivery
+// timeout at most.
+func (a *App) Stop() error {
+	var wg sync.WaitGroup
+	for _, ib := range a.inboxes {
+		wg.Go(ib.stop)
+	}
+	wg.Wait()
+	return nil
+}
+
+// addInbox records an inbox to start with the configuration; two inboxes
+// of one source would share a stream and deliver each other's events.
+func (a *App) addInbox(ib *inbox) error {
+	for _, other := range a.inboxes {
+		if other.source == ib.source {
+			return fmt.Errorf("two webhook_idempotency handlers have an inbox for source %q: they would share one stream and deliver each other's events; give each a distinct 'source'", ib.source)
+		}
+	}
+	a.inboxes = append(a.inboxes, ib)
+	return nil
+}
+
+// claimPresetSource records a preset whose name a handler took as its
+// source; a second handler taking the same one would replay one endpoint's
+// answers to the other.
+func (a *App) claimPresetSource(preset string) error {
+	if a.presetSources[preset] {
+		return presetSourceConflict(preset, "by two webhook_idempotency handlers")
+	}
+	if a.presetSources == nil {
+		a.presetSources = make(map[string]bool)
+	}
+	a.presetSources[preset] = true
+	return nil
+}
+
+// parseGlobalOption parses the global option block:
+//
+//	{
+//		webhook_idempotency {
+//			store memory | redis [<redis url>] { ... }
+//		}
+//	}
+func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
+	app := new(App)
+	d.Next() // option name
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "store":
+			raw, err := parseStore(d, false)
+			if err != nil {
+				return nil, err
+			}
+			app.StoreRaw = raw
+		default:
+			return nil, d.Errf("unrecognized global webhook_idempotency option '%s'", d.Val())
+		}
+	}
+	return httpcaddyfile.App{Name: "webhook_idempotency", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// appFor returns this configuration's App; Caddy makes an empty one when
+// the global option is not used.
+func appFor(ctx caddy.Context) (*App, error) {
+	v, err := ctx.App("webhook_idempotency")
+	if err != nil {
+		return nil, err
+	}
+	return v.(*App), nil
+}
+
+// Interface guards
+var (
+	_ caddy.App         = (*App)(nil)
+	_ caddy.Provisioner = (*App)(nil)
+)

@@ -1,0 +1,143 @@
+package webhookidempotency
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Acceptance: an inbox stores a new event and claims its key in one round
+// trip, then the handler answers at once (request.go).
+
+// Stream entry fields of an event.
+const (
+	fieldSource     = "source"
+	fieldKey        = "key"       // the resolved key value (Idempotency-Key)
+	fieldStoreKey   = "store_key" // <key_prefix>:<source>:<value>
+	fieldMethod     = "method"
+	fieldURI        = "uri"
+	fieldHost       = "host"
+	fieldProto      = "proto"  // http or https
+	fieldRemote     = "remote" // the client's IP
+	fieldHeaders    = "headers"
+	fieldBody       = "body"
+	fieldReceived   = "received" // unix milliseconds
+	fieldAttempts   = "attempts" // attempts made so far
+	fieldBase       = "base"     // attempts made before the last redelivery
+	fieldLastStatus = "last_status"
+	fieldLastError  = "last_error"
+	fieldFailed     = "failed" // unix milliseconds, dead-lettered events
+)
+
+// accept stores a new event and claims its key as accepted, in one round
+// trip; or reports the key's state, as a claim does. With Redis Cluster the
+// key and the stream live on different nodes: the key is claimed, the event
+// stored, and the key then completed.
+func (ib *inbox) accept(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, error) {
+	var res claimResult
+	var id string
+	var err error
+	if ib.cluster {
+		res, id, err = ib.acceptCluster(ctx, key, owner, record, event)
+	} else {
+		res, id, err = ib.store.claimAndAppend(ctx, key, ib.stream, record, ib.acceptTTL, event)
+	}
+	if err == nil && res.State == stateClaimed {
+		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
+			ce.Write(zap.String("key", key), zap.String("id", id))
+		}
+	}
+	return res, err
+}
+
+func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, string, error) {
+	s := ib.store
+	res, err := s.Claim(ctx, key, owner, ib.timeout+defaultRedisTimeout)
+	if err != nil || res.State != stateClaimed {
+		return res, "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	id, err := ib.rc.client.XAdd(cctx, &redis.XAddArgs{Stream: ib.stream, Values: event}).Result()
+	cancel()
+	if err != nil {
+		_ = s.Release(completionCtx, key, owner)
+		return claimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
+	}
+	if err := s.Complete(completionCtx, key, owner, record, ib.acceptTTL); err != nil {
+		// the event is stored, so it is accepted; only a duplicate arriving
+		// after the lease could be accepted again
+		ib.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
+			zap.String("key", key), zap.Error(err))
+	}
+	return res, id, nil
+}
+
+// acceptRecord is the record an accepted event's key holds, so that
+// duplicates get the same answer.
+func (ib *inbox) acceptRecord(bodyHash *[32]byte) []byte {
+	return encodeRecord(make([]byte, 0, recordFixedLen+1), ib.respond, nil, bodyHash)
+}
+
+// eventFields builds the stream entry of a new event: the request as the
+// application needs it, without hop-by-hop headers.
+func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string) []any {
+	var hdr strings.Builder
+	for name, values := range r.Header {
+		if skipEventHeader(name) {
+			continue
+		}
+		for _, v := range values {
+			hdr.WriteString(name)
+			hdr.WriteString(": ")
+			hdr.WriteString(v)
+			hdr.WriteString("\r\n")
+		}
+	}
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	// the client's address as Caddy determined it (trusted_proxies applied)
+	remote, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if remote == "" {
+		var err error
+		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
+			remote = r.RemoteAddr
+		}
+	}
+	return []any{
+		fieldSource, source,
+		fieldKey, keyValue,
+		fieldStoreKey, storeKey,
+		fieldMethod, r.Method,
+		fieldURI, r.RequestURI,
+		fieldHost, r.Host,
+		fieldProto, proto,
+		fieldRemote, remote,
+		fieldHeaders, hdr.String(),
+		fieldBody, body,
+		fieldReceived, strconv.FormatInt(now().UnixMilli(), 10),
+		fieldAttempts, "0",
+		fieldBase, "0",
+	}
+}
+
+// skipEventHeader reports whether a request header is left out of an event:
+// hop-by-hop headers, and the ones a delivery sets itself.
+func skipEventHeader(name string) bool {
+	switch name {
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Content-Length", "Host", "Webhook-Attempt", "Idempotency-Key",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return false
+}

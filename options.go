@@ -1,0 +1,317 @@
+package webhookidempotency
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/dustin/go-humanize"
+)
+
+// The rules of the handler's options. Each is one function, called by the
+// Caddyfile parser (which adds the line) and by Provision (which checks
+// JSON configurations), so the two cannot drift apart.
+
+// inFlightMode is what a duplicate of an in-flight key gets.
+type inFlightMode uint8
+
+const (
+	inFlightConflict inFlightMode = iota // 409 with Retry-After
+	inFlightWait                         // wait for the first request, then replay
+	inFlightProceed                      // call the next handler without claiming
+)
+
+// String returns the mode as it is configured.
+func (m inFlightMode) String() string {
+	switch m {
+	case inFlightWait:
+		return "wait"
+	case inFlightProceed:
+		return "proceed"
+	}
+	return "conflict"
+}
+
+// parseInFlight parses `in_flight conflict | wait [<timeout>] | proceed`;
+// the timeout is zero when none is given.
+func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
+	if len(args) == 0 {
+		return 0, 0, errors.New("'in_flight' needs at least one value")
+	}
+	var mode inFlightMode
+	switch args[0] {
+	case "conflict":
+		mode = inFlightConflict
+	case "wait":
+		mode = inFlightWait
+	case "proceed":
+		mode = inFlightProceed
+	default:
+		return 0, 0, fmt.Errorf("invalid in_flight '%s': want conflict, wait [<timeout>] or proceed", args[0])
+	}
+	if mode != inFlightWait {
+		if len(args) != 1 {
+			return 0, 0, fmt.Errorf("in_flight %s takes no timeout", args[0])
+		}
+		return mode, 0, nil
+	}
+	if len(args) > 2 {
+		return 0, 0, errors.New("too many arguments to in_flight wait: want an optional timeout")
+	}
+	var timeout caddy.Duration
+	if len(args) == 2 {
+		var err error
+		if timeout, err = parsePositiveDuration(args[1]); err != nil {
+			return 0, 0, fmt.Errorf("invalid in_flight wait timeout '%s': %v", args[1], err)
+		}
+	}
+	return mode, timeout, nil
+}
+
+// Values of `mismatch`.
+const (
+	mismatchReplay = "replay"
+	mismatchReject = "reject"
+)
+
+// parseMismatch parses `mismatch replay | reject`; it reports whether a
+// duplicate with another body is rejected.
+func parseMismatch(v string) (reject bool, err error) {
+	switch v {
+	case mismatchReplay:
+		return false, nil
+	case mismatchReject:
+		return true, nil
+	}
+	return false, fmt.Errorf("invalid mismatch '%s': want replay or reject", v)
+}
+
+// Values of `fail`.
+const (
+	failOpen   = "open"
+	failClosed = "closed"
+)
+
+// defaultFail is `open`, or `closed` with an inbox: nothing is accepted
+// that was not stored.
+func defaultFail(inbox bool) string {
+	if inbox {
+		return failClosed
+	}
+	return failOpen
+}
+
+// parseFail parses `fail open | closed`; it reports whether the handler
+// fails closed. An inbox never fails open.
+func parseFail(v string, inbox bool) (closed bool, err error) {
+	switch v {
+	case failClosed:
+		return true, nil
+	case failOpen:
+		if inbox {
+			return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid fail '%s': want open or closed", v)
+}
+
+// checkInboxStore refuses an inbox on any store but redis (module is the
+// store module's name, `memory` when none is configured).
+func checkInboxStore(module string) error {
+	if module == "redis" {
+		return nil
+	}
+	return errors.New("inbox mode requires the redis store, not " + module + ": an accepted event must survive a restart and be shared by every Caddy instance (configure 'store redis')")
+}
+
+// storeModuleName is the module name of a store's JSON, "" for none.
+func storeModuleName(raw json.RawMessage) string {
+	var m struct {
+		Module string `json:"module"`
+	}
+	_ = json.Unmarshal(raw, &m)
+	return m.Module
+}
+
+// presetSourceConflict is the error for two handlers that take the same
+// source from a preset (README: Keys): where says where they are.
+func presetSourceConflict(preset, where string) error {
+	return fmt.Errorf("the %q preset is used without a 'source' %s: both routes would share keys and replay one endpoint's answers to the other; give each a distinct 'source'", preset, where)
+}
+
+// statusSet is a set of HTTP status codes 100-999.
+type statusSet [16]uint64
+
+func (s *statusSet) add(code int) { s[code/64] |= 1 << (code % 64) }
+func (s *statusSet) has(code int) bool {
+	return code >= 0 && code < 1024 && s[code/64]&(1<<(code%64)) != 0
+}
+func (s *statusSet) addRange(lo, hi int) {
+	for c := lo; c <= hi; c++ {
+		s.add(c)
+	}
+}
+func (s *statusSet) remove(codes ...int) {
+	for _, c := range codes {
+		s[c/64] &^= 1 << (c % 64)
+	}
+}
+
+// parseStatusSet parses `cache_status` entries; nil gives the default.
+func parseStatusSet(list []string) (statusSet, error) {
+	var s statusSet
+	if len(list) == 0 {
+		s.addRange(200, 299)
+		s.addRange(400, 499)
+		s.remove(408, 409, 425, 429)
+		return s, nil
+	}
+	for _, v := range list {
+		if err := addStatus(&s, v); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func addStatus(s *statusSet, v string) error {
+	if len(v) == 3 && (v[1] == 'x' || v[1] == 'X') && (v[2] == 'x' || v[2] == 'X') && v[0] >= '1' && v[0] <= '5' {
+		if v[0] == '1' || v[0] == '5' {
+			return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
+		}
+		class := int(v[0]-'0') * 100
+		s.addRange(class, class+99)
+		return nil
+	}
+	code, err := strconv.Atoi(v)
+	if err != nil || code < 100 || code > 599 {
+		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+	}
+	if code < 200 || code >= 500 {
+		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
+	}
+	s.add(code)
+	return nil
+}
+
+// statusNeverRecorded says why 1xx and 5xx answers are refused in
+// cache_status: a 5xx must be processed again when the provider retries,
+// and a 1xx is not a final answer.
+const statusNeverRecorded = "a 5xx answer must be processed again when the provider retries, and a 1xx is not a final answer"
+
+// parsePositiveDuration parses a duration with caddy.ParseDuration (`1d`
+// works) and refuses zero and negative values.
+func parsePositiveDuration(s string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if dur <= 0 {
+		return 0, errors.New("must be positive")
+	}
+	return caddy.Duration(dur), nil
+}
+
+// parseSize parses `1MiB`, `512KB` or plain bytes.
+func parseSize(s string) (int64, error) {
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 || n > 1<<40 {
+		return 0, errors.New("must be between 1 byte and 1TiB")
+	}
+	return int64(n), nil
+}
+
+// validMethod reports whether m is an HTTP method token.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPlaceholder reports whether v holds a placeholder such as `{env.X}`,
+// which only Provision can resolve.
+func hasPlaceholder(v string) bool { return strings.Contains(v, "{") }
+
+// checkHTTPURL checks an absolute http(s) URL with a host, such as an
+// inbox's deliver_to or a verify url. A URL with a placeholder is checked
+// once Provision has resolved it.
+func checkHTTPURL(v string) error {
+	if hasPlaceholder(v) {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return errors.New("want an absolute http:// or https:// URL with a host")
+	}
+	return nil
+}
+
+// The rules of the inbox's options, shared by the Caddyfile parser and
+// newInbox.
+
+// checkInboxRespond accepts a 2xx status only: anything else makes the
+// provider retry an event that was stored.
+func checkInboxRespond(v string) (int, error) {
+	code, err := strconv.Atoi(v)
+	if err != nil || code < 200 || code > 299 {
+		return 0, fmt.Errorf("invalid inbox respond '%s': want a 2xx status, so the provider stops retrying", v)
+	}
+	return code, nil
+}
+
+// parseJitter parses a percentage such as `10%` into 0.10.
+func parseJitter(v string) (float64, error) {
+	if !strings.HasSuffix(v, "%") {
+		return 0, fmt.Errorf("invalid inbox jitter '%s': want a percentage such as 10%%", v)
+	}
+	p, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+	if err != nil || p < 0 || p > 100 || math.IsNaN(p) {
+		return 0, fmt.Errorf("invalid inbox jitter '%s': want a percentage from 0%% to 100%%", v)
+	}
+	return p / 100, nil
+}
+
+// checkPositive refuses a zero or negative duration.
+func checkPositive(what string, d caddy.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("invalid inbox %s '%s': must be positive", what, time.Duration(d))
+	}
+	return nil
+}
+
+// checkConcurrency accepts a positive integer.
+func checkConcurrency(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid inbox concurrency '%s': want a positive integer", v)
+	}
+	return n, nil
+}
+
+// errNoDeliverTo is the error of an inbox without a URL to deliver to.
+var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are delivered to")
+
+// checkDeliverTo checks a deliver_to URL.
+func checkDeliverTo(v string) error {
+	if err := checkHTTPURL(v); err != nil {
+		return fmt.Errorf("invalid inbox deliver_to '%s': %v", v, err)
+	}
+	return nil
+}

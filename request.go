@@ -1,0 +1,377 @@
+package webhookidempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// requestState is one delivery on its way through the handler. Its steps
+// are below in the order ServeHTTP takes them.
+type requestState struct {
+	h     *Handler
+	w     http.ResponseWriter
+	r     *http.Request
+	next  caddyhttp.Handler
+	repl  *caddy.Replacer
+	extra *caddyhttp.ExtraLogFields
+
+	body        *pooledBody // see body.go
+	bodyHash    [32]byte
+	keyValue    string // the resolved key value, as in the key placeholder
+	keyFromBody bool   // the key is the body hash
+	key         string // the store key: <key_prefix>:<source>:<value>
+	owner       string
+}
+
+// Results, as in the `{http.webhook_idempotency.result}` placeholder.
+const (
+	resultNew              = "new"
+	resultReplayed         = "replayed"
+	resultConflict         = "conflict"
+	resultMismatch         = "mismatch"
+	resultInvalidSignature = "invalid_signature"
+	resultTooLarge         = "too_large"
+	resultBypassed         = "bypassed"
+	resultUnavailable      = "unavailable"
+	resultSkipped          = "skipped"
+)
+
+// Placeholder names.
+const (
+	placeholderSource = "http.webhook_idempotency.source"
+	placeholderKey    = "http.webhook_idempotency.key"
+	placeholderResult = "http.webhook_idempotency.result"
+)
+
+// replayedHeader marks a replayed response.
+const replayedHeader = "Idempotent-Replayed"
+
+// storeRetryAfter is the Retry-After of a 503 when the store is down.
+const storeRetryAfter = "5"
+
+// completionCtx is the context of Complete and Release: they must run even
+// when the client went away, and every store bounds its own calls.
+var completionCtx = context.Background()
+
+// newRequest starts a delivery: the source placeholder and log field are
+// set for every request the handler sees.
+func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) *requestState {
+	rs := &requestState{h: h, w: w, r: r, next: next}
+	rs.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	rs.extra, _ = r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	if rs.repl != nil {
+		rs.repl.Set(placeholderSource, h.sourceValue)
+	}
+	if rs.extra != nil {
+		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
+	}
+	return rs
+}
+
+// set sets a placeholder and the access-log field of the same name.
+func (rs *requestState) set(name, value string) {
+	if rs.repl != nil {
+		rs.repl.Set(name, value)
+	}
+	if rs.extra != nil {
+		rs.extra.Set(zap.String(name[len("http."):], value))
+	}
+}
+
+// setResult records the request's result: placeholder, log field, metric.
+func (rs *requestState) setResult(result string) {
+	rs.set(placeholderResult, result)
+	rs.h.metrics.countResult(result)
+	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
+		ce.Write(zap.String("key", rs.key), zap.String("result", result))
+	}
+}
+
+// skip passes a request whose method is not processed on untouched.
+func (rs *requestState) skip() error {
+	rs.setResult(resultSkipped)
+	return rs.next.ServeHTTP(rs.w, rs.r)
+}
+
+// bodyFailed answers a body that could not be read: 413 when it is too
+// large, the error of an earlier handler (such as request_body's 413) as
+// it is, else 400.
+func (rs *requestState) bodyFailed(err error) error {
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
+		rs.setResult(resultTooLarge)
+		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		return err
+	}
+	return caddyhttp.Error(http.StatusBadRequest, err)
+}
+
+// verify checks the signature on the raw bytes, before any store access.
+func (rs *requestState) verify() error {
+	if rs.h.verifier == nil {
+		return nil
+	}
+	return rs.h.verifier.Verify(rs.r, rs.body.buf)
+}
+
+// unauthorized answers a delivery whose signature failed: 401 with the
+// reason.
+func (rs *requestState) unauthorized(err error) error {
+	rs.setResult(resultInvalidSignature)
+	reason := errInvalidSignature.Reason
+	var ve *VerificationError
+	if errors.As(err, &ve) {
+		reason = ve.Reason
+	}
+	if ce := rs.h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
+		ce.Write(zap.String("reason", reason))
+	}
+	return writeError(rs.w, http.StatusUnauthorized, reason, "")
+}
+
+// resolveKey resolves the key (see keys.go) and sets its placeholder.
+func (rs *requestState) resolveKey() {
+	h := rs.h
+	rs.bodyHash = sha256.Sum256(rs.body.buf)
+	rs.keyValue, rs.keyFromBody = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	rs.set(placeholderKey, rs.keyValue)
+	rs.key = h.keyPrefix + rs.keyValue
+	rs.owner = newOwner()
+}
+
+// claim claims the key in one store round trip, or in inbox mode accepts
+// the event with its key in that one trip; with `in_flight wait` it then
+// waits for a key in flight.
+func (rs *requestState) claim() (claimResult, error) {
+	h := rs.h
+	if ib := h.inbox; ib != nil {
+		event := eventFields(rs.r, rs.body.buf, h.Source, rs.keyValue, rs.key)
+		return h.store.accept(rs.r.Context(), ib, rs.key, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
+	}
+	res, err := h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
+	if err == nil && res.State == stateInFlight && h.inFlight == inFlightWait {
+		res, err = rs.wait(res)
+	}
+	return res, err
+}
+
+// wait polls the store until an in-flight key is completed or released (it
+// then claims it), or until wait_timeout.
+func (rs *requestState) wait(res claimResult) (claimResult, error) {
+	h := rs.h
+	deadline := time.Now().Add(time.Duration(h.WaitTimeout))
+	interval := 10 * time.Millisecond
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for res.State == stateInFlight {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
+		}
+		timer.Reset(min(interval, left))
+		select {
+		case <-rs.r.Context().Done():
+			return res, nil
+		case <-timer.C:
+		}
+		interval = min(interval*3/2, 250*time.Millisecond)
+		var err error
+		if res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease)); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// dispatch answers according to what the claim found: a replay, a
+// conflict (or, with `in_flight proceed`, the next handler unguarded), an
+// accepted inbox event, or the first delivery, processed.
+func (rs *requestState) dispatch(res claimResult) error {
+	switch res.State {
+	case stateCompleted:
+		return rs.replay(res.Record)
+	case stateInFlight:
+		if rs.h.inFlight == inFlightProceed && rs.h.inbox == nil {
+			rs.setResult(resultNew)
+			rs.handOn()
+			return rs.next.ServeHTTP(rs.w, rs.r)
+		}
+		return rs.conflict(res)
+	}
+	if rs.h.inbox != nil {
+		return rs.accepted()
+	}
+	return rs.process()
+}
+
+// replay writes a recorded response. A record that cannot be decoded is a
+// store failure.
+func (rs *requestState) replay(encoded []byte) error {
+	h := rs.h
+	rec, err := decodeRecord(encoded)
+	if err != nil {
+		h.metrics.storeErrors[opReplay].Inc()
+		return rs.storeFailed(opReplay, err)
+	}
+	if !rs.keyFromBody && !bytes.Equal(rec.bodyHash, rs.bodyHash[:]) {
+		if h.rejectDiffs {
+			rs.setResult(resultMismatch)
+			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
+		}
+		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
+			zap.String("key", rs.key))
+	}
+	rs.setResult(resultReplayed)
+	w := rs.w
+	contentLength := ""
+	if bodyAllowed(rec.status) {
+		contentLength = strconv.Itoa(len(rec.body))
+	}
+	rec.writeReplayHeaders(w.Header(), contentLength)
+	w.WriteHeader(rec.status)
+	if bodyAllowed(rec.status) && len(rec.body) > 0 && rs.r.Method != http.MethodHead {
+		_, _ = w.Write(rec.body)
+	}
+	return nil
+}
+
+// conflict answers a duplicate of a delivery still in flight.
+func (rs *requestState) conflict(res claimResult) error {
+	rs.setResult(resultConflict)
+	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
+}
+
+// accepted answers an event the inbox has stored: `respond`, at once.
+func (rs *requestState) accepted() error {
+	rs.setResult(resultNew)
+	respond := rs.h.inbox.respond
+	if bodyAllowed(respond) {
+		rs.w.Header().Set("Content-Length", "0")
+	}
+	rs.w.WriteHeader(respond)
+	return nil
+}
+
+// process hands a claimed delivery to the next handler, records its answer
+// and completes the key, or releases the key when the answer must not be
+// replayed.
+func (rs *requestState) process() error {
+	h := rs.h
+	rs.setResult(resultNew)
+	rn := h.startRenewal(rs.key, rs.owner)
+	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
+	// A panic in next must still stop the renewal and release the key, or
+	// the key stays in flight, renewed for ever, and every retry gets 409:
+	// reverse_proxy panics with http.ErrAbortHandler when the upstream's
+	// response is cut short after its headers were sent.
+	returned := false
+	defer func() {
+		if !returned {
+			rn.stop()
+			rs.release()
+		}
+	}()
+	rs.handOn()
+	err := rs.next.ServeHTTP(rec, rs.r)
+	returned = true
+	rn.stop()
+
+	// completion and release run even when the client went away
+	// (completionCtx is never cancelled)
+	gone := rs.r.Context().Err() != nil
+	status := rec.status
+	if status == 0 && err == nil && rec.writeErr == nil && !gone {
+		// nothing written: net/http answers 200 with an empty body
+		rec.WriteHeader(http.StatusOK)
+		status = http.StatusOK
+	}
+	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
+		if cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+			h.logger.Warn("recording response failed; duplicates will be processed again",
+				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
+		}
+	} else {
+		rs.release()
+	}
+	// the answer goes out only now that the store knows its fate, so a
+	// duplicate sent after the client has it finds the key completed
+	if err == nil {
+		rec.sendBuffered()
+	}
+	return err
+}
+
+// release deletes this request's claim so the provider's retry is processed.
+func (rs *requestState) release() {
+	err := rs.h.store.Release(completionCtx, rs.key, rs.owner)
+	if err != nil && !errors.Is(err, errNotOwner) {
+		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
+			zap.String("key", rs.key), zap.Error(err))
+	}
+}
+
+// storeFailed applies the `fail` policy: 503, or the next handler without
+// deduplication.
+func (rs *requestState) storeFailed(op storeOp, err error) error {
+	h := rs.h
+	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
+	if h.failClosed {
+		rs.setResult(resultUnavailable)
+		return writeError(rs.w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
+	}
+	rs.setResult(resultBypassed)
+	rs.handOn()
+	return rs.next.ServeHTTP(rs.w, rs.r)
+}
+
+// Error bodies.
+const (
+	msgTooLarge    = "request body too large"
+	msgInFlight    = "a delivery with this idempotency key is being processed"
+	msgMismatch    = "idempotency key reused with a different body"
+	msgUnavailable = "idempotency store unavailable"
+)
+
+// writeError answers with a JSON error body.
+func writeError(w http.ResponseWriter, status int, msg, retryAfter string) error {
+	body := `{"error":` + strconv.Quote(msg) + `}`
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	if retryAfter != "" {
+		hdr.Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(status)
+	if _, err := io.WriteString(w, body); err != nil {
+		return caddyhttp.Error(status, err)
+	}
+	return nil
+}
+
+// retryAfterSeconds is the time left on the lease, rounded up to whole
+// seconds (at least 1).
+func retryAfterSeconds(left, lease time.Duration) string {
+	if left <= 0 {
+		left = lease
+	}
+	secs := int64((left + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(secs, 1), 10)
+}
+
+// bodyAllowed reports whether a response with this status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
