@@ -1,12 +1,14 @@
 # make test   installs redis-server when missing (and possible), then runs every test
 # make run    runs Caddy with Caddyfile.example on the embedded store
 # make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
+# make xcaddy builds ./bin/caddy-xcaddy with xcaddy from this checkout and checks
+#             that list-modules prints the module's five ids
 # make lint   gofmt and go vet
 # make bench  the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 
 GO ?= go
 
-.PHONY: test run build lint bench redis-server
+.PHONY: test run build xcaddy lint bench redis-server
 
 test: redis-server
 	$(GO) test -race -count=1 ./...
@@ -16,6 +18,27 @@ run:
 
 build:
 	$(GO) build -o caddy ./cmd/caddy
+
+# xcaddy needs a version on the module path to use a local checkout:
+# `--with <module>=./` alone makes it `go get` the path, which the module proxy
+# does not know.
+XCADDY ?= $(GO) run github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+MODULE := github.com/webhookguard/caddy-webhook-idempotency
+MODULE_IDS := http.handlers.webhook_idempotency webhook_idempotency \
+	http.webhook_idempotency.stores.memory http.webhook_idempotency.stores.redis \
+	admin.api.webhook_idempotency
+
+xcaddy:
+	$(XCADDY) build --output ./bin/caddy-xcaddy --with $(MODULE)@v0.0.0=./
+	@mods=$$(./bin/caddy-xcaddy list-modules) || { echo "./bin/caddy-xcaddy list-modules failed" >&2; exit 1; }; \
+	missing=; \
+	for id in $(MODULE_IDS); do \
+		printf '%s\n' "$$mods" | grep -qxF "$$id" || missing="$$missing $$id"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "xcaddy build: ./bin/caddy-xcaddy list-modules does not print:$$missing" >&2; exit 1; \
+	fi; \
+	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all five module ids"
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
