@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 // replayedHeader marks a replayed response.
@@ -80,8 +82,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if h.verifier != nil {
 		if err := h.verifier.Verify(r, body); err != nil {
 			rs.setResult(resultInvalidSignature)
-			reason := errInvalidSignature.Reason
-			var ve *VerificationError
+			reason := signature.ErrInvalid.Reason
+			var ve *signature.Error
 			if errors.As(err, &ve) {
 				reason = ve.Reason
 			}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 func init() {
@@ -109,7 +111,7 @@ type Handler struct {
 	store       Store
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
-	verifier    Verifier
+	verifier    signature.Verifier
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -268,55 +270,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.inbox.start()
 	}
-	return nil
-}
-
-// provisionVerifier builds the verifier from the provider and the verify
-// block, resolving secret placeholders.
-func (h *Handler) provisionVerifier() error {
-	cfg := VerifyConfig{}
-	if h.Verify != nil {
-		cfg = *h.Verify
-	}
-	if cfg.Scheme == "" {
-		cfg.Scheme = h.Provider
-	}
-	if cfg.Scheme == "" {
-		if len(cfg.Secrets) > 0 {
-			return errors.New("secret given without a provider or verify scheme")
-		}
-		return nil
-	}
-	if cfg.Scheme == "off" {
-		return nil
-	}
-	if !knownScheme(cfg.Scheme) {
-		return fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
-	}
-	repl := caddy.NewReplacer()
-	secrets := make([]string, 0, len(cfg.Secrets))
-	for i, s := range cfg.Secrets {
-		v, err := repl.ReplaceOrErr(s, true, true)
-		if err != nil {
-			return fmt.Errorf("resolving secret %d: %v", i+1, err)
-		}
-		if v == "" {
-			return fmt.Errorf("secret %d is empty after resolving placeholders", i+1)
-		}
-		secrets = append(secrets, v)
-	}
-	cfg.Secrets = secrets
-	if len(cfg.Secrets) == 0 && cfg.Scheme != "stone" {
-		return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
-	}
-	if cfg.Tolerance == 0 {
-		cfg.Tolerance = caddy.Duration(defaultTolerance)
-	}
-	v, err := newVerifier(cfg)
-	if err != nil {
-		return fmt.Errorf("%s verification: %v", cfg.Scheme, err)
-	}
-	h.verifier = v
 	return nil
 }
 
