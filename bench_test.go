@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 )
 
 // Handler benchmarks: one reused request per benchmark so that only the
@@ -84,7 +86,7 @@ func newBenchRequest(size int, signed bool) *benchRequest {
 	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), nil, nil)
 	if signed {
-		r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(benchSecret, string(data)))
+		r.Header.Set("X-Hub-Signature-256", "sha256="+sigtest.HMACHex(benchSecret, string(data)))
 	}
 	br.r = r
 	return br

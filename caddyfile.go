@@ -331,15 +331,13 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 		case "header":
 			v.Header = val
 		case "algorithm":
-			switch val {
-			case "sha1", "sha256", "sha512":
-			default:
-				return d.Errf("invalid algorithm '%s': want sha1, sha256 or sha512", val)
+			if _, err := hashFunc(val); err != nil {
+				return d.Errf("%v", err)
 			}
 			v.Algorithm = val
 		case "encoding":
-			if val != "hex" && val != "base64" {
-				return d.Errf("invalid encoding '%s': want hex or base64", val)
+			if _, err := parseEncoding(val); err != nil {
+				return d.Errf("%v", err)
 			}
 			v.Encoding = val
 		case "prefix":

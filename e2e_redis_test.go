@@ -231,7 +231,7 @@ func TestRedisLeaseRenewalKeepsSlowRequest(t *testing.T) {
 	}
 }
 
-// Keys and TTLs as SPEC §3.4 says, with the store set by the global option.
+// Keys and TTLs as docs/stores.md says, with the store set by the global option.
 func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	srv := startRedis(t)
 	up := newUpstream(t, nil)

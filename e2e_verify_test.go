@@ -14,7 +14,8 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
-// wantRejected checks a 401 with the JSON reason of SPEC §3.3.
+// wantRejected checks a 401 with its JSON reason (README: Providers and
+// signature verification).
 func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string) {
 	t.Helper()
 	if resp.StatusCode != http.StatusUnauthorized {

@@ -18,6 +18,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 func init() {
@@ -109,7 +111,7 @@ type Handler struct {
 	store       *meteredStore
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
-	verifier    Verifier
+	verifier    signature.Verifier
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
 // keyKind is the kind of a key source.
@@ -148,7 +149,7 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 				v = res.Raw
 			}
 		case keyQuery:
-			v = queryValue(r.URL.RawQuery, ks.arg)
+			v = query.Value(r.URL.RawQuery, ks.arg)
 		case keyBody:
 			return hashKey(bodyHash), true
 		}
@@ -157,32 +158,6 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 		}
 	}
 	return hashKey(bodyHash), true
-}
-
-// queryValue returns the first value of name in a raw query without parsing
-// the whole query into a map.
-func queryValue(rawQuery, name string) string {
-	for rawQuery != "" {
-		var pair string
-		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if k == name {
-			if strings.ContainsAny(v, "%+") {
-				if u, err := url.QueryUnescape(v); err == nil {
-					return u
-				}
-			}
-			return v
-		} else if strings.ContainsAny(k, "%+") {
-			if u, err := url.QueryUnescape(k); err == nil && u == name {
-				if uv, err := url.QueryUnescape(v); err == nil {
-					return uv
-				}
-				return v
-			}
-		}
-	}
-	return ""
 }
 
 // sanitizeKeyValue returns v if it is short printable ASCII, else its hash.

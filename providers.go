@@ -1,23 +1,28 @@
 package webhookidempotency
 
 import (
+	"crypto"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
-// provider is a preset of SPEC §5: a source name, a verification scheme and
-// a stable default key. This table is the one place that knows providers.
+// provider is a preset (README: Providers): a source name, a verification
+// scheme and a stable default key. This table is the one place that knows
+// providers.
 type provider struct {
 	// defaultKey is the key chain used when the handler sets none; it
 	// always ends with body.
 	defaultKey []string
 
 	// verifier builds the provider's scheme from a config whose secrets
-	// are resolved and whose tolerance is defaulted.
-	verifier func(cfg VerifyConfig) (Verifier, error)
+	// and url are resolved (a zero tolerance is the default).
+	verifier func(cfg VerifyConfig) (signature.Verifier, error)
 
 	// options are the verify subdirectives the scheme takes besides
 	// `secret` and `tolerance`.
@@ -42,20 +47,20 @@ const (
 var providers = map[string]provider{
 	"stripe": {
 		defaultKey: []string{"json:id", "body"},
-		verifier:   newStripeVerifier,
+		verifier:   withTolerance(signature.NewStripe),
 		volatile:   []string{"Stripe-Signature"},
 	},
 	"github": {
 		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
-		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 	},
 	"shopify": {
 		defaultKey: []string{"header:X-Shopify-Webhook-Id", "body"},
-		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", encBase64),
+		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", signature.Base64),
 	},
 	"slack": {
 		defaultKey: []string{"json:event_id", "body"},
-		verifier:   newSlackVerifier,
+		verifier:   withTolerance(signature.NewSlack),
 		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
 	},
 	"standard": {
@@ -70,15 +75,15 @@ var providers = map[string]provider{
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
-		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 	},
 	"ifood": {
 		defaultKey: []string{"json:id", "body"},
-		verifier:   bodyHMAC("X-IFood-Signature", "", encHex),
+		verifier:   bodyHMAC("X-IFood-Signature", "", signature.Hex),
 	},
 	"mercadopago": {
 		defaultKey: []string{"header:x-request-id", "body"},
-		verifier:   newMercadoPagoVerifier,
+		verifier:   withTolerance(signature.NewMercadoPago),
 		volatile:   []string{"x-signature"},
 	},
 	"pagbank": {
@@ -87,17 +92,17 @@ var providers = map[string]provider{
 	},
 	"paddle": {
 		defaultKey: []string{"json:notification_id", "body"},
-		verifier:   newPaddleVerifier,
+		verifier:   withTolerance(signature.NewPaddle),
 		volatile:   []string{"Paddle-Signature"},
 	},
 	"twilio": {
 		defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
-		verifier:   newTwilioVerifier,
+		verifier:   withPublicURL(signature.NewTwilio),
 		options:    optURL,
 	},
 	"square": {
 		defaultKey: []string{"json:event_id", "body"},
-		verifier:   newSquareVerifier,
+		verifier:   withPublicURL(signature.NewSquare),
 		options:    optURL,
 	},
 	"gitlab": {
@@ -112,7 +117,7 @@ var providers = map[string]provider{
 	},
 	"evolution": {
 		defaultKey: []string{"body"},
-		verifier:   func(cfg VerifyConfig) (Verifier, error) { return newTokenVerifier(cfg) },
+		verifier:   newTokenVerifier,
 		options:    optHeader | optPrefix,
 	},
 }
@@ -144,20 +149,43 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 
 // bodyHMAC is the scheme of providers that sign the raw body alone with
 // an HMAC-SHA256 in one header.
-func bodyHMAC(header, prefix string, enc sigEncoding) func(VerifyConfig) (Verifier, error) {
-	return func(cfg VerifyConfig) (Verifier, error) {
-		encoding := "hex"
-		if enc == encBase64 {
-			encoding = "base64"
-		}
-		return newHMACVerifier(VerifyConfig{
-			Scheme:   cfg.Scheme,
-			Secrets:  cfg.Secrets,
-			Header:   header,
-			Prefix:   prefix,
-			Encoding: encoding,
-		})
+func bodyHMAC(header, prefix string, enc signature.Encoding) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return signature.NewHMAC(header, prefix, crypto.SHA256, enc, cfg.Secrets)
 	}
+}
+
+// withTolerance adapts the constructor of a scheme that signs a timestamp.
+func withTolerance(newScheme func([]string, time.Duration) signature.Verifier) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return newScheme(cfg.Secrets, time.Duration(cfg.Tolerance)), nil
+	}
+}
+
+// withPublicURL adapts the constructor of a scheme that signs the public
+// URL.
+func withPublicURL(newScheme func([]string, signature.PublicURL) signature.Verifier) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return newScheme(cfg.Secrets, cfg.publicURL()), nil
+	}
+}
+
+// standardWebhooks is the Standard Webhooks scheme for headers named with
+// prefix.
+func standardWebhooks(prefix string) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return signature.NewStandardWebhooks(prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
+	}
+}
+
+// newGitLabVerifier builds the `gitlab` scheme.
+func newGitLabVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewGitLab(cfg.Secrets, time.Duration(cfg.Tolerance))
+}
+
+// newPagBankVerifier builds the `pagbank` scheme.
+func newPagBankVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewPagBank(cfg.Secrets), nil
 }
 
 // newStoneVerifier: Stone signs nothing that can be checked with a shared
@@ -165,7 +193,7 @@ func bodyHMAC(header, prefix string, enc sigEncoding) func(VerifyConfig) (Verifi
 // without a secret `stone` verifies nothing and Provision warns about it.
 // With a secret it is the `token` scheme on a header the user names, for
 // setups where a gateway or Stone's endpoint configuration adds one.
-func newStoneVerifier(cfg VerifyConfig) (Verifier, error) {
+func newStoneVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	if len(cfg.Secrets) == 0 {
 		return nil, nil
 	}
@@ -178,16 +206,12 @@ func newStoneVerifier(cfg VerifyConfig) (Verifier, error) {
 // warnVerifyConfig logs, at provision, configurations that work but will
 // not do what their author most likely wants. It never rejects them.
 func (h *Handler) warnVerifyConfig() {
-	if h.logger == nil {
-		return
-	}
 	scheme := h.Provider
 	if h.Verify != nil && h.Verify.Scheme != "" {
 		scheme = h.Verify.Scheme
 	}
 	if scheme == "stone" && h.verifier == nil {
-		h.logger.Warn("stone deliveries are not authenticated: Stone has no shared-secret signature; verify the JWS of the payload in the application or restrict the route to Stone's addresses",
-			zap.String("source", h.Source))
+		h.logger.Warn("stone deliveries are not authenticated: Stone has no shared-secret signature; verify the JWS of the payload in the application or restrict the route to Stone's addresses")
 	}
 	for _, k := range h.Key {
 		name, ok := strings.CutPrefix(k, "header:")
@@ -196,7 +220,6 @@ func (h *Handler) warnVerifyConfig() {
 		}
 		if preset, volatile := volatileHeader(name, scheme); volatile {
 			h.logger.Warn("the key header changes on every delivery attempt (the provider signs each attempt with a new timestamp), so retries will not be deduplicated; key on the provider's stable event id instead",
-				zap.String("source", h.Source),
 				zap.String("header", name),
 				zap.String("provider", preset),
 				zap.Strings("use_instead", providers[preset].defaultKey))

@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 // requestState is one delivery on its way through the handler. Its steps
@@ -131,8 +133,8 @@ func (rs *requestState) verify() error {
 // reason.
 func (rs *requestState) unauthorized(err error) error {
 	rs.setResult(resultInvalidSignature)
-	reason := errInvalidSignature.Reason
-	var ve *VerificationError
+	reason := signature.ErrInvalid.Reason
+	var ve *signature.Error
 	if errors.As(err, &ve) {
 		reason = ve.Reason
 	}

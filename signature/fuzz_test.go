@@ -1,4 +1,4 @@
-package webhookidempotency
+package signature
 
 import (
 	"strings"
@@ -39,10 +39,10 @@ func fuzzTimestamped(f *testing.F, seeds []string, parse func(string) (string, s
 			if sigs.seen == 0 {
 				t.Fatalf("accepted %q without a signature", h)
 			}
-		} else if err != errMissingSignature && err != errInvalidSignature {
+		} else if err != ErrMissing && err != ErrInvalid {
 			t.Fatalf("unexpected error %v", err)
 		}
-		if h == "" && err != errMissingSignature {
+		if h == "" && err != ErrMissing {
 			t.Fatalf("empty header: %v", err)
 		}
 	})

@@ -1,0 +1,121 @@
+package signature
+
+import (
+	"crypto"
+	"crypto/sha512"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// NewHMAC returns the generic HMAC scheme: an HMAC of the raw body with
+// the hash h (SHA-1, SHA-256 and SHA-512 are linked in; any available hash
+// of at most 64 bytes is accepted), written in the named header with
+// encoding enc, after prefix when prefix is not empty (a value without the
+// prefix is then rejected). When the header is repeated, each value is a
+// candidate (at most 16). Each secret is an HMAC key, used as written.
+//
+// It is the scheme of:
+//   - GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 (GitHub
+//     Docs, "Validating webhook deliveries"; go-github's
+//     ValidateSignature);
+//   - Meta (WhatsApp Business Platform): the same header, keyed with the
+//     app secret (Meta's Graph API webhooks documentation);
+//   - Shopify: `X-Shopify-Hmac-Sha256`, HMAC-SHA256 in base64 (Shopify's
+//     documentation of HTTPS webhook delivery);
+//   - iFood: `X-IFood-Signature`, HMAC-SHA256 hex keyed with the client
+//     secret (iFood Developer Portal, "Webhook signature").
+func NewHMAC(header, prefix string, h crypto.Hash, enc Encoding, secrets []string) (Verifier, error) {
+	if header == "" {
+		return nil, errors.New("no header name")
+	}
+	if !h.Available() || h.Size() > sha512.Size {
+		return nil, fmt.Errorf("hash %v is not available or longer than %d bytes", h, sha512.Size)
+	}
+	if enc != Hex && enc != Base64 {
+		return nil, fmt.Errorf("unknown encoding %d", enc)
+	}
+	return &hmacVerifier{
+		header:   http.CanonicalHeaderKey(header),
+		prefix:   prefix,
+		encoding: enc,
+		keys:     newHMACKeyring(h.New, rawSecrets(secrets)),
+	}, nil
+}
+
+// hmacVerifier is the scheme of NewHMAC.
+type hmacVerifier struct {
+	header   string
+	prefix   string
+	encoding Encoding
+	keys     keyring
+}
+
+// Verify implements Verifier.
+func (v *hmacVerifier) Verify(r *http.Request, body []byte) error {
+	values := r.Header[v.header]
+	if len(values) == 0 {
+		return ErrMissing
+	}
+	var sigs sigSet
+	for _, val := range values {
+		val = strings.TrimSpace(val)
+		if v.prefix != "" {
+			var ok bool
+			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
+				continue
+			}
+		}
+		if !sigs.add(v.encoding, val) {
+			break
+		}
+	}
+	return v.keys.check(nil, body, &sigs)
+}
+
+// NewToken returns the generic token scheme: the named header carries one
+// of tokens, after prefix when prefix is not empty (such as `Bearer `; a
+// value without it is rejected). Tokens are compared in constant time as
+// SHA-256 digests, so that a token's length does not leak either. A token
+// signs nothing: it proves the sender knows it, not that the body is the
+// one sent.
+//
+// Evolution API, for one, authenticates this way: a static header
+// configured on the instance.
+func NewToken(header, prefix string, tokens []string) (Verifier, error) {
+	if header == "" {
+		return nil, errors.New("no header name")
+	}
+	return &tokenVerifier{header: http.CanonicalHeaderKey(header), prefix: prefix, tokens: newTokenSet(tokens)}, nil
+}
+
+// tokenVerifier is the scheme of NewToken.
+type tokenVerifier struct {
+	header string
+	prefix string
+	tokens tokenSet
+}
+
+// Verify implements Verifier.
+func (v *tokenVerifier) Verify(r *http.Request, _ []byte) error {
+	val := headerValue(r.Header, v.header)
+	if val == "" {
+		return ErrMissing
+	}
+	if v.prefix != "" {
+		var ok bool
+		if val, ok = strings.CutPrefix(val, v.prefix); !ok {
+			return ErrInvalid
+		}
+	}
+	if !v.tokens.match(val) {
+		return ErrInvalid
+	}
+	return nil
+}
+
+var (
+	_ Verifier = (*hmacVerifier)(nil)
+	_ Verifier = (*tokenVerifier)(nil)
+)

@@ -1,0 +1,99 @@
+// Package signature verifies the signatures webhook providers put on their
+// deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix), Mercado
+// Pago, PagBank, Twilio, Square and GitLab, and the generic schemes that
+// sign the raw body with an HMAC (GitHub, Shopify, Meta, iFood, …) or send
+// a shared token.
+//
+// A Verifier checks one request against its raw body, before the body is
+// parsed. Verifiers are safe for concurrent use, compare in constant time,
+// accept a signature made with any of their secrets (rotation), and
+// allocate nothing per request, except Twilio's (which parses the form
+// body) and Mercado Pago's (which reads the body's JSON). Every failure is
+// one of ErrMissing, ErrInvalid and ErrTimestamp, whose Reason can be
+// shown to the sender; no error ever contains a secret.
+//
+// The package has no dependency on any web framework:
+//
+//	v := signature.NewStripe([]string{os.Getenv("STRIPE_WEBHOOK_SECRET")}, 0)
+//	http.HandleFunc("/stripe", func(w http.ResponseWriter, r *http.Request) {
+//		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+//		if err != nil {
+//			http.Error(w, "cannot read body", http.StatusBadRequest)
+//			return
+//		}
+//		if err := v.Verify(r, body); err != nil {
+//			http.Error(w, err.Error(), http.StatusUnauthorized)
+//			return
+//		}
+//		// body is authentic
+//	})
+package signature
+
+import (
+	"net/http"
+	"time"
+)
+
+// Verifier checks the signature of a request on its raw body.
+type Verifier interface {
+	// Verify returns nil when the request is authentic, else one of
+	// ErrMissing, ErrInvalid and ErrTimestamp. It does not modify the
+	// request or the body, and does not read r.Body: body is the raw
+	// body, read by the caller.
+	Verify(r *http.Request, body []byte) error
+}
+
+// Error is a failed verification.
+type Error struct {
+	// Reason is a short phrase safe to show the sender.
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Reason }
+
+var _ error = (*Error)(nil)
+
+// The errors Verify returns.
+var (
+	// ErrMissing means a header the scheme needs is absent or empty.
+	ErrMissing = &Error{Reason: "missing signature"}
+
+	// ErrInvalid means the signature matches under none of the
+	// secrets, or a header cannot be parsed.
+	ErrInvalid = &Error{Reason: "invalid signature"}
+
+	// ErrTimestamp means the signed timestamp is further in the past,
+	// or in the future, than the tolerance allows.
+	ErrTimestamp = &Error{Reason: "timestamp outside tolerance"}
+)
+
+// DefaultTolerance is how far a signed timestamp may be from the current
+// time when a constructor is given a tolerance of zero.
+const DefaultTolerance = 5 * time.Minute
+
+// PublicURL appends to dst the URL the provider signed for r: the URL the
+// provider was configured to deliver to, with the query string of the
+// request. Behind a proxy that URL is not what r says (its scheme and host
+// are the proxy's), so the caller, which knows how it is deployed, supplies
+// this function to the schemes that sign a URL (NewTwilio, NewSquare). It
+// must not modify r, and is called on every request.
+type PublicURL func(dst []byte, r *http.Request) []byte
+
+// Encoding is how a signature is written in a header.
+type Encoding uint8
+
+const (
+	// Hex is hexadecimal, in either case.
+	Hex Encoding = iota
+
+	// Base64 is standard base64 with padding (RFC 4648, section 4).
+	Base64
+)
+
+// toleranceOrDefault returns d, or DefaultTolerance when d is not positive.
+func toleranceOrDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultTolerance
+	}
+	return d
+}
