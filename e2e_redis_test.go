@@ -277,7 +277,7 @@ func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	longSum := sha256.Sum256([]byte(long))
 	want := []string{
 		"wh:shop:evt_1",
-		"wh:shop:sha256:" + hex.EncodeToString(longSum[:]),
+		"wh:shop:key-sha256:" + hex.EncodeToString(longSum[:]),
 		"wh:wa:sha256:" + hex.EncodeToString(bodySum[:]),
 	}
 	slices.Sort(keys)

@@ -33,6 +33,15 @@ type keySource struct {
 // values that are not printable ASCII are stored as their SHA-256.
 const maxKeyValueLen = 200
 
+// Prefixes of hashed key values. The body's SHA-256 is `sha256:<hex>`; a
+// header, JSON or query value that is hashed is `key-sha256:<hex>`, so no
+// value a sender chooses lands on another delivery's body hash (README:
+// Keys).
+const (
+	bodyHashPrefix  = "sha256:"
+	valueHashPrefix = "key-sha256:"
+)
+
 // parseKeySource parses `header:<Name>`, `json:<path>`, `query:<name>` or
 // `body`.
 func parseKeySource(s string) (keySource, error) {
@@ -125,9 +134,10 @@ func parseKeySources(list []string) ([]keySource, error) {
 }
 
 // resolveKey returns the key value from the first key source that yields a
-// non-empty value, and whether it is the body hash. Values that are too long
-// or not printable ASCII become `sha256:<hex>` of the value; the body source
-// is `sha256:<hex>` of the body. A list that yields nothing falls back to the
+// non-empty value, and whether it is the body hash. The body source is
+// `sha256:<hex>` of the body; a value that is too long, not printable ASCII
+// or itself starts with a hash prefix becomes `key-sha256:<hex>` of the
+// value. A list that yields nothing falls back to the
 // body hash, so every request has a key.
 func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, fromBody bool) {
 	for _, ks := range sources {
@@ -160,28 +170,33 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 	return hashKey(bodyHash), true
 }
 
-// sanitizeKeyValue returns v if it is short printable ASCII, else its hash.
+// sanitizeKeyValue returns v if it is short printable ASCII that does not
+// start with a hash prefix, else `key-sha256:<hex>` of v.
 func sanitizeKeyValue(v string) string {
-	if len(v) > maxKeyValueLen {
-		return hashString(v)
+	if len(v) > maxKeyValueLen || strings.HasPrefix(v, bodyHashPrefix) || strings.HasPrefix(v, valueHashPrefix) {
+		return hashValue(v)
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] > 0x7e {
-			return hashString(v)
+			return hashValue(v)
 		}
 	}
 	return v
 }
 
-func hashString(v string) string {
+// hashValue formats the SHA-256 of a key value as `key-sha256:<hex>`.
+func hashValue(v string) string {
 	sum := sha256.Sum256([]byte(v))
-	return hashKey(&sum)
+	var b [len(valueHashPrefix) + 64]byte
+	copy(b[:], valueHashPrefix)
+	hex.Encode(b[len(valueHashPrefix):], sum[:])
+	return string(b[:])
 }
 
-// hashKey formats a SHA-256 as `sha256:<hex>`.
+// hashKey formats the body's SHA-256 as `sha256:<hex>`.
 func hashKey(sum *[32]byte) string {
-	var b [7 + 64]byte
-	copy(b[:], "sha256:")
-	hex.Encode(b[7:], sum[:])
+	var b [len(bodyHashPrefix) + 64]byte
+	copy(b[:], bodyHashPrefix)
+	hex.Encode(b[len(bodyHashPrefix):], sum[:])
 	return string(b[:])
 }
