@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -30,6 +31,10 @@ type benchResponseWriter struct {
 func (w *benchResponseWriter) Header() http.Header         { return w.h }
 func (w *benchResponseWriter) WriteHeader(status int)      { w.status = status }
 func (w *benchResponseWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// SetReadDeadline lets the handler bound the body's arrival, as a server's
+// ResponseWriter does (http.ResponseController).
+func (w *benchResponseWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (w *benchResponseWriter) reset() {
 	clear(w.h)

@@ -65,6 +65,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cache_status  <code or class>...
 //		mismatch      replay | reject
 //		max_body      <size>
+//		body_timeout  <duration>
 //		max_response  <size>
 //		methods       <method>...
 //		fail          open | closed
@@ -144,7 +145,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var inlineOptions = map[string]bool{
 	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
-	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
+	"mismatch": true, "max_body": true, "body_timeout": true, "max_response": true, "methods": true,
 	"fail": true, "store": true,
 }
 
@@ -213,7 +214,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		*keySet = true
 		h.Key = append(h.Key, args...)
-	case "ttl", "lease":
+	case "ttl", "lease", "body_timeout":
 		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
@@ -222,10 +223,13 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		if err != nil {
 			return d.Errf("invalid %s '%s': %v", name, v, err)
 		}
-		if name == "ttl" {
+		switch name {
+		case "ttl":
 			h.TTL = dur
-		} else {
+		case "lease":
 			h.Lease = dur
+		default:
+			h.BodyTimeout = dur
 		}
 	case "in_flight":
 		if err := someValues(d, what, args); err != nil {

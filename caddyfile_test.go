@@ -82,12 +82,12 @@ func TestCaddyfileParse(t *testing.T) {
 		},
 		{
 			name:  "every single-value option inline",
-			input: `webhook_idempotency source s provider slack secret a verify off key json:event_id ttl 1h lease 10s in_flight proceed cache_status 2xx mismatch reject max_body 512KB max_response 2048 methods post fail closed store memory`,
+			input: `webhook_idempotency source s provider slack secret a verify off key json:event_id ttl 1h lease 10s in_flight proceed cache_status 2xx mismatch reject max_body 512KB body_timeout 30s max_response 2048 methods post fail closed store memory`,
 			want: Handler{
 				Source: "s", Provider: "slack", Verify: &VerifyConfig{Scheme: "off", Secrets: []string{"a"}},
 				Key: []string{"json:event_id"}, TTL: dur(time.Hour), Lease: dur(10 * time.Second),
 				InFlight: "proceed", CacheStatus: []string{"2xx"}, Mismatch: "reject",
-				MaxBody: 512000, MaxResponse: 2048, Methods: []string{"POST"}, Fail: "closed",
+				MaxBody: 512000, BodyTimeout: dur(30 * time.Second), MaxResponse: 2048, Methods: []string{"POST"}, Fail: "closed",
 				StoreRaw: memoryStore,
 			},
 		},
@@ -113,6 +113,7 @@ func TestCaddyfileParse(t *testing.T) {
 				cache_status  200 201 4xx
 				mismatch      reject
 				max_body      1MiB
+				body_timeout  5s
 				max_response  512KB
 				methods       POST put
 				fail          closed
@@ -135,6 +136,7 @@ func TestCaddyfileParse(t *testing.T) {
 				CacheStatus: []string{"200", "201", "4xx"},
 				Mismatch:    "reject",
 				MaxBody:     1 << 20,
+				BodyTimeout: dur(5 * time.Second),
 				MaxResponse: 512000,
 				Methods:     []string{"POST", "PUT"},
 				Fail:        "closed",
@@ -331,6 +333,9 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"ttl bad", "webhook_idempotency {\n\tttl forever\n}", `invalid ttl 'forever': time: invalid duration "forever", at Testfile:2`},
 		{"ttl zero", "webhook_idempotency {\n\tttl 0s\n}", "invalid ttl '0s': must be positive, at Testfile:2"},
 		{"ttl negative", "webhook_idempotency {\n\tttl -1h\n}", "invalid ttl '-1h': must be positive, at Testfile:2"},
+		{"body_timeout missing", "webhook_idempotency {\n\tbody_timeout\n}", "'body_timeout' takes exactly one value, got 0, at Testfile:2"},
+		{"body_timeout bad", "webhook_idempotency {\n\tbody_timeout soon\n}", `invalid body_timeout 'soon': time: invalid duration "soon", at Testfile:2`},
+		{"body_timeout zero", "webhook_idempotency source s body_timeout 0s", "invalid body_timeout '0s': must be positive, at Testfile:1"},
 		{"lease bad", "webhook_idempotency {\n\tlease 30\n}", `invalid lease '30': time: missing unit in duration "30", at Testfile:2`},
 		{"in_flight missing", "webhook_idempotency {\n\tin_flight\n}", "'in_flight' needs at least one value, at Testfile:2"},
 		{"in_flight unknown", "webhook_idempotency {\n\tin_flight queue\n}", "invalid in_flight 'queue': want conflict, wait [<timeout>] or proceed, at Testfile:2"},

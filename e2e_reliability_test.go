@@ -1,13 +1,17 @@
 package webhookidempotency
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Regression tests for what a hostile probe found (docs: Guarantees in
@@ -163,4 +167,127 @@ func TestE2EMemoryStoreBoundIsTheLargestConfigured(t *testing.T) {
 	}
 }
 
-var _ = bytes.Equal
+// slowBody opens a connection to addr and sends a POST that declares a
+// body of declared bytes and sends only sent of them; the connection stays
+// open until the test ends.
+func slowBody(t *testing.T, addr string, declared, sent int, header ...string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var req strings.Builder
+	fmt.Fprintf(&req, "POST /hook HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", addr, declared)
+	for i := 0; i+1 < len(header); i += 2 {
+		fmt.Fprintf(&req, "%s: %s\r\n", header[i], header[i+1])
+	}
+	req.WriteString("\r\n")
+	req.Write(bytes.Repeat([]byte("x"), sent))
+	if _, err := io.WriteString(conn, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// Memory for a body is taken as its bytes arrive, not as its
+// Content-Length announces: 200 connections that declare 5 MiB each and
+// send 25 bytes must not grow the heap by a gigabyte.
+func TestE2ESlowBodyFloodTakesNoMemoryForBytesNotSent(t *testing.T) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	arrivals := newProbe(t, "flood")
+	startCaddy(t, "", fmt.Sprintf(`:%d {
+	route {
+		e2e_probe flood
+		webhook_idempotency {
+			source flood
+			body_timeout 1m
+		}
+		reverse_proxy %s
+	}
+}`, port, up.addr()))
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	before := liveHeap()
+	const conns, declared = 200, 5 << 20
+	for range conns {
+		slowBody(t, addr, declared, 25)
+	}
+	for range conns {
+		select {
+		case <-arrivals:
+		case <-time.After(20 * time.Second):
+			t.Fatal("not every slow request reached the handler")
+		}
+	}
+	// the handlers are now reading the bodies; let them take what they take
+	time.Sleep(300 * time.Millisecond)
+	grown := int64(liveHeap()) - int64(before)
+	t.Logf("live heap grew by %.1f MiB under %d connections declaring %d MiB and sending 25 bytes", float64(grown)/(1<<20), conns, declared>>20)
+	if grown > 64<<20 {
+		t.Fatalf("live heap grew by %d MiB under the slow-body flood, want at most 64 MiB", grown>>20)
+	}
+	wantCalls(t, up, 0)
+}
+
+// A body that does not arrive within body_timeout is answered 408 with a
+// JSON error; the upstream is not called and nothing is stored, so the
+// provider's retry is processed.
+func TestE2EBodyTimeout(t *testing.T) {
+	up := newUpstream(t, nil)
+	slowApp := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		time.Sleep(time.Second)
+		fmt.Fprintf(w, `{"call":%d}`, call)
+	})
+	port, port2 := freePort(t), freePort(t)
+	startCaddy(t, "servers {\n\t\tprotocols h1 h2c\n\t}", proxySite(port, "webhook_idempotency source slow body_timeout 300ms", up)+
+		proxySite(port2, "webhook_idempotency source slowapp body_timeout 300ms", slowApp))
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+
+	conn := slowBody(t, addr, 100, 10, "Idempotency-Key", "evt_slow")
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a body that stalls: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != "application/json" ||
+		string(body) != `{"error":"request body not received within body_timeout"}` {
+		t.Fatalf("stalled body: %d %q %s, want 408 with a JSON error", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if !resp.Close {
+		t.Fatal("the 408 does not close the connection, whose body is half read")
+	}
+	wantCalls(t, up, 0)
+	// nothing was stored: the retry is processed
+	r, b := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
+	wantNew(t, r, b, http.StatusOK)
+
+	// the deadline covers the body only: an application slower than
+	// body_timeout still has its answer recorded and replayed
+	// over HTTP/1.1 and HTTP/2 (where a read deadline left on the stream
+	// would reset it)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
+	for i, client := range []*http.Client{testClient, h2c} {
+		key := fmt.Sprintf("evt_slowapp_%d", i)
+		for j, want := range []string{"new", "replayed"} {
+			req, _ := http.NewRequest(http.MethodPost, siteURL(port2)+"/hook", strings.NewReader(`{}`))
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("client %d, request %d: %v", i, j, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if wantProto := []int{1, 2}[i]; resp.ProtoMajor != wantProto {
+				t.Fatalf("client %d spoke HTTP/%d, want HTTP/%d", i, resp.ProtoMajor, wantProto)
+			}
+			if resp.StatusCode != http.StatusOK || (resp.Header.Get(replayedHeader) == "true") != (want == "replayed") {
+				t.Fatalf("HTTP/%d, slow application, request %d: %d %s (replayed %q), want %s", resp.ProtoMajor, j, resp.StatusCode, body, resp.Header.Get(replayedHeader), want)
+			}
+		}
+	}
+}

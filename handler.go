@@ -85,6 +85,12 @@ type Handler struct {
 	// Default: 5MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// How long the request body may take to arrive, from the moment the
+	// handler starts reading it (the earlier of this and the server's own
+	// read timeout applies). A body not received in time gets 408 and
+	// nothing is stored. Default: 10s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
 	// The largest response body recorded, in bytes; a larger response is
 	// sent untouched and recorded without its body. Default: 1MiB.
 	MaxResponse int64 `json:"max_response,omitempty"`
@@ -138,6 +144,7 @@ const (
 	defaultLease       = 30 * time.Second
 	defaultWaitTimeout = 10 * time.Second
 	defaultMaxBody     = 5 << 20
+	defaultBodyTimeout = 10 * time.Second
 	defaultMaxResponse = 1 << 20
 	defaultKeyPrefix   = "idem"
 )
@@ -231,6 +238,9 @@ func (h *Handler) provisionOptions() error {
 	if h.MaxBody == 0 {
 		h.MaxBody = defaultMaxBody
 	}
+	if h.BodyTimeout == 0 {
+		h.BodyTimeout = caddy.Duration(defaultBodyTimeout)
+	}
 	if h.MaxResponse == 0 {
 		h.MaxResponse = defaultMaxResponse
 	}
@@ -303,8 +313,8 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 
 // Validate checks the configuration.
 func (h *Handler) Validate() error {
-	if h.TTL < 0 || h.Lease < 0 || h.WaitTimeout < 0 {
-		return errors.New("ttl, lease and wait_timeout must not be negative")
+	if h.TTL < 0 || h.Lease < 0 || h.WaitTimeout < 0 || h.BodyTimeout < 0 {
+		return errors.New("ttl, lease, wait_timeout and body_timeout must not be negative")
 	}
 	if h.MaxBody < 0 || h.MaxResponse < 0 {
 		return errors.New("max_body and max_response must not be negative")

@@ -106,13 +106,22 @@ func (rs *requestState) skip() error {
 }
 
 // bodyFailed answers a body that could not be read: 413 when it is too
-// large, the error of an earlier handler (such as request_body's 413) as
-// it is, else 400.
+// large, 408 when it did not arrive within body_timeout (the connection,
+// whose body is half read, is then closed), the error of an earlier
+// handler (such as request_body's 413) as it is, else 400. A body that
+// never arrived has no result: it is not a delivery.
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(resultTooLarge)
 		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+	}
+	if errors.Is(err, errBodyTimeout) {
+		if ce := rs.h.logger.Check(zap.DebugLevel, "request body not received in time"); ce != nil {
+			ce.Write(zap.Duration("body_timeout", time.Duration(rs.h.BodyTimeout)))
+		}
+		rs.w.Header().Set("Connection", "close")
+		return writeError(rs.w, http.StatusRequestTimeout, errBodyTimeout.Error(), "")
 	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) {
