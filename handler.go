@@ -174,6 +174,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionVerifier(); err != nil {
 		return err
 	}
+	h.markUnsignedKeys()
 	h.warnVerifyConfig()
 
 	app, err := appFor(ctx)
@@ -308,6 +309,12 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	}
 	h.keyPrefix = prefix + ":" + h.Source + ":"
 	h.store = &meteredStore{store: s, m: h.metrics}
+	if h.store.guarded, _ = s.(guardedStore); h.store.guarded == nil {
+		// a store that holds no guard: every key is claimed alone
+		for i := range h.keys {
+			h.keys[i].unsigned = false
+		}
+	}
 	return nil
 }
 

@@ -36,18 +36,19 @@ const (
 	fieldFailed     = "failed" // unix milliseconds, dead-lettered events
 )
 
-// accept stores a new event and claims its key as accepted, in one round
-// trip; or reports the key's state, as a claim does. With Redis Cluster the
-// key and the stream live on different nodes: the key is claimed, the event
-// stored, and the key then completed.
-func (ib *inbox) accept(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, error) {
+// accept stores a new event and claims its key (and its guard, unless
+// guard is "") as accepted, in one round trip; or reports the key's state,
+// as a claim does. With Redis Cluster the key and the stream live on
+// different nodes: the key is claimed, the event stored, and the key then
+// completed.
+func (ib *inbox) accept(ctx context.Context, key, guard, owner string, record []byte, event []any) (claimResult, error) {
 	var res claimResult
 	var id string
 	var err error
 	if ib.cluster {
-		res, id, err = ib.acceptCluster(ctx, key, owner, record, event)
+		res, id, err = ib.acceptCluster(ctx, key, guard, owner, record, event)
 	} else {
-		res, id, err = ib.store.claimAndAppend(ctx, key, ib.stream, record, ib.acceptTTL, event)
+		res, id, err = ib.store.claimAndAppend(ctx, key, guard, ib.stream, record, ib.acceptTTL, event)
 	}
 	if err == nil && res.State == stateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
@@ -57,9 +58,9 @@ func (ib *inbox) accept(ctx context.Context, key, owner string, record []byte, e
 	return res, err
 }
 
-func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, string, error) {
+func (ib *inbox) acceptCluster(ctx context.Context, key, guard, owner string, record []byte, event []any) (claimResult, string, error) {
 	s := ib.store
-	res, err := s.Claim(ctx, key, owner, ib.timeout+defaultRedisTimeout)
+	res, err := s.ClaimGuarded(ctx, key, guard, owner, ib.timeout+defaultRedisTimeout)
 	if err != nil || res.State != stateClaimed {
 		return res, "", err
 	}
@@ -67,10 +68,10 @@ func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []
 	id, err := ib.rc.client.XAdd(cctx, &redis.XAddArgs{Stream: ib.stream, Values: event}).Result()
 	cancel()
 	if err != nil {
-		_ = s.Release(completionCtx, key, owner)
+		_ = s.ReleaseGuarded(completionCtx, key, guard, owner)
 		return claimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
 	}
-	if err := s.Complete(completionCtx, key, owner, record, ib.acceptTTL); err != nil {
+	if err := s.CompleteGuarded(completionCtx, key, guard, owner, record, ib.acceptTTL); err != nil {
 		// the event is stored, so it is accepted; only a duplicate arriving
 		// after the lease could be accepted again
 		ib.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",

@@ -27,7 +27,15 @@ const (
 type keySource struct {
 	kind keyKind
 	arg  string // header name (canonical), JSON path or query parameter
+
+	// unsigned marks a header or query source that the handler's signature
+	// does not cover while it covers the body: its key is claimed with the
+	// body's (see guard.go).
+	unsigned bool
 }
+
+// bodySource is the body hash as the key.
+var bodySource = keySource{kind: keyBody}
 
 // maxKeyValueLen is the longest key value stored as is; longer values and
 // values that are not printable ASCII are stored as their SHA-256.
@@ -134,12 +142,12 @@ func parseKeySources(list []string) ([]keySource, error) {
 }
 
 // resolveKey returns the key value from the first key source that yields a
-// non-empty value, and whether it is the body hash. The body source is
-// `sha256:<hex>` of the body; a value that is too long, not printable ASCII
-// or itself starts with a hash prefix becomes `key-sha256:<hex>` of the
-// value. A list that yields nothing falls back to the
-// body hash, so every request has a key.
-func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, fromBody bool) {
+// non-empty value, and that source (bodySource for the body hash). The body
+// source is `sha256:<hex>` of the body; a value that is too long, not
+// printable ASCII or itself starts with a hash prefix becomes
+// `key-sha256:<hex>` of the value. A list that yields nothing falls back to
+// the body hash, so every request has a key.
+func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, from keySource) {
 	for _, ks := range sources {
 		var v string
 		switch ks.kind {
@@ -161,13 +169,13 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 		case keyQuery:
 			v = query.Value(r.URL.RawQuery, ks.arg)
 		case keyBody:
-			return hashKey(bodyHash), true
+			return hashKey(bodyHash), bodySource
 		}
 		if v != "" {
-			return sanitizeKeyValue(v), false
+			return sanitizeKeyValue(v), ks
 		}
 	}
-	return hashKey(bodyHash), true
+	return hashKey(bodyHash), bodySource
 }
 
 // sanitizeKeyValue returns v if it is short printable ASCII that does not

@@ -114,7 +114,8 @@ func resolve(t *testing.T, keys []string, target string, header http.Header, bod
 		r.Header[k] = vs
 	}
 	sum := sha256.Sum256([]byte(body))
-	return resolveKey(sources, r, []byte(body), &sum)
+	v, from := resolveKey(sources, r, []byte(body), &sum)
+	return v, from.kind == keyBody
 }
 
 func TestResolveKey(t *testing.T) {

@@ -148,10 +148,12 @@ func (m *handlerMetrics) observeStore(op storeOp, start time.Time, err error) {
 }
 
 // meteredStore is a handler's store with every call timed and its failures
-// counted: the one place that observes store calls.
+// counted: the one place that observes store calls. Its claim, complete,
+// release and renew take the key's guard ("" for none: guard.go).
 type meteredStore struct {
 	store
-	m *handlerMetrics
+	guarded guardedStore // the same store, when it holds guards
+	m       *handlerMetrics
 }
 
 // Claim implements store.
@@ -186,10 +188,54 @@ func (s *meteredStore) Renew(ctx context.Context, key, owner string, lease time.
 	return err
 }
 
-// accept accepts an event into an inbox, the claim of inbox mode.
-func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, owner string, record []byte, event []any) (claimResult, error) {
+// claim claims key, with its guard unless guard is "".
+func (s *meteredStore) claim(ctx context.Context, key, guard, owner string, lease time.Duration) (claimResult, error) {
+	if guard == "" {
+		return s.Claim(ctx, key, owner, lease)
+	}
 	start := time.Now()
-	res, err := ib.accept(ctx, key, owner, record, event)
+	res, err := s.guarded.ClaimGuarded(ctx, key, guard, owner, lease)
+	s.m.observeStore(opClaim, start, err)
+	return res, err
+}
+
+// complete completes key, with its guard unless guard is "".
+func (s *meteredStore) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
+	if guard == "" {
+		return s.Complete(ctx, key, owner, record, ttl)
+	}
+	start := time.Now()
+	err := s.guarded.CompleteGuarded(ctx, key, guard, owner, record, ttl)
+	s.m.observeStore(opComplete, start, err)
+	return err
+}
+
+// release releases key, with its guard unless guard is "".
+func (s *meteredStore) release(ctx context.Context, key, guard, owner string) error {
+	if guard == "" {
+		return s.Release(ctx, key, owner)
+	}
+	start := time.Now()
+	err := s.guarded.ReleaseGuarded(ctx, key, guard, owner)
+	s.m.observeStore(opRelease, start, err)
+	return err
+}
+
+// renew renews key, with its guard unless guard is "".
+func (s *meteredStore) renew(ctx context.Context, key, guard, owner string, lease time.Duration) error {
+	if guard == "" {
+		return s.Renew(ctx, key, owner, lease)
+	}
+	start := time.Now()
+	err := s.guarded.RenewGuarded(ctx, key, guard, owner, lease)
+	s.m.observeStore(opRenew, start, err)
+	return err
+}
+
+// accept accepts an event into an inbox, the claim of inbox mode.
+func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, guard, owner string, record []byte, event []any) (claimResult, error) {
+	start := time.Now()
+	res, err := ib.accept(ctx, key, guard, owner, record, event)
 	s.m.observeStore(opClaim, start, err)
 	return res, err
 }

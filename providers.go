@@ -32,6 +32,16 @@ type provider struct {
 	// attempt (signatures over a timestamp): a key taken from one of
 	// them never deduplicates a retry.
 	volatile []string
+
+	// signed are the key sources the signature covers besides the body:
+	// `header:<Name>` (a delivery id signed with the body), or `query:*`
+	// when the signed URL carries the query. A header or query key not
+	// listed is claimed with the body's key (guard.go).
+	signed []string
+
+	// bodyUnsigned marks a scheme that signs no body (a shared token sent
+	// as it is, or a signature over ids alone): no key of it is guarded.
+	bodyUnsigned bool
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -67,11 +77,13 @@ var providers = map[string]provider{
 		defaultKey: []string{"header:webhook-id", "body"},
 		verifier:   standardWebhooks("webhook-"),
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		signed:     []string{"header:webhook-id"},
 	},
 	"svix": {
 		defaultKey: []string{"header:svix-id", "body"},
 		verifier:   standardWebhooks("svix-"),
 		volatile:   []string{"svix-signature", "svix-timestamp"},
+		signed:     []string{"header:svix-id"},
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
@@ -85,6 +97,8 @@ var providers = map[string]provider{
 		defaultKey: []string{"header:x-request-id", "body"},
 		verifier:   withTolerance(signature.NewMercadoPago),
 		volatile:   []string{"x-signature"},
+		// the manifest signs data.id, x-request-id and ts, not the body
+		bodyUnsigned: true,
 	},
 	"pagbank": {
 		defaultKey: []string{"body"},
@@ -99,26 +113,31 @@ var providers = map[string]provider{
 		defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
 		verifier:   withPublicURL(signature.NewTwilio),
 		options:    optURL,
+		signed:     []string{"query:*"},
 	},
 	"square": {
 		defaultKey: []string{"json:event_id", "body"},
 		verifier:   withPublicURL(signature.NewSquare),
 		options:    optURL,
+		signed:     []string{"query:*"},
 	},
 	"gitlab": {
-		defaultKey: []string{"header:Idempotency-Key", "body"},
-		verifier:   newGitLabVerifier,
-		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		defaultKey:   []string{"header:Idempotency-Key", "body"},
+		verifier:     newGitLabVerifier,
+		volatile:     []string{"webhook-signature", "webhook-timestamp"},
+		bodyUnsigned: true,
 	},
 	"stone": {
-		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
-		verifier:   newStoneVerifier,
-		options:    optHeader | optPrefix,
+		defaultKey:   []string{"header:x-stone-webhook-event-id", "body"},
+		verifier:     newStoneVerifier,
+		options:      optHeader | optPrefix,
+		bodyUnsigned: true,
 	},
 	"evolution": {
-		defaultKey: []string{"body"},
-		verifier:   newTokenVerifier,
-		options:    optHeader | optPrefix,
+		defaultKey:   []string{"body"},
+		verifier:     newTokenVerifier,
+		options:      optHeader | optPrefix,
+		bodyUnsigned: true,
 	},
 }
 

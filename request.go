@@ -32,6 +32,7 @@ type requestState struct {
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
 	key         string // the store key: <key_prefix>:<source>:<value>
+	guard       string // the key's guard, "" for none (guard.go)
 	owner       string
 }
 
@@ -157,9 +158,14 @@ func (rs *requestState) unauthorized(err error) error {
 func (rs *requestState) resolveKey() {
 	h := rs.h
 	rs.bodyHash = sha256.Sum256(rs.body.buf)
-	rs.keyValue, rs.keyFromBody = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	var from keySource
+	rs.keyValue, from = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	rs.keyFromBody = from.kind == keyBody
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
+	if from.unsigned {
+		rs.guard = h.guardKey(&rs.bodyHash)
+	}
 	rs.owner = newOwner()
 }
 
@@ -170,9 +176,9 @@ func (rs *requestState) claim() (claimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
 		event := eventFields(rs.r, rs.body.buf, h.Source, rs.keyValue, rs.key)
-		return h.store.accept(rs.r.Context(), ib, rs.key, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
+		return h.store.accept(rs.r.Context(), ib, rs.key, rs.guard, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
 	}
-	res, err := h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
+	res, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease))
 	if err == nil && res.State == stateInFlight && h.inFlight == inFlightWait {
 		res, err = rs.wait(res)
 	}
@@ -200,7 +206,7 @@ func (rs *requestState) wait(res claimResult) (claimResult, error) {
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
 		var err error
-		if res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease)); err != nil {
+		if res, err = h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease)); err != nil {
 			return res, err
 		}
 	}
@@ -282,7 +288,7 @@ func (rs *requestState) accepted() error {
 func (rs *requestState) process() error {
 	h := rs.h
 	rs.setResult(resultNew)
-	rn := h.startRenewal(rs.key, rs.owner)
+	rn := h.startRenewal(rs.key, rs.guard, rs.owner)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -310,7 +316,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+		if cerr := h.store.complete(completionCtx, rs.key, rs.guard, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
@@ -327,7 +333,7 @@ func (rs *requestState) process() error {
 
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release() {
-	err := rs.h.store.Release(completionCtx, rs.key, rs.owner)
+	err := rs.h.store.release(completionCtx, rs.key, rs.guard, rs.owner)
 	if err != nil && !errors.Is(err, errNotOwner) {
 		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
 			zap.String("key", rs.key), zap.Error(err))

@@ -178,14 +178,20 @@ func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
 // Claim implements store in one round trip.
 func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
+	return s.claim(ctx, []string{key}, owner, lease)
+}
+
+// claim claims keys, all or none, in one round trip: a key, or a key and
+// its guard on one node (see store_redis_guard.go).
+func (s *RedisStore) claim(ctx context.Context, keys []string, owner string, lease time.Duration) (claimResult, error) {
 	leaseMs := redisMillis(lease)
-	v, err := s.run(ctx, "claim", redisClaimScript, []string{key}, owner, leaseMs)
+	v, err := s.run(ctx, "claim", redisClaimScript, keys, owner, leaseMs)
 	if err != nil {
 		return claimResult{}, err
 	}
 	if v == int64(-1) || v == int64(-2) {
 		if v == int64(-2) {
-			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.String("key", key))
+			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.Strings("key", keys))
 		}
 		s.client.claims.Add(1)
 		return claimResult{State: stateClaimed}, nil
@@ -193,7 +199,7 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 	res, ok := keyStateResult(v)
 	if !ok {
 		if rec, isString := v.(string); isString {
-			return s.reclaim(ctx, key, owner, leaseMs, rec)
+			return s.reclaim(ctx, keys, owner, leaseMs, rec)
 		}
 		return claimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
 	}
@@ -217,11 +223,11 @@ func keyStateResult(v any) (claimResult, bool) {
 	return claimResult{}, false
 }
 
-// reclaim claims a key whose value looked like a record to Lua but does
-// not decode, unless someone changed it meanwhile.
-func (s *RedisStore) reclaim(ctx context.Context, key, owner, leaseMs, seen string) (claimResult, error) {
-	s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.String("key", key))
-	ok, err := s.run(ctx, "claim", redisReclaimScript, []string{key}, owner, leaseMs, seen)
+// reclaim claims keys, one of which held a value that looked like a record
+// to Lua but does not decode, unless someone changed them meanwhile.
+func (s *RedisStore) reclaim(ctx context.Context, keys []string, owner, leaseMs, seen string) (claimResult, error) {
+	s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.Strings("key", keys))
+	ok, err := s.run(ctx, "claim", redisReclaimScript, keys, owner, leaseMs, seen)
 	if err != nil {
 		return claimResult{}, err
 	}
@@ -236,23 +242,23 @@ func (s *RedisStore) reclaim(ctx context.Context, key, owner, leaseMs, seen stri
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "complete", redisCompleteScript, key, owner, record, redisMillis(ttl))
+	return s.ownerOp(ctx, "complete", redisCompleteScript, []string{key}, owner, record, redisMillis(ttl))
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "release", redisReleaseScript, key, owner)
+	return s.ownerOp(ctx, "release", redisReleaseScript, []string{key}, owner)
 }
 
 // Renew implements Store.
 func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.ownerOp(ctx, "renew", redisRenewScript, key, owner, redisMillis(lease))
+	return s.ownerOp(ctx, "renew", redisRenewScript, []string{key}, owner, redisMillis(lease))
 }
 
-// ownerOp runs an owner-checked script that answers 1 or 0.
-func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	v, err := s.run(ctx, op, script, []string{key}, args...)
+// ownerOp runs an owner-checked script that answers 1 or 0 for keys[0].
+func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) error {
+	v, err := s.run(ctx, op, script, keys, args...)
 	if err != nil {
 		return err
 	}
@@ -313,15 +319,20 @@ func (s *RedisStore) streamKeys(source string) (stream, retry, dead string) {
 // callTimeout is the bound of one call.
 func (s *RedisStore) callTimeout() time.Duration { return s.timeout }
 
-// claimAndAppend completes an absent key with record, kept for ttl, and
-// appends the event's fields and values to stream, in one round trip; or
-// reports the key's state, as Claim does. It returns the appended event's
-// id. key and stream must be on one node (not Redis Cluster).
-func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, record []byte, ttl time.Duration, event []any) (claimResult, string, error) {
+// claimAndAppend completes an absent key (and its guard, unless guard is
+// "") with record, kept for ttl, and appends the event's fields and values
+// to stream, in one round trip; or reports the key's state, as Claim does.
+// It returns the appended event's id. The keys and stream must be on one
+// node (not Redis Cluster).
+func (s *RedisStore) claimAndAppend(ctx context.Context, key, guard, stream string, record []byte, ttl time.Duration, event []any) (claimResult, string, error) {
 	args := make([]any, 0, 2+len(event))
 	args = append(args, record, redisMillis(ttl))
 	args = append(args, event...)
-	v, err := s.run(ctx, "claim", redisClaimAppendScript, []string{key, stream}, args...)
+	keys := []string{key, stream}
+	if guard != "" {
+		keys = append(keys, guard)
+	}
+	v, err := s.run(ctx, "claim", redisClaimAppendScript, keys, args...)
 	if err != nil {
 		return claimResult{}, "", err
 	}
