@@ -232,6 +232,23 @@ func (s *meteredStore) renew(ctx context.Context, key, guard, owner string, leas
 	return err
 }
 
+// recent returns the store's local copy of the record of key or, unless
+// guard is "", of its guard: what a store that keeps one (the redis store,
+// store_redis_recent.go) answers a duplicate with while it cannot claim.
+func (s *meteredStore) recent(key, guard string) ([]byte, bool) {
+	r, ok := s.store.(interface{ recent(string) ([]byte, bool) })
+	if !ok {
+		return nil, false
+	}
+	if rec, ok := r.recent(key); ok {
+		return rec, true
+	}
+	if guard != "" {
+		return r.recent(guard)
+	}
+	return nil, false
+}
+
 // accept accepts an event into an inbox, the claim of inbox mode.
 func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, guard, owner string, record []byte, event []any) (claimResult, error) {
 	start := time.Now()

@@ -341,9 +341,17 @@ func (rs *requestState) release() {
 }
 
 // storeFailed applies the `fail` policy: 503, or the next handler without
-// deduplication.
+// deduplication. A claim that failed for a delivery this instance recorded
+// lately is answered from its local copy of the record instead (docs/stores.md).
 func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h := rs.h
+	if op == opClaim && h.inbox == nil {
+		if rec, ok := h.store.recent(rs.key, rs.guard); ok {
+			h.logger.Warn("store error; answering a duplicate with this instance's copy of its record",
+				zap.Stringer("op", op), zap.String("key", rs.key), zap.Error(err))
+			return rs.replay(rec)
+		}
+	}
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
 		rs.setResult(resultUnavailable)

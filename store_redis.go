@@ -242,7 +242,9 @@ func (s *RedisStore) reclaim(ctx context.Context, keys []string, owner, leaseMs,
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "complete", redisCompleteScript, []string{key}, owner, record, redisMillis(ttl))
+	err := s.ownerOp(ctx, "complete", redisCompleteScript, []string{key}, owner, record, redisMillis(ttl))
+	s.keepRecent(err, record, ttl, key)
+	return err
 }
 
 // Release implements Store.

@@ -104,6 +104,7 @@ type redisClient struct {
 	client  redis.UniversalClient
 	batch   *redisBatcher // the request path's script calls go through it
 	breaker *breaker
+	recent  *recentRecords // store_redis_recent.go
 	logger  *zap.Logger
 
 	// claims counts the keys claimed through this client and not yet
@@ -148,7 +149,7 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		// the server name comes from each node's address
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	c := &redisClient{client: redis.NewUniversalClient(opts), logger: logger}
+	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), logger: logger}
 	// the requests' script calls go out in shared pipelines
 	c.batch = newRedisBatcher(c.client, conn.timeout)
 	c.breaker = newBreaker(func(ctx context.Context) error {

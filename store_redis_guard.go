@@ -71,7 +71,9 @@ func (s *RedisStore) giveBack(vals [2]any, key, guard, owner string) {
 // CompleteGuarded implements guardedStore.
 func (s *RedisStore) CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
 	defer s.client.claimDone()
-	return s.ownerOpGuarded(ctx, "complete", redisCompleteScript, key, guard, owner, record, redisMillis(ttl))
+	err := s.ownerOpGuarded(ctx, "complete", redisCompleteScript, key, guard, owner, record, redisMillis(ttl))
+	s.keepRecent(err, record, ttl, key, guard)
+	return err
 }
 
 // ReleaseGuarded implements guardedStore.
