@@ -3,6 +3,8 @@ package webhookidempotency
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,5 +59,108 @@ func TestRedisStallReplaysRecentDeliveries(t *testing.T) {
 			}
 			waitForDedup(t, url, 5*time.Second)
 		})
+	}
+}
+
+// waitLog waits until a line of the JSON log at path satisfies match.
+func waitLog(t *testing.T, path string, within time.Duration, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, l := range readLogLines(t, path) {
+			if match(l) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line as expected in %s within %v", path, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logsMatching counts the lines of the JSON log at path that satisfy match.
+func logsMatching(t *testing.T, path string, match func(map[string]any) bool) int {
+	n := 0
+	for _, l := range readLogLines(t, path) {
+		if match(l) {
+			n++
+		}
+	}
+	return n
+}
+
+func logAt(level, msgPart, address string) func(map[string]any) bool {
+	return func(l map[string]any) bool {
+		msg, _ := l["msg"].(string)
+		return l["level"] == level && strings.Contains(msg, msgPart) && l["address"] == address
+	}
+}
+
+// A Redis without persistence is no longer lost silently: a configuration
+// that relies on Redis keeping what it was told (fail closed, an inbox) is
+// warned about a Redis without AOF, once, and a Redis that restarted (its
+// run id changed) is warned about and counted, whether INFO or CONFIG is
+// renamed away or not.
+func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
+	noAOF := startRedis(t)
+	withAOF := startRedis(t, "--appendonly", "yes")
+	openNoAOF := startRedis(t)
+	noInfo := startRedis(t, "--rename-command", "INFO", "")
+	blind := startRedis(t, "--rename-command", "INFO", "", "--rename-command", "CONFIG", "")
+	up := newUpstream(t, nil)
+	logPath := filepath.Join(t.TempDir(), "all.log")
+	site := func(port int, source, fail string, srv *redisServer) string {
+		return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source %s
+		fail %s
+		store redis redis://%s
+	}
+	reverse_proxy %s
+}
+`, port, source, fail, srv.addr(), up.addr())
+	}
+	port := freePort(t)
+	c := startCaddy(t, fmt.Sprintf(`log everything {
+		output file %s
+		format json
+		level INFO
+	}`, logPath), site(port, "durable", "closed", noAOF)+
+		site(freePort(t), "durable_aof", "closed", withAOF)+
+		site(freePort(t), "open", "open", openNoAOF)+
+		site(freePort(t), "noinfo", "closed", noInfo)+
+		site(freePort(t), "blind", "closed", blind))
+
+	const noAOFMsg = "without AOF persistence"
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noAOF.addr()))
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noInfo.addr())) // read through CONFIG GET
+	waitLog(t, logPath, 10*time.Second, logAt("info", "cannot read redis persistence settings", blind.addr()))
+	for _, srv := range []*redisServer{withAOF, openNoAOF} {
+		if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, srv.addr())); n != 0 {
+			t.Fatalf("%d AOF warnings for %s, want none", n, srv.addr())
+		}
+	}
+
+	// a restart without persistence: every key is gone, and it is said
+	url := siteURL(port) + "/hook"
+	waitForDedup(t, url, 5*time.Second)
+	noAOF.kill()
+	noAOF.restart()
+	waitForDedup(t, url, 10*time.Second)
+	waitLog(t, logPath, 10*time.Second, logAt("warn", "different server process than before", noAOF.addr()))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_store_restarts_total", "address", noAOF.addr())
+		if v == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store_restarts_total for %s is %v, want 1", noAOF.addr(), v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, noAOF.addr())); n != 1 {
+		t.Fatalf("%d AOF warnings for %s after its restart, want 1 (once)", n, noAOF.addr())
 	}
 }

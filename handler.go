@@ -303,6 +303,9 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 			return err
 		}
 	}
+	if rs, ok := s.(*RedisStore); ok && (h.Inbox != nil || h.failClosed) {
+		rs.requireDurable(h.Source)
+	}
 	prefix := defaultKeyPrefix
 	if p, ok := s.(interface{ KeyPrefix() string }); ok {
 		prefix = p.KeyPrefix()

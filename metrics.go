@@ -35,6 +35,13 @@ var (
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op"})
 
+	metricStoreRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_restarts_total",
+		Help:      "Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
+	}, []string{"address"})
+
 	metricInboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
@@ -108,7 +115,7 @@ type handlerMetrics struct {
 // (which may be nil) and resolves the series of one source.
 func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries} {
+		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricStoreRestarts, metricInboxEvents, metricInboxDeliveries} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

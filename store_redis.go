@@ -173,6 +173,15 @@ func (s *RedisStore) Cleanup() error {
 	return err
 }
 
+// requireDurable tells the store that source relies on Redis keeping what
+// it was told (an inbox, or `fail closed`): a Redis without AOF is then
+// warned about (store_redis_health.go).
+func (s *RedisStore) requireDurable(source string) {
+	if s.client != nil {
+		s.client.health.requireDurable(source)
+	}
+}
+
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 

@@ -105,6 +105,7 @@ type redisClient struct {
 	batch   *redisBatcher // the request path's script calls go through it
 	breaker *breaker
 	recent  *recentRecords // store_redis_recent.go
+	health  *redisHealth   // store_redis_health.go
 	logger  *zap.Logger
 
 	// claims counts the keys claimed through this client and not yet
@@ -149,7 +150,14 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		// the server name comes from each node's address
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), logger: logger}
+	node := conn.addrs[0]
+	if conn.masterName != "" {
+		node = "master " + conn.masterName
+	}
+	health := newRedisHealth(node, conn.timeout, logger)
+	opts.OnConnect = health.onConnect
+	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), health: health, logger: logger}
+	health.start(c.client)
 	// the requests' script calls go out in shared pipelines
 	c.batch = newRedisBatcher(c.client, conn.timeout)
 	c.breaker = newBreaker(func(ctx context.Context) error {
@@ -204,6 +212,7 @@ func (c *redisClient) close() {
 		}
 		c.mu.Unlock()
 		c.batch.close()
+		c.health.close()
 		c.closeErr = c.client.Close()
 	})
 }
