@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -33,9 +34,10 @@ type redisHealth struct {
 	timeout time.Duration
 	logger  *zap.Logger
 
-	poke chan struct{} // buffered: asks for an inspection
-	stop chan struct{}
-	done chan struct{}
+	poke   chan struct{} // buffered: asks for an inspection
+	ctx    context.Context
+	cancel context.CancelFunc // stops the inspections
+	done   chan struct{}
 
 	mu          sync.Mutex
 	runIDs      map[string]string // by node
@@ -47,12 +49,14 @@ type redisHealth struct {
 // newRedisHealth returns the health of a client still to be made: its
 // onConnect goes into the client's options, and start starts it.
 func newRedisHealth(name string, timeout time.Duration, logger *zap.Logger) *redisHealth {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &redisHealth{
 		name:        name,
 		timeout:     max(timeout, time.Second),
 		logger:      logger,
 		poke:        make(chan struct{}, 1),
-		stop:        make(chan struct{}),
+		ctx:         ctx,
+		cancel:      cancel,
 		done:        make(chan struct{}),
 		runIDs:      make(map[string]string),
 		noAOF:       make(map[string]bool),
@@ -80,19 +84,19 @@ func (rh *redisHealth) run() {
 	defer close(rh.done)
 	for {
 		select {
-		case <-rh.stop:
+		case <-rh.ctx.Done():
 			return
 		case <-rh.poke:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), rh.timeout)
+		ctx, cancel := context.WithTimeout(rh.ctx, rh.timeout)
 		rh.inspect(ctx)
 		cancel()
 	}
 }
 
-// close stops the inspections.
+// close stops the inspections, the one running included.
 func (rh *redisHealth) close() {
-	close(rh.stop)
+	rh.cancel()
 	<-rh.done
 }
 
@@ -112,18 +116,24 @@ func (rh *redisHealth) inspect(ctx context.Context) {
 // CONFIG GET appendonly) and acts on what changed.
 func (rh *redisHealth) inspectNode(ctx context.Context, node string, c redis.Cmdable) {
 	runID, aof, known := "", false, false
-	if info, err := c.Info(ctx).Result(); err == nil {
+	info, err := c.Info(ctx).Result()
+	if err == nil {
 		fields := infoFields(info)
 		runID = fields["run_id"]
 		if v, ok := fields["aof_enabled"]; ok {
 			aof, known = v == "1", true
 		}
+	} else if !isRedisReply(err) {
+		return // not answering: the next connection asks again
 	}
 	if !known {
-		if cfg, err := c.ConfigGet(ctx, "appendonly").Result(); err == nil {
+		cfg, err := c.ConfigGet(ctx, "appendonly").Result()
+		if err == nil {
 			if v, ok := cfg["appendonly"]; ok {
 				aof, known = v == "yes", true
 			}
+		} else if !isRedisReply(err) {
+			return
 		}
 	}
 	rh.mu.Lock()
@@ -168,6 +178,13 @@ func (rh *redisHealth) warnAOF() {
 			return
 		}
 	}
+}
+
+// isRedisReply reports whether err is an error reply of Redis (an unknown
+// or forbidden command), not a failure to reach it.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // infoFields parses the `field:value` lines of an INFO reply.
