@@ -106,9 +106,10 @@ type inbox struct {
 	dead        string
 	consumer    string
 
-	http    *http.Client
-	logger  *zap.Logger // carries the source
-	metrics *inboxMetrics
+	http          *http.Client
+	secretHeaders []string    // the route's own secret headers, redacted when shown
+	logger        *zap.Logger // carries the source
+	metrics       *inboxMetrics
 
 	mu      sync.Mutex
 	started bool
@@ -212,16 +213,17 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 		return nil, checkInboxStore("memory")
 	}
 	ib := &inbox{
-		source:      h.Source,
-		deliverTo:   caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
-		respond:     cfg.Respond,
-		timeout:     time.Duration(cfg.Timeout),
-		concurrency: cfg.Concurrency,
-		ttl:         time.Duration(h.TTL),
-		store:       rs,
-		callTimeout: rs.callTimeout(),
-		logger:      h.logger,
-		metrics:     newInboxMetrics(h.Source),
+		source:        h.Source,
+		deliverTo:     caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
+		respond:       cfg.Respond,
+		timeout:       time.Duration(cfg.Timeout),
+		concurrency:   cfg.Concurrency,
+		ttl:           time.Duration(h.TTL),
+		store:         rs,
+		callTimeout:   rs.callTimeout(),
+		secretHeaders: h.secretHeaders(),
+		logger:        h.logger,
+		metrics:       newInboxMetrics(h.Source),
 	}
 	if ib.deliverTo == "" {
 		return nil, errNoDeliverTo

@@ -130,6 +130,17 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 	}
 }
 
+// eventHeader parses the headers of an event, as eventFields wrote them.
+func eventHeader(lines string) http.Header {
+	h := make(http.Header)
+	for line := range strings.SplitSeq(lines, "\r\n") {
+		if name, value, ok := strings.Cut(line, ": "); ok {
+			h.Add(name, value)
+		}
+	}
+	return h
+}
+
 // skipEventHeader reports whether a request header is left out of an event:
 // hop-by-hop headers, and the ones a delivery sets itself.
 func skipEventHeader(name string) bool {

@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -57,17 +58,19 @@ func (ib *inbox) counts(ctx context.Context) (inboxCounts, error) {
 	}, nil
 }
 
-// deadEvent is one dead-lettered event, as the admin API lists it.
+// deadEvent is one dead-lettered event, as the admin API lists it: its
+// URI and headers with their secrets redacted (redact.go).
 type deadEvent struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`
-	Method     string    `json:"method"`
-	URI        string    `json:"uri"`
-	Attempts   int       `json:"attempts"`
-	LastStatus int       `json:"last_status"`
-	LastError  string    `json:"last_error"`
-	Received   time.Time `json:"received"`
-	Failed     time.Time `json:"failed"`
+	ID         string      `json:"id"`
+	Key        string      `json:"key"`
+	Method     string      `json:"method"`
+	URI        string      `json:"uri"`
+	Headers    http.Header `json:"headers"`
+	Attempts   int         `json:"attempts"`
+	LastStatus int         `json:"last_status"`
+	LastError  string      `json:"last_error"`
+	Received   time.Time   `json:"received"`
+	Failed     time.Time   `json:"failed"`
 }
 
 // deadEvents lists up to count dead-lettered events, oldest first, from
@@ -84,11 +87,13 @@ func (ib *inbox) deadEvents(ctx context.Context, start string, count int64) ([]d
 		ev := m.Values
 		attempts, _ := strconv.Atoi(str(ev[fieldAttempts]))
 		status, _ := strconv.Atoi(str(ev[fieldLastStatus]))
+		uri, header := redactRequest(str(ev[fieldURI]), eventHeader(str(ev[fieldHeaders])), ib.secretHeaders)
 		out = append(out, deadEvent{
 			ID:         m.ID,
 			Key:        str(ev[fieldKey]),
 			Method:     str(ev[fieldMethod]),
-			URI:        str(ev[fieldURI]),
+			URI:        uri,
+			Headers:    header,
 			Attempts:   attempts,
 			LastStatus: status,
 			LastError:  str(ev[fieldLastError]),

@@ -295,11 +295,7 @@ func (ib *inbox) post(ev map[string]any, attempt int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.SplitSeq(str(ev[fieldHeaders]), "\r\n") {
-		if name, value, ok := strings.Cut(line, ": "); ok {
-			req.Header.Add(name, value)
-		}
-	}
+	req.Header = eventHeader(str(ev[fieldHeaders]))
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = nil // no Go default
 	}
