@@ -54,13 +54,13 @@ type hmacVerifier struct {
 
 // Verify implements Verifier.
 func (v *hmacVerifier) Verify(r *http.Request, body []byte) error {
-	values := r.Header[v.header]
-	if len(values) == 0 {
-		return ErrMissing
-	}
 	var sigs sigSet
-	for _, val := range values {
-		val = strings.TrimSpace(val)
+	present := false
+	for _, val := range r.Header[v.header] {
+		if val = strings.TrimSpace(val); val == "" {
+			continue // an empty value is no signature: missing, as none
+		}
+		present = true
 		if v.prefix != "" {
 			var ok bool
 			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
@@ -70,6 +70,9 @@ func (v *hmacVerifier) Verify(r *http.Request, body []byte) error {
 		if !sigs.add(v.encoding, val) {
 			break
 		}
+	}
+	if !present {
+		return ErrMissing
 	}
 	return v.keys.check(nil, body, &sigs)
 }

@@ -20,11 +20,13 @@ const maxHeaderItems = 2 * maxSignatures
 // now is the clock of timestamp checks; tests set it.
 var now = time.Now
 
-// headerValue is the first value of a header given by its canonical name;
-// unlike http.Header.Get it does not allocate to canonicalize the name.
+// headerValue is the first value of a header given by its canonical name,
+// without surrounding white space; unlike http.Header.Get it does not
+// allocate to canonicalize the name. A header that is absent, empty or
+// blank is "": every scheme answers ErrMissing for it, one rule for all.
 func headerValue(h http.Header, canonical string) string {
 	if v := h[canonical]; len(v) > 0 {
-		return v[0]
+		return strings.TrimSpace(v[0])
 	}
 	return ""
 }

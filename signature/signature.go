@@ -55,7 +55,8 @@ var _ error = (*Error)(nil)
 
 // The errors Verify returns.
 var (
-	// ErrMissing means a header the scheme needs is absent or empty.
+	// ErrMissing means a header the scheme needs is absent, empty or
+	// blank, for every scheme alike.
 	ErrMissing = &Error{Reason: "missing signature"}
 
 	// ErrInvalid means the signature matches under none of the

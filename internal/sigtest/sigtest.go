@@ -115,6 +115,21 @@ func Run(t *testing.T, c Case, build Build) {
 			}
 		}
 	})
+	t.Run("empty header", func(t *testing.T) {
+		// one rule for every scheme: a header it needs that is present
+		// but empty, or blank, is a missing signature, as an absent one is
+		for _, h := range c.Headers {
+			for _, empty := range []string{"", " \t "} {
+				d := c.Delivery(t, a, time.Now())
+				d.Req.Header.Set(h, empty)
+				if err := v.Verify(d.Req, d.Body); err == nil {
+					t.Fatalf("with %s: %q: accepted", h, empty)
+				} else {
+					WantReason(t, err, signature.ErrMissing)
+				}
+			}
+		}
+	})
 	t.Run("wrong secret", func(t *testing.T) {
 		d := c.Delivery(t, wrong, time.Now())
 		WantReason(t, v.Verify(d.Req, d.Body), signature.ErrInvalid)
