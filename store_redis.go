@@ -173,15 +173,6 @@ func (s *RedisStore) Cleanup() error {
 	return err
 }
 
-// requireDurable tells the store that source relies on Redis keeping what
-// it was told (an inbox, or `fail closed`): a Redis without AOF is then
-// warned about (store_redis_health.go).
-func (s *RedisStore) requireDurable(source string) {
-	if s.client != nil {
-		s.client.health.requireDurable(source)
-	}
-}
-
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
@@ -213,23 +204,6 @@ func (s *RedisStore) claim(ctx context.Context, keys []string, owner string, lea
 		return claimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
 	}
 	return res, nil
-}
-
-// keyStateResult reads the reply of luaKeyState for a key this caller did
-// not claim: a decodable record, or the PTTL of a key in flight.
-func keyStateResult(v any) (claimResult, bool) {
-	switch v := v.(type) {
-	case int64:
-		if v >= 0 {
-			return claimResult{State: stateInFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, true
-		}
-	case string:
-		rec := []byte(v)
-		if _, err := decodeRecord(rec); err == nil {
-			return claimResult{State: stateCompleted, Record: rec}, true
-		}
-	}
-	return claimResult{}, false
 }
 
 // reclaim claims keys, one of which held a value that looked like a record
@@ -283,24 +257,16 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 // the batcher. EVALSHA falls back to EVAL when Redis does not know the
 // script.
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
-	c := s.client
-	if c == nil {
-		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
-	}
-	if !c.breaker.allow() {
-		return nil, errRedisBreakerOpen
+	c, err := s.callable(op)
+	if err != nil {
+		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	v, err := c.batch.run(cctx, script, keys, args)
 	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			// the caller is still there: Redis failed or timed out
-			c.breaker.failure()
-		}
-		return nil, fmt.Errorf("redis store: %s: %w", op, err)
+	if err = s.settle(ctx, op, err); err != nil {
+		return nil, err
 	}
-	c.breaker.success()
 	return v, nil
 }
 

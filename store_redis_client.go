@@ -178,6 +178,33 @@ func (c *redisClient) checkReachable(timeout time.Duration) {
 	}
 }
 
+// callable returns the client a call goes through, or why none may be
+// made: the store is not provisioned, or the breaker is open.
+func (s *RedisStore) callable(op string) (*redisClient, error) {
+	c := s.client
+	if c == nil {
+		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
+	}
+	if !c.breaker.allow() {
+		return nil, errRedisBreakerOpen
+	}
+	return c, nil
+}
+
+// settle tells the breaker how a call made for ctx went, and returns its
+// error with the operation named.
+func (s *RedisStore) settle(ctx context.Context, op string, err error) error {
+	if err == nil {
+		s.client.breaker.success()
+		return nil
+	}
+	if ctx.Err() == nil {
+		// the caller is still there: Redis failed or timed out
+		s.client.breaker.failure()
+	}
+	return fmt.Errorf("redis store: %s: %w", op, err)
+}
+
 // Destruct stops the breaker's probe when the last configuration using the
 // client is cleaned up, and closes the client at once, or when the claims
 // still outstanding are completed or released (at most redisDrainMax later).

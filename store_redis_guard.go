@@ -3,7 +3,6 @@ package webhookidempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,12 +111,9 @@ func (s *RedisStore) ownerOpGuarded(ctx context.Context, op string, script *redi
 // that failed (the other call's reply is still returned).
 func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Script, key, guard string, args ...any) ([2]any, error) {
 	var vals [2]any
-	c := s.client
-	if c == nil {
-		return vals, fmt.Errorf("redis store: %s: store is not provisioned", op)
-	}
-	if !c.breaker.allow() {
-		return vals, errRedisBreakerOpen
+	c, err := s.callable(op)
+	if err != nil {
+		return vals, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -134,14 +130,7 @@ func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Scri
 		call.reset()
 		redisCallPool.Put(call)
 	}
-	if err := errors.Join(errs[0], errs[1]); err != nil {
-		if ctx.Err() == nil {
-			c.breaker.failure()
-		}
-		return vals, fmt.Errorf("redis store: %s: %w", op, err)
-	}
-	c.breaker.success()
-	return vals, nil
+	return vals, s.settle(ctx, op, errors.Join(errs[0], errs[1]))
 }
 
 // cluster reports whether the client talks to a Redis Cluster.

@@ -155,6 +155,15 @@ func (rh *redisHealth) inspectNode(ctx context.Context, node string, c redis.Cmd
 	rh.warnAOF()
 }
 
+// requireDurable tells the store that source relies on Redis keeping what
+// it was told (an inbox, or `fail closed`): a Redis without AOF is then
+// warned about.
+func (s *RedisStore) requireDurable(source string) {
+	if s.client != nil {
+		s.client.health.requireDurable(source)
+	}
+}
+
 // requireDurable records a source whose configuration relies on Redis
 // keeping what it was told (an inbox, or `fail closed`).
 func (rh *redisHealth) requireDurable(source string) {

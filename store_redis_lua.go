@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -190,6 +191,23 @@ local function keyState(key, owner, lease)
 	return nil, true
 end
 `
+
+// keyStateResult reads the reply of luaKeyState for a key this caller did
+// not claim: a decodable record, or the PTTL of a key in flight.
+func keyStateResult(v any) (claimResult, bool) {
+	switch v := v.(type) {
+	case int64:
+		if v >= 0 {
+			return claimResult{State: stateInFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, true
+		}
+	case string:
+		rec := []byte(v)
+		if _, err := decodeRecord(rec); err == nil {
+			return claimResult{State: stateCompleted, Record: rec}, true
+		}
+	}
+	return claimResult{}, false
+}
 
 // errRedisBreakerOpen is returned while the breaker is open.
 var errRedisBreakerOpen = errors.New("redis store unreachable (circuit breaker open)")
