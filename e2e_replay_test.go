@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 )
@@ -195,4 +198,50 @@ func TestE2EReplayGuardIsReleasedAndConflicts(t *testing.T) {
 	resp, b = post(t, url, body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "g2")
 	wantReplay(t, resp, b, http.StatusOK, `{"call":2}`)
 	wantCalls(t, up, 2)
+}
+
+// redisScriptCalls is the number of script calls (EVALSHA, EVAL) a Redis
+// has run: the store's round trips (the commands a script runs are counted
+// apart, under their own names).
+func redisScriptCalls(t *testing.T, rc *redis.Client) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, _ := strconv.ParseInt(calls, 10, 64)
+		n += c
+	}
+	return n
+}
+
+// A guarded delivery costs Redis what one without a guard does: one
+// command (one round trip) to claim, one to complete, one to replay.
+func TestRedisGuardedDeliveryRoundTrips(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	startCaddy(t, "", githubSite(port, up, "store redis redis://"+srv.addr()))
+	url := siteURL(port) + "/gh"
+	// Redis learns the scripts on first use (EVALSHA, then EVAL)
+	resendSigned(t, url, []byte(`{"warm":"up"}`), "w1", "w1")
+
+	before := redisScriptCalls(t, rc)
+	resendSigned(t, url, []byte(`{"ref":"refs/heads/main","after":"round"}`), "r1")
+	if n := redisScriptCalls(t, rc) - before; n != 2 {
+		t.Fatalf("a new guarded delivery ran %d commands in Redis, want 2 (claim, complete)", n)
+	}
+	before = redisScriptCalls(t, rc)
+	resendSigned(t, url, []byte(`{"ref":"refs/heads/main","after":"round"}`), "r2")
+	if n := redisScriptCalls(t, rc) - before; n != 1 {
+		t.Fatalf("a replay under a new id ran %d commands in Redis, want 1 (claim)", n)
+	}
 }
