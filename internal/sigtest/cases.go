@@ -136,12 +136,12 @@ func Cases() []Case {
 			Scheme:  "mercadopago",
 			Secrets: [3]string{"mp-secret-1", "mp-secret-2", "mp-wrong"},
 			Target:  "/hooks/mp?data.id=ABC123&type=payment",
-			Body:    `{"action":"payment.updated","data":{"id":"abc123"},"type":"payment"}`,
+			Body:    `{"action":"payment.updated","data":{"id":"ABC123"},"type":"payment"}`,
 			Sign: func(t testing.TB, secret string, d *Delivery) {
 				ts := Unix(d.At)
 				reqID := "bb56a2f1-6aae-46ac-982e-9dcd3581d08e"
-				// data.id is lower-cased in the manifest
-				manifest := "id:abc123;request-id:" + reqID + ";ts:" + ts + ";"
+				// data.id is signed as received (Mercado Pago's SDKs)
+				manifest := "id:ABC123;request-id:" + reqID + ";ts:" + ts + ";"
 				d.Req.Header.Set("x-request-id", reqID)
 				d.Req.Header.Set("x-signature", "ts="+ts+",v1="+HMACHex(secret, manifest))
 			},
@@ -149,7 +149,7 @@ func Cases() []Case {
 			Timestamped: true,
 			// the manifest does not cover the body; its data.id must match
 			Tamper: func(d *Delivery) []byte {
-				return bytes.Replace(d.Body, []byte("abc123"), []byte("abc124"), 1)
+				return bytes.Replace(d.Body, []byte("ABC123"), []byte("ABC124"), 1)
 			},
 		},
 		{
