@@ -45,6 +45,38 @@ func TestCaddyfileParse(t *testing.T) {
 			want:  Handler{Source: "stripe", Key: []string{"header:stripe-signature", "body"}, TTL: dur(24 * time.Hour)},
 		},
 		{
+			name: "stone with its key material at the top and in verify",
+			input: `webhook_idempotency stone private_key {file./run/secrets/stone.pem} {
+				decrypt
+				verify {
+					jwks_url https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys
+				}
+			}`,
+			want: Handler{Provider: "stone", Verify: &VerifyConfig{
+				PrivateKey: "{file./run/secrets/stone.pem}",
+				JWKSURL:    "https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys",
+				Decrypt:    true,
+			}},
+		},
+		{
+			name:  "evolution and asaas take a secret inline",
+			input: `webhook_idempotency asaas secret {env.ASAAS_TOKEN}`,
+			want:  Handler{Provider: "asaas", Verify: &VerifyConfig{Secrets: []string{"{env.ASAAS_TOKEN}"}}},
+		},
+		{
+			name: "generic jwt",
+			input: `webhook_idempotency {
+				source internal
+				verify jwt {
+					header    X-Token
+					prefix    "JWT "
+					tolerance 1m
+					secret    {env.JWT_KEY}
+				}
+			}`,
+			want: Handler{Source: "internal", Verify: &VerifyConfig{Scheme: "jwt", Header: "X-Token", Prefix: "JWT ", Tolerance: dur(time.Minute), Secrets: []string{"{env.JWT_KEY}"}}},
+		},
+		{
 			name:  "bare directive",
 			input: `webhook_idempotency`,
 			want:  Handler{},

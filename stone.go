@@ -115,7 +115,7 @@ func (h *Handler) releaseStoneKeys() {
 func parseRSAPrivateKey(text string) (*rsa.PrivateKey, error) {
 	block, _ := pem.Decode([]byte(text))
 	if block == nil {
-		return nil, errors.New("no PEM block (want -----BEGIN PRIVATE KEY----- or -----BEGIN RSA PRIVATE KEY-----)")
+		return nil, errors.New("no PEM block (want a PRIVATE KEY or RSA PRIVATE KEY block)")
 	}
 	var key any
 	var err error

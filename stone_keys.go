@@ -55,6 +55,9 @@ type stoneKeySet struct {
 	logger  *zap.Logger
 	client  *http.Client
 
+	// the timing, copied from the package's at creation
+	refresh, minRefresh, retry time.Duration
+
 	keys    atomic.Pointer[map[string]*rsa.PublicKey]
 	fetches atomic.Int64 // fetch attempts, for tests and logs
 	kick    chan struct{}
@@ -78,8 +81,9 @@ func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
 			file:    file,
 			logger:  logger.With(zap.String("jwks", poolKey[len("url:"):])),
 			client:  &http.Client{Timeout: stoneKeysFetchTimeout},
-			kick:    make(chan struct{}, 1),
-			done:    make(chan struct{}),
+			refresh: stoneKeysRefresh, minRefresh: stoneKeysMinRefresh, retry: stoneKeysRetry,
+			kick: make(chan struct{}, 1),
+			done: make(chan struct{}),
 		}
 		if err := s.fetch(context.Background()); err != nil {
 			if file != "" {
@@ -130,8 +134,8 @@ func (s *stoneKeySet) StoneKey(kid string) (*rsa.PublicKey, error) {
 	return nil, signature.ErrInvalid
 }
 
-// run refreshes the set: hourly once loaded, every stoneKeysRetry until
-// then, and on a kick no sooner than stoneKeysMinRefresh after the last
+// run refreshes the set: hourly once loaded, every retry interval until
+// then, and on a kick no sooner than the minimum interval after the last
 // fetch.
 func (s *stoneKeySet) run(ctx context.Context) {
 	defer close(s.done)
@@ -144,7 +148,7 @@ func (s *stoneKeySet) run(ctx context.Context) {
 			return
 		case <-timer.C:
 		case <-s.kick:
-			if wait := stoneKeysMinRefresh - time.Since(last); wait > 0 {
+			if wait := s.minRefresh - time.Since(last); wait > 0 {
 				// fetch when the minute is up, unless the timer is sooner
 				if !timer.Stop() {
 					select {
@@ -173,9 +177,9 @@ func (s *stoneKeySet) run(ctx context.Context) {
 // nextRefresh is the time to the next scheduled fetch.
 func (s *stoneKeySet) nextRefresh() time.Duration {
 	if s.Loaded() {
-		return stoneKeysRefresh
+		return s.refresh
 	}
-	return stoneKeysRetry
+	return s.retry
 }
 
 // fetch reads the set from its URL or file and, when it holds a usable
