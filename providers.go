@@ -127,6 +127,7 @@ var providers = map[string]provider{
 		// built by provisionStone: its key set is fetched and shared
 		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
 		options:    optKeyMaterial,
+		ttl:        2 * day, // 50 attempts over the day, at no fixed times
 	},
 	"evolution": {
 		defaultKey: []string{"body"},
