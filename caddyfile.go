@@ -376,43 +376,6 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	return nil
 }
 
-// parseKeyMaterial applies Stone's options: private_key, jwks_url and
-// jwks_file (one value each, at the top of the block or in verify) and
-// decrypt (none), checked as Provision checks them.
-func (h *Handler) parseKeyMaterial(d *caddyfile.Dispenser, name, what string, args []string) error {
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
-	v := h.Verify
-	if name == "decrypt" {
-		if len(args) != 0 {
-			return d.Errf("%s takes no value, got %d", what, len(args))
-		}
-		v.Decrypt = true
-	} else {
-		val, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
-		switch name {
-		case "private_key":
-			v.PrivateKey = val
-		case "jwks_url":
-			v.JWKSURL = val
-		case "jwks_file":
-			v.JWKSFile = val
-		}
-	}
-	scheme := v.Scheme
-	if scheme == "" {
-		scheme = h.Provider
-	}
-	if err := checkStoneOptions(scheme, *v); err != nil {
-		return d.Errf("%v", err)
-	}
-	return nil
-}
-
 // verifyValueOptions are the verify subdirectives that take one value.
 var verifyValueOptions = map[string]bool{
 	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -53,6 +54,43 @@ func checkStoneOptions(scheme string, cfg VerifyConfig) error {
 		if err := checkHTTPURL(cfg.JWKSURL); err != nil {
 			return fmt.Errorf("invalid jwks_url '%s': %v", cfg.JWKSURL, err)
 		}
+	}
+	return nil
+}
+
+// parseKeyMaterial applies Stone's options: private_key, jwks_url and
+// jwks_file (one value each, at the top of the block or in verify) and
+// decrypt (none), checked as Provision checks them.
+func (h *Handler) parseKeyMaterial(d *caddyfile.Dispenser, name, what string, args []string) error {
+	if h.Verify == nil {
+		h.Verify = new(VerifyConfig)
+	}
+	v := h.Verify
+	if name == "decrypt" {
+		if len(args) != 0 {
+			return d.Errf("%s takes no value, got %d", what, len(args))
+		}
+		v.Decrypt = true
+	} else {
+		val, err := oneValue(d, what, args)
+		if err != nil {
+			return err
+		}
+		switch name {
+		case "private_key":
+			v.PrivateKey = val
+		case "jwks_url":
+			v.JWKSURL = val
+		case "jwks_file":
+			v.JWKSFile = val
+		}
+	}
+	scheme := v.Scheme
+	if scheme == "" {
+		scheme = h.Provider
+	}
+	if err := checkStoneOptions(scheme, *v); err != nil {
+		return d.Errf("%v", err)
 	}
 	return nil
 }

@@ -70,16 +70,16 @@ type stoneKeySet struct {
 // the background, and deliveries get 503 meanwhile); an unreadable or
 // invalid file is an error.
 func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
-	poolKey := "url:" + url
+	poolKey, source := "url:"+url, url
 	if file != "" {
-		poolKey = "file:" + file
+		poolKey, source = "file:"+file, file
 	}
 	val, _, err := stoneKeySets.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
 		s := &stoneKeySet{
 			poolKey: poolKey,
 			url:     url,
 			file:    file,
-			logger:  logger.With(zap.String("jwks", poolKey[len("url:"):])),
+			logger:  logger.With(zap.String("jwks", source)),
 			client:  &http.Client{Timeout: stoneKeysFetchTimeout},
 			refresh: stoneKeysRefresh, minRefresh: stoneKeysMinRefresh, retry: stoneKeysRetry,
 			kick: make(chan struct{}, 1),
