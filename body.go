@@ -79,7 +79,7 @@ func (rs *requestState) readBody() error {
 // back to the pool only once every such reader is closed.
 func (rs *requestState) handOn() {
 	pb := rs.body
-	if pb == nil {
+	if pb == nil || rs.handOnEvent() {
 		return
 	}
 	rs.r.Body = pb.reader()

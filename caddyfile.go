@@ -48,14 +48,21 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		source        <label>
 //		provider      <name>
 //		secret        <secret>...
+//		private_key   <pem>
+//		jwks_url      <url>
+//		jwks_file     <path>
+//		decrypt
 //		verify        <scheme> | off {
-//			secret     <secret>...
-//			header     <name>
-//			algorithm  sha1|sha256|sha512
-//			encoding   hex|base64
-//			prefix     <string>
-//			tolerance  <duration>
-//			url        <public url>
+//			secret      <secret>...
+//			header      <name>
+//			algorithm   sha1|sha256|sha512
+//			encoding    hex|base64
+//			prefix      <string>
+//			tolerance   <duration>
+//			url         <public url>
+//			private_key <pem>
+//			jwks_url    <url>
+//			jwks_file   <path>
 //		}
 //		header        <name>
 //		key           <key source>...
@@ -146,12 +153,13 @@ var inlineOptions = map[string]bool{
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
 	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
 	"fail": true, "store": true,
+	"private_key": true, "jwks_url": true, "jwks_file": true,
 }
 
 // blockOptions are the subdirectives of the block: the inline options and
 // inbox.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"inbox": true}
+	m := map[string]bool{"inbox": true, "decrypt": true}
 	for k := range inlineOptions {
 		m[k] = true
 	}
@@ -188,6 +196,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.Verify = new(VerifyConfig)
 		}
 		h.Verify.Secrets = append(h.Verify.Secrets, args...)
+	case "private_key", "jwks_url", "jwks_file", "decrypt":
+		return h.parseKeyMaterial(d, name, what, args)
 	case "header":
 		v, err := oneValue(d, what, args)
 		if err != nil {
@@ -305,7 +315,7 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	v := h.Verify
 	if len(args) == 1 {
 		if !knownScheme(args[0]) {
-			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token or off", args[0])
+			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token, jwt or off", args[0])
 		}
 		v.Scheme = args[0]
 	}
@@ -321,6 +331,12 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 				return err
 			}
 			v.Secrets = append(v.Secrets, sub...)
+			continue
+		}
+		if name == "private_key" || name == "jwks_url" || name == "jwks_file" {
+			if err := h.parseKeyMaterial(d, name, what, sub); err != nil {
+				return err
+			}
 			continue
 		}
 		val, err := oneValue(d, what, sub)

@@ -39,8 +39,9 @@ type Handler struct {
 	// A provider preset (see docs/providers.md): `stripe`, `github`,
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone` or `evolution`. It sets the source, the verification scheme
-	// and the default key. Default: none.
+	// `stone`, `evolution` or `asaas`. It sets the source, the
+	// verification scheme and the default key, and for some providers the
+	// default ttl and in_flight mode. Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
@@ -53,7 +54,9 @@ type Handler struct {
 	// `["header:Idempotency-Key", "body"]`.
 	Key []string `json:"key,omitempty"`
 
-	// How long a completed response is kept and replayed. Default: 24h.
+	// How long a completed response is kept and replayed. Default: 24h,
+	// or the provider's retry window when it is longer (Stripe: 3d; see
+	// docs/providers.md).
 	TTL caddy.Duration `json:"ttl,omitempty"`
 
 	// How long a claim lasts without being renewed; it is renewed while
@@ -64,7 +67,7 @@ type Handler struct {
 	// What a duplicate of an in-flight key gets: `conflict` (409 with
 	// Retry-After), `wait` (wait for the first request, then replay) or
 	// `proceed` (call the next handler without claiming). Default:
-	// `conflict`.
+	// `conflict`; `wait` for `asaas`.
 	InFlight string `json:"in_flight,omitempty"`
 
 	// How long `wait` waits before answering 409. Default: 10s.
@@ -112,6 +115,9 @@ type Handler struct {
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
 	verifier    signature.Verifier
+	opener      signature.Opener // a verifier whose content is sealed (stone)
+	decrypt     bool             // hand the opened content on (stone's decrypt)
+	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -164,7 +170,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionOptions(); err != nil {
 		return err
 	}
-	if err := h.provisionVerifier(); err != nil {
+	if err := h.provisionVerifier(ctx); err != nil {
 		return err
 	}
 	h.warnVerifyConfig()
@@ -205,6 +211,12 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 		}
 		if len(h.Key) == 0 {
 			h.Key = p.defaultKey
+		}
+		if h.TTL == 0 && p.ttl > 0 {
+			h.TTL = caddy.Duration(p.ttl)
+		}
+		if h.InFlight == "" {
+			h.InFlight = p.inFlight
 		}
 	}
 	if h.Source == "" {
@@ -322,6 +334,7 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.stop()
 	}
+	h.releaseStoneKeys()
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil

@@ -2,7 +2,6 @@ package webhookidempotency
 
 import (
 	"crypto"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,6 +31,13 @@ type provider struct {
 	// attempt (signatures over a timestamp): a key taken from one of
 	// them never deduplicates a retry.
 	volatile []string
+
+	// ttl is the default ttl when the provider retries for longer than
+	// the handler's default (docs/providers.md: retries); zero keeps it.
+	ttl time.Duration
+
+	// inFlight is the default in_flight mode; empty keeps the handler's.
+	inFlight string
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -41,6 +47,7 @@ const (
 	optHeader verifyOptions = 1 << iota
 	optPrefix
 	optURL
+	optKeyMaterial // private_key, jwks_url, jwks_file, decrypt (stone)
 )
 
 // providers maps each preset name to its preset.
@@ -49,13 +56,14 @@ var providers = map[string]provider{
 		defaultKey: []string{"json:id", "body"},
 		verifier:   withTolerance(signature.NewStripe),
 		volatile:   []string{"Stripe-Signature"},
+		ttl:        3 * day, // live mode retries for up to 3 days
 	},
 	"github": {
 		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 	},
 	"shopify": {
-		defaultKey: []string{"header:X-Shopify-Webhook-Id", "body"},
+		defaultKey: []string{"header:X-Shopify-Event-Id", "header:X-Shopify-Webhook-Id", "body"},
 		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", signature.Base64),
 	},
 	"slack": {
@@ -72,19 +80,22 @@ var providers = map[string]provider{
 		defaultKey: []string{"header:svix-id", "body"},
 		verifier:   standardWebhooks("svix-"),
 		volatile:   []string{"svix-signature", "svix-timestamp"},
+		ttl:        28 * time.Hour, // 8 attempts over 27h35m
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		ttl:        7 * day, // Meta retries for up to 7 days
 	},
 	"ifood": {
 		defaultKey: []string{"json:id", "body"},
 		verifier:   bodyHMAC("X-IFood-Signature", "", signature.Hex),
 	},
 	"mercadopago": {
-		defaultKey: []string{"header:x-request-id", "body"},
+		defaultKey: []string{"json:id", "body"},
 		verifier:   withTolerance(signature.NewMercadoPago),
-		volatile:   []string{"x-signature"},
+		volatile:   []string{"x-signature", "x-request-id"},
+		ttl:        4 * day, // the last retry comes 4 days after the first
 	},
 	"pagbank": {
 		defaultKey: []string{"body"},
@@ -94,6 +105,7 @@ var providers = map[string]provider{
 		defaultKey: []string{"json:notification_id", "body"},
 		verifier:   withTolerance(signature.NewPaddle),
 		volatile:   []string{"Paddle-Signature"},
+		ttl:        3 * day, // live: up to 60 retries over 3 days
 	},
 	"twilio": {
 		defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
@@ -104,6 +116,7 @@ var providers = map[string]provider{
 		defaultKey: []string{"json:event_id", "body"},
 		verifier:   withPublicURL(signature.NewSquare),
 		options:    optURL,
+		ttl:        3 * day, // retried for up to 72 hours
 	},
 	"gitlab": {
 		defaultKey: []string{"header:Idempotency-Key", "body"},
@@ -111,16 +124,25 @@ var providers = map[string]provider{
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
 	},
 	"stone": {
+		// built by provisionStone: its key set is fetched and shared
 		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
-		verifier:   newStoneVerifier,
-		options:    optHeader | optPrefix,
+		options:    optKeyMaterial,
+		ttl:        2 * day, // 50 attempts over the day, at no fixed times
 	},
 	"evolution": {
 		defaultKey: []string{"body"},
-		verifier:   newTokenVerifier,
+		verifier:   newEvolutionVerifier,
 		options:    optHeader | optPrefix,
 	},
+	"asaas": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   fixedToken("asaas-access-token"),
+		inFlight:   "wait", // Asaas counts a 409 as one of the 15 failures that pause its queue
+	},
 }
+
+// day is 24 hours.
+const day = 24 * time.Hour
 
 // checkOptions rejects verify subdirectives the preset's scheme has no
 // use for, rather than silently ignoring them.
@@ -134,6 +156,9 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 	}
 	if cfg.URL != "" && p.options&optURL == 0 {
 		bad = append(bad, "url")
+	}
+	if p.options&optKeyMaterial == 0 {
+		bad = append(bad, stoneOptionsUsed(cfg)...)
 	}
 	if cfg.Algorithm != "" {
 		bad = append(bad, "algorithm")
@@ -188,19 +213,23 @@ func newPagBankVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	return signature.NewPagBank(cfg.Secrets), nil
 }
 
-// newStoneVerifier: Stone signs nothing that can be checked with a shared
-// secret (its payload is a JWE/JWS, whose keys are Stone's to publish), so
-// without a secret `stone` verifies nothing and Provision warns about it.
-// With a secret it is the `token` scheme on a header the user names, for
-// setups where a gateway or Stone's endpoint configuration adds one.
-func newStoneVerifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, nil
+// newEvolutionVerifier builds the `evolution` scheme: with a header, the
+// token Evolution's instance sends in it (its webhook headers); without,
+// the JWT Evolution sends in Authorization when the headers hold a
+// jwt_key (docs/providers.md: Evolution API).
+func newEvolutionVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Header != "" {
+		return newTokenVerifier(cfg)
 	}
-	if cfg.Header == "" {
-		return nil, errors.New("stone has no signature scheme: with a secret, name the header that carries it (header <name> in the verify block)")
+	return newJWTVerifier(cfg)
+}
+
+// fixedToken is the scheme of providers that send a configured token,
+// as it is, in one header.
+func fixedToken(header string) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return signature.NewToken(header, "", cfg.Secrets)
 	}
-	return newTokenVerifier(cfg)
 }
 
 // warnVerifyConfig logs, at provision, configurations that work but will
@@ -209,9 +238,6 @@ func (h *Handler) warnVerifyConfig() {
 	scheme := h.Provider
 	if h.Verify != nil && h.Verify.Scheme != "" {
 		scheme = h.Verify.Scheme
-	}
-	if scheme == "stone" && h.verifier == nil {
-		h.logger.Warn("stone deliveries are not authenticated: Stone has no shared-secret signature; verify the JWS of the payload in the application or restrict the route to Stone's addresses")
 	}
 	for _, k := range h.Key {
 		name, ok := strings.CutPrefix(k, "header:")

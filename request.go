@@ -28,6 +28,7 @@ type requestState struct {
 	extra *caddyhttp.ExtraLogFields
 
 	body        *pooledBody // see body.go
+	event       []byte      // the verified content of a sealed delivery (stone.go)
 	bodyHash    [32]byte
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
@@ -123,6 +124,9 @@ func (rs *requestState) bodyFailed(err error) error {
 
 // verify checks the signature on the raw bytes, before any store access.
 func (rs *requestState) verify() error {
+	if rs.h.opener != nil {
+		return rs.open()
+	}
 	if rs.h.verifier == nil {
 		return nil
 	}
@@ -130,8 +134,11 @@ func (rs *requestState) verify() error {
 }
 
 // unauthorized answers a delivery whose signature failed: 401 with the
-// reason.
+// reason; 503 when it cannot be verified yet.
 func (rs *requestState) unauthorized(err error) error {
+	if errors.Is(err, signature.ErrUnavailable) {
+		return rs.stoneUnavailable()
+	}
 	rs.setResult(resultInvalidSignature)
 	reason := signature.ErrInvalid.Reason
 	var ve *signature.Error
@@ -147,8 +154,8 @@ func (rs *requestState) unauthorized(err error) error {
 // resolveKey resolves the key (see keys.go) and sets its placeholder.
 func (rs *requestState) resolveKey() {
 	h := rs.h
-	rs.bodyHash = sha256.Sum256(rs.body.buf)
-	rs.keyValue, rs.keyFromBody = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	rs.bodyHash = sha256.Sum256(rs.content())
+	rs.keyValue, rs.keyFromBody = resolveKey(h.keys, rs.r, rs.content(), &rs.bodyHash)
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
 	rs.owner = newOwner()
@@ -160,7 +167,7 @@ func (rs *requestState) resolveKey() {
 func (rs *requestState) claim() (claimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		event := eventFields(rs.r, rs.body.buf, h.Source, rs.keyValue, rs.key)
+		event := eventFields(rs.r, rs.forwarded(), h.Source, rs.keyValue, rs.key)
 		return h.store.accept(rs.r.Context(), ib, rs.key, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
 	}
 	res, err := h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))

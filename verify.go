@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -18,7 +19,8 @@ import (
 // signature verification).
 type VerifyConfig struct {
 	// The verification scheme: a provider preset name (`stripe`,
-	// `github`, …), `hmac` or `token` for the generic schemes, or `off`.
+	// `github`, …), `hmac`, `token` or `jwt` for the generic schemes, or
+	// `off`.
 	// Default: the handler's provider, if any; else no verification.
 	Scheme string `json:"scheme,omitempty"`
 
@@ -28,7 +30,9 @@ type VerifyConfig struct {
 	Secrets []string `json:"secrets,omitempty"`
 
 	// The header that carries the signature or token. Default: the
-	// scheme's own header; required for `hmac`, `token` and `evolution`.
+	// scheme's own header (`Authorization` for `jwt`); required for
+	// `hmac` and `token`. With `evolution`, a header selects the token
+	// mode (default: Evolution's JWT in `Authorization`).
 	Header string `json:"header,omitempty"`
 
 	// The HMAC hash for `hmac`: `sha1`, `sha256` or `sha512`.
@@ -41,11 +45,12 @@ type VerifyConfig struct {
 
 	// A prefix in front of the `hmac` signature or the `token`, such as
 	// `sha256=` or `Bearer `. When set, a header value without it is
-	// rejected. Default: none.
+	// rejected. Default: none (`Bearer `, in any case, for `jwt`).
 	Prefix string `json:"prefix,omitempty"`
 
 	// How far a signed timestamp may be from the current time, for the
-	// schemes that sign one. Default: 5m.
+	// schemes that sign one; for `jwt`, the leeway on `exp`, `nbf` and
+	// `iat`. Default: 5m; for `mercadopago`, no check.
 	Tolerance caddy.Duration `json:"tolerance,omitempty"`
 
 	// The public URL the provider signs, for schemes that sign the URL
@@ -56,10 +61,33 @@ type VerifyConfig struct {
 	// `X-Forwarded-Proto`/`X-Forwarded-Host` only when the server marks
 	// the request as coming from one of its `trusted_proxies`.
 	URL string `json:"url,omitempty"`
+
+	// The partner application's RSA private key, PEM (PKCS #1 or #8),
+	// for `stone`: the pair of the public key registered with Stone,
+	// usually `{file./run/secrets/stone.pem}`. Placeholders are resolved
+	// at provision, where a key that does not parse is an error.
+	// Required for `stone`.
+	PrivateKey string `json:"private_key,omitempty"`
+
+	// The URL of Stone's signing key set, fetched at provision, cached,
+	// refreshed hourly and shared across reloads (docs/providers.md:
+	// Stone). Default: Stone's production discovery URL,
+	// `https://api.openbank.stone.com.br/api/v1/discovery/keys`.
+	JWKSURL string `json:"jwks_url,omitempty"`
+
+	// A file holding Stone's signing key set, instead of jwks_url.
+	// Default: none.
+	JWKSFile string `json:"jwks_file,omitempty"`
+
+	// Hand the verified event JSON to the next handler as the body,
+	// instead of Stone's encrypted envelope, with `Content-Type:
+	// application/json` and its Content-Length. Default: false (the
+	// raw body is passed on).
+	Decrypt bool `json:"decrypt,omitempty"`
 }
 
 // verifySchemes lists the generic schemes besides the provider presets.
-var verifySchemes = map[string]bool{"hmac": true, "token": true, "off": true}
+var verifySchemes = map[string]bool{"hmac": true, "token": true, "jwt": true, "off": true}
 
 // knownScheme reports whether name is a verification scheme.
 func knownScheme(name string) bool {
@@ -69,7 +97,7 @@ func knownScheme(name string) bool {
 
 // provisionVerifier builds the verifier from the provider and the verify
 // block, resolving secret placeholders.
-func (h *Handler) provisionVerifier() error {
+func (h *Handler) provisionVerifier(ctx caddy.Context) error {
 	cfg := VerifyConfig{}
 	if h.Verify != nil {
 		cfg = *h.Verify
@@ -89,6 +117,12 @@ func (h *Handler) provisionVerifier() error {
 	if !knownScheme(cfg.Scheme) {
 		return fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
 	}
+	if err := checkStoneOptions(cfg.Scheme, cfg); err != nil {
+		return err
+	}
+	if cfg.Scheme == "stone" {
+		return h.provisionStone(ctx, cfg)
+	}
 	repl := caddy.NewReplacer()
 	secrets := make([]string, 0, len(cfg.Secrets))
 	for i, s := range cfg.Secrets {
@@ -102,7 +136,7 @@ func (h *Handler) provisionVerifier() error {
 		secrets = append(secrets, v)
 	}
 	cfg.Secrets = secrets
-	if len(cfg.Secrets) == 0 && cfg.Scheme != "stone" {
+	if len(cfg.Secrets) == 0 {
 		return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
 	}
 	v, err := newVerifier(cfg)
@@ -132,6 +166,8 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return newHMACVerifier(cfg)
 	case "token":
 		return newTokenVerifier(cfg)
+	case "jwt":
+		return newJWTVerifier(cfg)
 	}
 	p, ok := providers[cfg.Scheme]
 	if !ok || p.verifier == nil {
@@ -171,6 +207,15 @@ func newTokenVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, errors.New("a token takes no algorithm, encoding or url")
 	}
 	return signature.NewToken(cfg.Header, cfg.Prefix, cfg.Secrets)
+}
+
+// newJWTVerifier builds the generic `jwt` scheme: HS256, in
+// `Authorization: Bearer` unless a header and prefix are given.
+func newJWTVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
+		return nil, errors.New("a jwt takes no algorithm (HS256 only), encoding or url")
+	}
+	return signature.NewJWT(cfg.Header, cfg.Prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
 }
 
 // hashFunc maps an `algorithm` value to its hash.

@@ -49,8 +49,17 @@ func newScheme(c sigtest.Case, tolerance time.Duration, secrets []string) (signa
 			enc = signature.Base64
 		}
 		return signature.NewHMAC(c.Header, c.Prefix, h, enc, secrets)
-	case "token", "evolution", "stone":
+	case "token":
 		return signature.NewToken(c.Header, c.Prefix, secrets)
+	case "evolution":
+		if c.Header != "" {
+			return signature.NewToken(c.Header, c.Prefix, secrets)
+		}
+		return signature.NewJWT("", "", secrets, tolerance)
+	case "jwt":
+		return signature.NewJWT(c.Header, c.Prefix, secrets, tolerance)
+	case "asaas":
+		return signature.NewToken("asaas-access-token", "", secrets)
 	}
 	return nil, fmt.Errorf("no constructor for scheme %s", c.Scheme)
 }
