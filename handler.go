@@ -39,13 +39,28 @@ type Handler struct {
 	// A provider preset (see docs/providers.md): `stripe`, `github`,
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone` or `evolution`. It sets the source, the verification scheme
-	// and the default key. Default: none.
+	// `stone`, `evolution`, `discord`, `twitch`, `zoom`, `linear`,
+	// `razorpay`, `woovi` or `hubspot`. It sets the source, the
+	// verification scheme and the default key. Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
 	Verify *VerifyConfig `json:"verify,omitempty"`
+
+	// The token of Meta's subscription check for the `whatsapp` preset:
+	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
+	// is answered with the challenge when the token matches (compared in
+	// constant time) and with 403 otherwise. Placeholders such as
+	// `{env.X}` are resolved at provision time. Default: none (the check
+	// is passed on to the next handler).
+	VerifyToken string `json:"verify_token,omitempty"`
+
+	// Whether the preset answers its provider's handshake at the edge
+	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
+	// next handler). Only presets with a handshake take it: `whatsapp`,
+	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
 	// `header:<Name>`, `json:<path>`, `query:<name>` or `body` (SHA-256
@@ -112,6 +127,7 @@ type Handler struct {
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
 	verifier    signature.Verifier
+	handshake   *handshakeState // nil: none answered
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -165,6 +181,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionVerifier(); err != nil {
+		return err
+	}
+	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
 	h.warnVerifyConfig()
@@ -332,9 +351,13 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
 // of a delivery: methods, body, signature, key, claim, then what the claim
-// found decides the answer.
+// found decides the answer. A provider's handshake is answered on the way
+// (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	if answered, err := rs.queryHandshake(); answered {
+		return err
+	}
 	if !slices.Contains(h.methods, r.Method) {
 		return rs.skip()
 	}
@@ -345,6 +368,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
+	}
+	if answered, err := rs.bodyHandshake(); answered {
+		return err
 	}
 	rs.resolveKey()
 	res, err := rs.claim()

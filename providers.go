@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,15 @@ type provider struct {
 	// attempt (signatures over a timestamp): a key taken from one of
 	// them never deduplicates a retry.
 	volatile []string
+
+	// keys is the key material the scheme verifies with (zero: secrets);
+	// keysOptional, that the scheme works without any.
+	keys         keyMaterial
+	keysOptional bool
+
+	// handshake is the provider's handshake, answered at the edge
+	// (handshake.go); nil when it has none.
+	handshake *handshake
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -62,20 +72,24 @@ var providers = map[string]provider{
 		defaultKey: []string{"json:event_id", "body"},
 		verifier:   withTolerance(signature.NewSlack),
 		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+		handshake:  &slackURLVerification,
 	},
 	"standard": {
 		defaultKey: []string{"header:webhook-id", "body"},
 		verifier:   standardWebhooks("webhook-"),
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		keys:       standardKeys,
 	},
 	"svix": {
 		defaultKey: []string{"header:svix-id", "body"},
 		verifier:   standardWebhooks("svix-"),
 		volatile:   []string{"svix-signature", "svix-timestamp"},
+		keys:       standardKeys,
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		handshake:  &metaSubscription,
 	},
 	"ifood": {
 		defaultKey: []string{"json:id", "body"},
@@ -111,14 +125,54 @@ var providers = map[string]provider{
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
 	},
 	"stone": {
-		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
-		verifier:   newStoneVerifier,
-		options:    optHeader | optPrefix,
+		defaultKey:   []string{"header:x-stone-webhook-event-id", "body"},
+		verifier:     newStoneVerifier,
+		options:      optHeader | optPrefix,
+		keysOptional: true,
 	},
 	"evolution": {
 		defaultKey: []string{"body"},
 		verifier:   newTokenVerifier,
 		options:    optHeader | optPrefix,
+	},
+	"discord": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   newDiscordVerifier,
+		volatile:   []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
+		keys:       ed25519Keys,
+		handshake:  &discordPing,
+	},
+	"twitch": {
+		defaultKey: []string{"header:Twitch-Eventsub-Message-Id", "body"},
+		verifier:   withTolerance(signature.NewTwitch),
+		volatile:   []string{"Twitch-Eventsub-Message-Signature", "Twitch-Eventsub-Message-Timestamp"},
+		handshake:  &twitchCallbackVerification,
+	},
+	"zoom": {
+		defaultKey: []string{"body"},
+		verifier:   withTolerance(signature.NewZoom),
+		volatile:   []string{"x-zm-signature", "x-zm-request-timestamp"},
+		handshake:  &zoomURLValidation,
+	},
+	"linear": {
+		defaultKey: []string{"header:Linear-Delivery", "body"},
+		verifier:   withTolerance(signature.NewLinear),
+	},
+	"razorpay": {
+		defaultKey: []string{"header:x-razorpay-event-id", "body"},
+		verifier:   bodyHMAC("X-Razorpay-Signature", "", signature.Hex),
+	},
+	"woovi": {
+		defaultKey:   []string{"body"},
+		verifier:     newWooviVerifier,
+		keys:         rsaKeys,
+		keysOptional: true,
+	},
+	"hubspot": {
+		defaultKey: []string{"body"},
+		verifier:   newHubSpotVerifier,
+		options:    optURL,
+		volatile:   []string{"X-HubSpot-Signature-v3", "X-HubSpot-Request-Timestamp"},
 	},
 }
 
@@ -135,6 +189,12 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 	if cfg.URL != "" && p.options&optURL == 0 {
 		bad = append(bad, "url")
 	}
+	if len(cfg.PublicKeys) > 0 && p.keys == secretKeys {
+		bad = append(bad, "public_key")
+	}
+	if cfg.Padding != "" {
+		bad = append(bad, "padding")
+	}
 	if cfg.Algorithm != "" {
 		bad = append(bad, "algorithm")
 	}
@@ -142,7 +202,7 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 		bad = append(bad, "encoding")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("the preset takes no %s (the generic hmac and token schemes do)", strings.Join(bad, ", "))
+		return fmt.Errorf("the preset takes no %s (the generic hmac, token, ed25519 and rsa schemes do)", strings.Join(bad, ", "))
 	}
 	return nil
 }
@@ -171,11 +231,41 @@ func withPublicURL(newScheme func([]string, signature.PublicURL) signature.Verif
 }
 
 // standardWebhooks is the Standard Webhooks scheme for headers named with
-// prefix.
+// prefix; public keys join the secrets as `whpk_` keys.
 func standardWebhooks(prefix string) func(VerifyConfig) (signature.Verifier, error) {
 	return func(cfg VerifyConfig) (signature.Verifier, error) {
-		return signature.NewStandardWebhooks(prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
+		public, err := whpkKeys(cfg.PublicKeys)
+		if err != nil {
+			return nil, err
+		}
+		secrets := append(slices.Clip(cfg.Secrets), public...)
+		return signature.NewStandardWebhooks(prefix, secrets, time.Duration(cfg.Tolerance))
 	}
+}
+
+// newDiscordVerifier builds the `discord` scheme.
+func newDiscordVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseEd25519Keys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewDiscord(keys, time.Duration(cfg.Tolerance))
+}
+
+// newWooviVerifier builds the `woovi` scheme: with no public_key, Woovi's
+// published key.
+func newWooviVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseRSAKeys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewWoovi(keys)
+}
+
+// newHubSpotVerifier builds the `hubspot` scheme, which signs the public
+// URL and a timestamp.
+func newHubSpotVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewHubSpot(cfg.Secrets, cfg.publicURL(), time.Duration(cfg.Tolerance)), nil
 }
 
 // newGitLabVerifier builds the `gitlab` scheme.
