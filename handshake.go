@@ -183,9 +183,6 @@ func (h *Handler) provisionHandshake() error {
 		if err != nil {
 			return fmt.Errorf("resolving verify_token: %v", err)
 		}
-		if token == "" {
-			return fmt.Errorf("verify_token is empty after resolving placeholders")
-		}
 		state.verifyToken = sha256.Sum256([]byte(token))
 	case h.verifier == nil:
 		return nil
