@@ -95,33 +95,37 @@ func answerMetaSubscription(hs *handshakeState, r *http.Request, _ []byte) (hand
 }
 
 func answerSlackURLVerification(_ *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
-	// most deliveries are events: look for the type before parsing
-	if !bytes.Contains(body, []byte("url_verification")) || gjson.GetBytes(body, "type").Str != "url_verification" {
-		return handshakeAnswer{}, false
-	}
-	challenge := gjson.GetBytes(body, "challenge")
-	if challenge.Type != gjson.String {
+	challenge, ok := eventString(body, "type", "url_verification", "challenge")
+	if !ok {
 		return handshakeAnswer{}, false
 	}
 	return jsonAnswer(struct {
 		Challenge string `json:"challenge"`
-	}{challenge.Str})
+	}{challenge})
 }
 
 func answerZoomURLValidation(hs *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
-	if !bytes.Contains(body, []byte("endpoint.url_validation")) || gjson.GetBytes(body, "event").Str != "endpoint.url_validation" {
-		return handshakeAnswer{}, false
-	}
-	plain := gjson.GetBytes(body, "payload.plainToken")
-	if plain.Type != gjson.String {
+	plain, ok := eventString(body, "event", "endpoint.url_validation", "payload.plainToken")
+	if !ok {
 		return handshakeAnswer{}, false
 	}
 	mac := hmac.New(sha256.New, hs.secret)
-	mac.Write([]byte(plain.Str))
+	mac.Write([]byte(plain))
 	return jsonAnswer(struct {
 		PlainToken     string `json:"plainToken"`
 		EncryptedToken string `json:"encryptedToken"`
-	}{plain.Str, hex.EncodeToString(mac.Sum(nil))})
+	}{plain, hex.EncodeToString(mac.Sum(nil))})
+}
+
+// eventString returns the string at path in a JSON body whose field
+// typeField is eventType. Most deliveries are not handshakes: the body
+// is searched for eventType before it is parsed.
+func eventString(body []byte, typeField, eventType, path string) (string, bool) {
+	if !bytes.Contains(body, []byte(eventType)) || gjson.GetBytes(body, typeField).Str != eventType {
+		return "", false
+	}
+	v := gjson.GetBytes(body, path)
+	return v.Str, v.Type == gjson.String
 }
 
 func answerDiscordPing(_ *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {

@@ -107,22 +107,19 @@ func resolvePublicKeys(values []string) ([]string, error) {
 
 // parseEd25519Keys parses resolved public keys; errors name the option.
 func parseEd25519Keys(values []string) ([]ed25519.PublicKey, error) {
-	keys := make([]ed25519.PublicKey, len(values))
-	for i, v := range values {
-		k, err := signature.ParseEd25519PublicKey(v)
-		if err != nil {
-			return nil, fmt.Errorf("public_key %d: %v", i+1, err)
-		}
-		keys[i] = k
-	}
-	return keys, nil
+	return parseKeys(values, signature.ParseEd25519PublicKey)
 }
 
 // parseRSAKeys parses resolved public keys; errors name the option.
 func parseRSAKeys(values []string) ([]*rsa.PublicKey, error) {
-	keys := make([]*rsa.PublicKey, len(values))
+	return parseKeys(values, signature.ParseRSAPublicKey)
+}
+
+// parseKeys parses each value with parse; errors name the option.
+func parseKeys[K any](values []string, parse func(string) (K, error)) ([]K, error) {
+	keys := make([]K, len(values))
 	for i, v := range values {
-		k, err := signature.ParseRSAPublicKey(v)
+		k, err := parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("public_key %d: %v", i+1, err)
 		}
@@ -203,15 +200,14 @@ func checkSignedHeader(cfg VerifyConfig) error {
 	return nil
 }
 
-// rsaHash maps an `algorithm` value of the rsa scheme to its hash.
+// rsaHash maps an `algorithm` value of the rsa scheme to its hash: the
+// hmac scheme's, but SHA-1.
 func rsaHash(name string) (crypto.Hash, error) {
-	switch name {
-	case "", "sha256":
-		return crypto.SHA256, nil
-	case "sha512":
-		return crypto.SHA512, nil
+	h, err := hashFunc(name)
+	if err != nil || h == crypto.SHA1 {
+		return 0, fmt.Errorf("invalid rsa algorithm '%s': want sha256 or sha512", name)
 	}
-	return 0, fmt.Errorf("invalid rsa algorithm '%s': want sha256 or sha512", name)
+	return h, nil
 }
 
 // parsePadding parses `padding pkcs1 | pss`; the Caddyfile parser and

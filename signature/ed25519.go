@@ -39,50 +39,27 @@ func (ks edKeys) match(msg []byte, sigs *sigSet) bool {
 // rejected). When the header is repeated, each value is a candidate (at
 // most 4). A signature made with any of keys is accepted.
 func NewEd25519(header, prefix string, enc Encoding, keys []ed25519.PublicKey) (Verifier, error) {
-	if header == "" {
-		return nil, errors.New("no header name")
-	}
-	if enc != Hex && enc != Base64 {
-		return nil, errors.New("unknown encoding")
+	sh, err := newSignedHeader(header, prefix, enc)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkEd25519Keys(keys); err != nil {
 		return nil, err
 	}
-	return &ed25519Verifier{
-		header:   http.CanonicalHeaderKey(header),
-		prefix:   prefix,
-		encoding: enc,
-		keys:     keys,
-	}, nil
+	return &ed25519Verifier{signedHeader: sh, keys: keys}, nil
 }
 
 // ed25519Verifier is the scheme of NewEd25519.
 type ed25519Verifier struct {
-	header   string
-	prefix   string
-	encoding Encoding
-	keys     edKeys
+	signedHeader
+	keys edKeys
 }
 
 // Verify implements Verifier.
 func (v *ed25519Verifier) Verify(r *http.Request, body []byte) error {
-	values := r.Header[v.header]
-	if len(values) == 0 {
-		return ErrMissing
-	}
 	var sigs sigSet
-	for _, val := range values {
-		if sigs.seen >= maxAsymmetric {
-			break
-		}
-		val = strings.TrimSpace(val)
-		if v.prefix != "" {
-			var ok bool
-			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
-				continue
-			}
-		}
-		sigs.add(v.encoding, val)
+	if err := v.signatures(r, maxAsymmetric, &sigs); err != nil {
+		return err
 	}
 	if !v.keys.match(body, &sigs) {
 		return ErrInvalid

@@ -3,7 +3,6 @@ package signature
 import (
 	"crypto/sha256"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -18,24 +17,24 @@ import (
 // webhooks) and LinearWebhookClient.verify of Linear's SDK (@linear/sdk),
 // which checks the timestamp within one minute.
 func NewLinear(secrets []string, tolerance time.Duration) Verifier {
-	return &linearVerifier{keys: newHMACKeyring(sha256.New, rawSecrets(secrets)), tolerance: tolerance}
+	return &linearVerifier{
+		body: hmacVerifier{
+			signedHeader: signedHeader{header: "Linear-Signature", encoding: Hex},
+			keys:         newHMACKeyring(sha256.New, rawSecrets(secrets)),
+		},
+		tolerance: tolerance,
+	}
 }
 
 // linearVerifier is the scheme of NewLinear.
 type linearVerifier struct {
-	keys      keyring
+	body      hmacVerifier
 	tolerance time.Duration
 }
 
 // Verify implements Verifier.
 func (v *linearVerifier) Verify(r *http.Request, body []byte) error {
-	sig := strings.TrimSpace(headerValue(r.Header, "Linear-Signature"))
-	if sig == "" {
-		return ErrMissing
-	}
-	var sigs sigSet
-	sigs.add(Hex, sig)
-	if err := v.keys.check(nil, body, &sigs); err != nil {
+	if err := v.body.Verify(r, body); err != nil {
 		return err
 	}
 	if v.tolerance <= 0 {

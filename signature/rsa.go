@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
-	"strings"
 	"sync"
 )
 
@@ -36,17 +35,15 @@ const maxRSABytes = 1024
 // repeated, each value is a candidate (at most 4). A signature made with
 // any of keys is accepted.
 func NewRSA(header, prefix string, h crypto.Hash, padding RSAPadding, enc Encoding, keys []*rsa.PublicKey) (Verifier, error) {
-	if header == "" {
-		return nil, errors.New("no header name")
+	sh, err := newSignedHeader(header, prefix, enc)
+	if err != nil {
+		return nil, err
 	}
 	if h != crypto.SHA256 && h != crypto.SHA512 {
 		return nil, fmt.Errorf("hash %v: want SHA-256 or SHA-512", h)
 	}
 	if padding != PKCS1v15 && padding != PSS {
 		return nil, errors.New("unknown padding")
-	}
-	if enc != Hex && enc != Base64 {
-		return nil, errors.New("unknown encoding")
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("no public key")
@@ -56,27 +53,18 @@ func NewRSA(header, prefix string, h crypto.Hash, padding RSAPadding, enc Encodi
 			return nil, fmt.Errorf("RSA public keys must have %d to %d bits", minRSABits, 8*maxRSABytes)
 		}
 	}
-	v := &rsaVerifier{
-		header:   http.CanonicalHeaderKey(header),
-		prefix:   prefix,
-		hash:     h,
-		padding:  padding,
-		encoding: enc,
-		keys:     keys,
-	}
+	v := &rsaVerifier{signedHeader: sh, hash: h, padding: padding, keys: keys}
 	v.hashes.New = func() any { return h.New() }
 	return v, nil
 }
 
 // rsaVerifier is the scheme of NewRSA.
 type rsaVerifier struct {
-	header   string
-	prefix   string
-	hash     crypto.Hash
-	padding  RSAPadding
-	encoding Encoding
-	keys     []*rsa.PublicKey
-	hashes   sync.Pool // of hash.Hash
+	signedHeader
+	hash    crypto.Hash
+	padding RSAPadding
+	keys    []*rsa.PublicKey
+	hashes  sync.Pool // of hash.Hash
 }
 
 // Verify implements Verifier.
@@ -89,28 +77,18 @@ func (v *rsaVerifier) Verify(r *http.Request, body []byte) error {
 	sum := v.digest(digest[:0], body)
 	// base64 may decode to up to two bytes more before padding is seen
 	var buf [maxRSABytes + 2]byte
-	for i, val := range values {
-		if i >= maxAsymmetric {
-			break
-		}
-		val = strings.TrimSpace(val)
-		if v.prefix != "" {
-			var ok bool
-			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
-				continue
-			}
-		}
+	valid := false
+	eachSignature(values, v.prefix, maxAsymmetric, func(val string) bool {
 		sig, ok := decodeRSASignature(buf[:], v.encoding, val)
-		if !ok {
-			continue
+		for i := 0; ok && i < len(v.keys) && !valid; i++ {
+			valid = len(sig) == v.keys[i].Size() && v.verifyOne(v.keys[i], sum, sig)
 		}
-		for _, k := range v.keys {
-			if len(sig) == k.Size() && v.verifyOne(k, sum, sig) {
-				return nil
-			}
-		}
+		return !valid
+	})
+	if !valid {
+		return ErrInvalid
 	}
-	return ErrInvalid
+	return nil
 }
 
 // digest appends the hash of body to dst, with a pooled hash state.
