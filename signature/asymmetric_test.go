@@ -314,3 +314,29 @@ func TestVerifyAsymmetricConstructorErrors(t *testing.T) {
 	refused("rsa without keys")(signature.NewRSA("X", "", crypto.SHA256, signature.PSS, signature.Base64, nil))
 	refused("rsa with a nil key")(signature.NewRSA("X", "", crypto.SHA256, signature.PSS, signature.Base64, []*rsa.PublicKey{nil}))
 }
+
+// TestVerifyAllocations holds every scheme to the allocations per verified
+// delivery that BENCHMARKS.md reports: none, but for the schemes that
+// parse the body (Twilio's form, Mercado Pago's data.id) and RSA, whose
+// arithmetic in crypto/rsa allocates.
+func TestVerifyAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items: allocations are measured without it")
+	}
+	most := map[string]float64{"twilio": 9, "mercadopago": 2, "woovi": 12, "rsa": 16}
+	for _, c := range sigtest.Cases() {
+		v, err := newScheme(c, 0, []string{c.Secrets[0]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Body = string(sigtest.BenchBody(c.Scheme))
+		d := c.Delivery(t, c.Secrets[0], time.Now())
+		if n := testing.AllocsPerRun(50, func() {
+			if err := v.Verify(d.Req, d.Body); err != nil {
+				t.Fatal(err)
+			}
+		}); n > most[c.Scheme] {
+			t.Errorf("%s: %v allocations per verify, want at most %v", c.Label(), n, most[c.Scheme])
+		}
+	}
+}

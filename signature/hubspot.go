@@ -52,9 +52,10 @@ func (v *hubSpotVerifier) Verify(r *http.Request, body []byte) error {
 	start := len(*msg)
 	*msg = v.url(*msg, r)
 	*msg = decodeHubSpotURL(*msg, start)
-	// parseUint took at most 15 digits
-	var tail [15]byte
-	return v.keys.checkTail(*msg, body, tail[:copy(tail[:], ts)], &sigs)
+	// the timestamp, signed after the body, goes in the same buffer
+	head := len(*msg)
+	*msg = append(*msg, ts...)
+	return v.keys.checkTail((*msg)[:head], body, (*msg)[head:], &sigs)
 }
 
 // decodeHubSpotURL decodes, in place from b[start:], the percent-encoded
