@@ -95,7 +95,7 @@ func answerMetaSubscription(hs *handshakeState, r *http.Request, _ []byte) (hand
 }
 
 func answerSlackURLVerification(_ *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
-	challenge, ok := eventString(body, "type", "url_verification", "challenge")
+	challenge, ok := eventString(body, "url_verification", "type", "url_verification", "challenge")
 	if !ok {
 		return handshakeAnswer{}, false
 	}
@@ -105,7 +105,7 @@ func answerSlackURLVerification(_ *handshakeState, _ *http.Request, body []byte)
 }
 
 func answerZoomURLValidation(hs *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
-	plain, ok := eventString(body, "event", "endpoint.url_validation", "payload.plainToken")
+	plain, ok := eventString(body, "url_validation", "event", "endpoint.url_validation", "payload.plainToken")
 	if !ok {
 		return handshakeAnswer{}, false
 	}
@@ -118,10 +118,13 @@ func answerZoomURLValidation(hs *handshakeState, _ *http.Request, body []byte) (
 }
 
 // eventString returns the string at path in a JSON body whose field
-// typeField is eventType. Most deliveries are not handshakes: the body
-// is searched for eventType before it is parsed.
-func eventString(body []byte, typeField, eventType, path string) (string, bool) {
-	if !bytes.Contains(body, []byte(eventType)) || gjson.GetBytes(body, typeField).Str != eventType {
+// typeField is eventType. Most deliveries are not handshakes: the body is
+// first searched for marker, a part of eventType that starts with a byte
+// rare in JSON (`u`): bytes.Contains slows to a byte-by-byte comparison
+// when the first byte keeps matching, as `e` does in Zoom's `"event"` (6.4
+// µs instead of 0.18 µs for 2 KB, BenchmarkHandshakeDetection).
+func eventString(body []byte, marker, typeField, eventType, path string) (string, bool) {
+	if !bytes.Contains(body, []byte(marker)) || gjson.GetBytes(body, typeField).Str != eventType {
 		return "", false
 	}
 	v := gjson.GetBytes(body, path)

@@ -340,3 +340,22 @@ func TestVerifyAllocations(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkVerifyWooviPublished verifies Woovi's published example with
+// its published key: a 1024-bit RSA key, as Woovi signs in production
+// (the woovi case of BenchmarkVerify uses a 2048-bit test key).
+func BenchmarkVerifyWooviPublished(b *testing.B) {
+	v, err := signature.NewWoovi(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := sigtest.NewDelivery("/woovi", []byte(wooviPayload), time.Time{})
+	d.Req.Header.Set("x-webhook-signature", wooviSignature)
+	b.SetBytes(int64(len(d.Body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := v.Verify(d.Req, d.Body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
