@@ -176,6 +176,9 @@ func (h *Handler) provisionHandshake() error {
 	if err := checkHandshakeOptions(h.Provider, h.Handshake, h.VerifyToken); err != nil {
 		return err
 	}
+	if h.Provider == "" && (h.Handshake != "" || h.VerifyToken != "") {
+		return fmt.Errorf("handshake and verify_token need a preset with a handshake (%s)", strings.Join(handshakeProviders(), ", "))
+	}
 	if hs == nil || h.Handshake == handshakeOff {
 		return nil
 	}
