@@ -12,6 +12,8 @@ GO ?= go
 
 test: redis-server
 	$(GO) test -race -count=1 ./...
+	@# allocation ceilings: the race detector makes sync.Pool drop items
+	$(GO) test -count=1 -run 'Alloc' ./...
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example

@@ -48,6 +48,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		source        <label>
 //		provider      <name>
 //		secret        <secret>...
+//		public_key    <key>...
 //		private_key   <pem>
 //		jwks_url      <url>
 //		jwks_file     <path>
@@ -60,10 +61,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			prefix      <string>
 //			tolerance   <duration>
 //			url         <public url>
+//			public_key  <key>...
+//			padding     pkcs1|pss
 //			private_key <pem>
 //			jwks_url    <url>
 //			jwks_file   <path>
 //		}
+//		verify_token  <token>
+//		handshake     on | off
 //		header        <name>
 //		key           <key source>...
 //		ttl           <duration>
@@ -152,7 +157,7 @@ var inlineOptions = map[string]bool{
 	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
 	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
-	"fail": true, "store": true,
+	"fail": true, "store": true, "public_key": true, "verify_token": true, "handshake": true,
 	"private_key": true, "jwks_url": true, "jwks_file": true,
 }
 
@@ -299,6 +304,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			return d.Errf("%v", err)
 		}
 		h.Fail = v
+	case "public_key", "verify_token", "handshake":
+		return h.parseKeyOption(d, name, args)
 	}
 	return nil
 }
@@ -315,7 +322,7 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	v := h.Verify
 	if len(args) == 1 {
 		if !knownScheme(args[0]) {
-			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token, jwt or off", args[0])
+			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token, jwt, ed25519, rsa or off", args[0])
 		}
 		v.Scheme = args[0]
 	}
@@ -331,6 +338,12 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 				return err
 			}
 			v.Secrets = append(v.Secrets, sub...)
+			continue
+		}
+		if name == "public_key" {
+			if err := h.addPublicKeys(d, what, sub); err != nil {
+				return err
+			}
 			continue
 		}
 		if name == "private_key" || name == "jwks_url" || name == "jwks_file" {
@@ -369,6 +382,11 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 				return d.Errf("invalid url '%s': %v", val, err)
 			}
 			v.URL = val
+		case "padding":
+			if _, err := parsePadding(val); err != nil {
+				return d.Errf("%v", err)
+			}
+			v.Padding = val
 		default:
 			return d.Errf("unrecognized verify subdirective '%s'", name)
 		}
@@ -379,6 +397,7 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 // verifyValueOptions are the verify subdirectives that take one value.
 var verifyValueOptions = map[string]bool{
 	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,
+	"padding": true,
 }
 
 // parseStore parses `store <module> [args] [{ ... }]` with the store

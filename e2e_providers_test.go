@@ -28,7 +28,7 @@ func stoneSite(port int, keyFile, jwksURL, extra string, up *upstream) string {
 
 func TestE2EStoneDecrypt(t *testing.T) {
 	fastStoneKeys(t)
-	partner, signer := sigtest.RSAKey(t, "stone-partner"), sigtest.RSAKey(t, "stone-signer")
+	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := newUpstream(t, nil)
 	port := freePort(t)
@@ -39,7 +39,7 @@ func TestE2EStoneDecrypt(t *testing.T) {
 	id := "930bbd6d-0c7a-4fe4-8b50-4b82a20cb847"
 
 	// a forged delivery of the same event id is refused and claims nothing
-	forged := sigtest.StoneDelivery(t, event, sigtest.RSAKey(t, "stone-forger"), "stone-1", &partner.PublicKey)
+	forged := sigtest.StoneDelivery(t, event, sigtest.RSAKey("stone-forger"), "stone-1", &partner.PublicKey)
 	resp, body := post(t, url, forged, "Content-Type", "application/json", "x-stone-webhook-event-id", id)
 	wantRejected(t, resp, body, "invalid signature")
 	resp, body = post(t, url, event, "Content-Type", "application/json", "x-stone-webhook-event-id", id)
@@ -76,7 +76,7 @@ func TestE2EStoneDecrypt(t *testing.T) {
 }
 
 func TestE2EStoneWithoutDecryptPassesTheEnvelope(t *testing.T) {
-	partner, signer := sigtest.RSAKey(t, "stone-partner"), sigtest.RSAKey(t, "stone-signer")
+	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := newUpstream(t, nil)
 	port := freePort(t)
@@ -95,7 +95,7 @@ func TestE2EStoneWithoutDecryptPassesTheEnvelope(t *testing.T) {
 
 func TestE2EStoneKeySetUnreachableAtStart(t *testing.T) {
 	fastStoneKeys(t)
-	partner, signer := sigtest.RSAKey(t, "stone-partner"), sigtest.RSAKey(t, "stone-signer")
+	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	jwks.set(true, nil)
 	// the set is retried every 20ms in this test; slow it so that the 503
@@ -123,7 +123,7 @@ func TestE2EStoneKeySetUnreachableAtStart(t *testing.T) {
 
 func TestE2EStoneUnknownKidThenRotated(t *testing.T) {
 	fastStoneKeys(t)
-	partner, old, rotated := sigtest.RSAKey(t, "stone-partner"), sigtest.RSAKey(t, "stone-signer"), sigtest.RSAKey(t, "stone-signer-2")
+	partner, old, rotated := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer"), sigtest.RSAKey("stone-signer-2")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": old})
 	up := newUpstream(t, nil)
 	port := freePort(t)

@@ -11,6 +11,8 @@ require (
 	go.uber.org/zap v1.28.0
 )
 
+require github.com/bwmarrin/discordgo v0.28.1 // indirect
+
 require (
 	cel.dev/cel-go v0.32.0 // indirect
 	cel.dev/expr v0.25.3 // indirect

@@ -39,7 +39,8 @@ type Handler struct {
 	// A provider preset (see docs/providers.md): `stripe`, `github`,
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone`, `evolution` or `asaas`. It sets the source, the
+	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
+	// `razorpay`, `woovi` or `hubspot`. It sets the source, the
 	// verification scheme and the default key, and for some providers the
 	// default ttl and in_flight mode. Default: none.
 	Provider string `json:"provider,omitempty"`
@@ -47,6 +48,20 @@ type Handler struct {
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
 	Verify *VerifyConfig `json:"verify,omitempty"`
+
+	// The token of Meta's subscription check for the `whatsapp` preset:
+	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
+	// is answered with the challenge when the token matches (compared in
+	// constant time) and with 403 otherwise. Placeholders such as
+	// `{env.X}` are resolved at provision time. Default: none (the check
+	// is passed on to the next handler).
+	VerifyToken string `json:"verify_token,omitempty"`
+
+	// Whether the preset answers its provider's handshake at the edge
+	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
+	// next handler). Only presets with a handshake take it: `whatsapp`,
+	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
 	// `header:<Name>`, `json:<path>`, `query:<name>` or `body` (SHA-256
@@ -118,6 +133,7 @@ type Handler struct {
 	opener      signature.Opener // a verifier whose content is sealed (stone)
 	decrypt     bool             // hand the opened content on (stone's decrypt)
 	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
+	handshake   *handshakeState  // nil: none answered
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -171,6 +187,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionVerifier(ctx); err != nil {
+		return err
+	}
+	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
 	h.warnVerifyConfig()
@@ -345,9 +364,13 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
 // of a delivery: methods, body, signature, key, claim, then what the claim
-// found decides the answer.
+// found decides the answer. A provider's handshake is answered on the way
+// (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	if answered, err := rs.queryHandshake(); answered {
+		return err
+	}
 	if !slices.Contains(h.methods, r.Method) {
 		return rs.skip()
 	}
@@ -358,6 +381,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
+	}
+	if answered, err := rs.bodyHandshake(); answered {
+		return err
 	}
 	rs.resolveKey()
 	res, err := rs.claim()

@@ -93,7 +93,7 @@ func (op storeOp) String() string { return storeOpNames[op] }
 // allResults lists every result, so each handler resolves its counters once.
 var allResults = [...]string{
 	resultNew, resultReplayed, resultConflict, resultMismatch, resultInvalidSignature,
-	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped,
+	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped, resultHandshake,
 }
 
 // handlerMetrics holds one handler's resolved collectors, so the hot path

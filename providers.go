@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"crypto"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,14 @@ type provider struct {
 
 	// inFlight is the default in_flight mode; empty keeps the handler's.
 	inFlight string
+	// keys is the key material the scheme verifies with (zero: secrets);
+	// keysOptional, that the scheme works without any.
+	keys         keyMaterial
+	keysOptional bool
+
+	// handshake is the provider's handshake, answered at the edge
+	// (handshake.go); nil when it has none.
+	handshake *handshake
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -70,22 +79,26 @@ var providers = map[string]provider{
 		defaultKey: []string{"json:event_id", "body"},
 		verifier:   withTolerance(signature.NewSlack),
 		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+		handshake:  &slackURLVerification,
 	},
 	"standard": {
 		defaultKey: []string{"header:webhook-id", "body"},
 		verifier:   standardWebhooks("webhook-"),
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		keys:       standardKeys,
 	},
 	"svix": {
 		defaultKey: []string{"header:svix-id", "body"},
 		verifier:   standardWebhooks("svix-"),
 		volatile:   []string{"svix-signature", "svix-timestamp"},
 		ttl:        28 * time.Hour, // 8 attempts over 27h35m
+		keys:       standardKeys,
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 		ttl:        7 * day, // Meta retries for up to 7 days
+		handshake:  &metaSubscription,
 	},
 	"ifood": {
 		defaultKey: []string{"json:id", "body"},
@@ -139,6 +152,45 @@ var providers = map[string]provider{
 		verifier:   fixedToken("asaas-access-token"),
 		inFlight:   "wait", // Asaas counts a 409 as one of the 15 failures that pause its queue
 	},
+	"discord": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   newDiscordVerifier,
+		volatile:   []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
+		keys:       ed25519Keys,
+		handshake:  &discordPing,
+	},
+	"twitch": {
+		defaultKey: []string{"header:Twitch-Eventsub-Message-Id", "body"},
+		verifier:   withTolerance(signature.NewTwitch),
+		volatile:   []string{"Twitch-Eventsub-Message-Signature", "Twitch-Eventsub-Message-Timestamp"},
+		handshake:  &twitchCallbackVerification,
+	},
+	"zoom": {
+		defaultKey: []string{"body"},
+		verifier:   withTolerance(signature.NewZoom),
+		volatile:   []string{"x-zm-signature", "x-zm-request-timestamp"},
+		handshake:  &zoomURLValidation,
+	},
+	"linear": {
+		defaultKey: []string{"header:Linear-Delivery", "body"},
+		verifier:   withTolerance(signature.NewLinear),
+	},
+	"razorpay": {
+		defaultKey: []string{"header:x-razorpay-event-id", "body"},
+		verifier:   bodyHMAC("X-Razorpay-Signature", "", signature.Hex),
+	},
+	"woovi": {
+		defaultKey:   []string{"body"},
+		verifier:     newWooviVerifier,
+		keys:         rsaKeys,
+		keysOptional: true,
+	},
+	"hubspot": {
+		defaultKey: []string{"body"},
+		verifier:   newHubSpotVerifier,
+		options:    optURL,
+		volatile:   []string{"X-HubSpot-Signature-v3", "X-HubSpot-Request-Timestamp"},
+	},
 }
 
 // day is 24 hours.
@@ -160,6 +212,12 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 	if p.options&optKeyMaterial == 0 {
 		bad = append(bad, stoneOptionsUsed(cfg)...)
 	}
+	if len(cfg.PublicKeys) > 0 && p.keys == secretKeys {
+		bad = append(bad, "public_key")
+	}
+	if cfg.Padding != "" {
+		bad = append(bad, "padding")
+	}
 	if cfg.Algorithm != "" {
 		bad = append(bad, "algorithm")
 	}
@@ -167,7 +225,7 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 		bad = append(bad, "encoding")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("the preset takes no %s (the generic hmac and token schemes do)", strings.Join(bad, ", "))
+		return fmt.Errorf("the preset takes no %s (the generic hmac, token, jwt, ed25519 and rsa schemes do)", strings.Join(bad, ", "))
 	}
 	return nil
 }
@@ -196,11 +254,41 @@ func withPublicURL(newScheme func([]string, signature.PublicURL) signature.Verif
 }
 
 // standardWebhooks is the Standard Webhooks scheme for headers named with
-// prefix.
+// prefix; public keys join the secrets as `whpk_` keys.
 func standardWebhooks(prefix string) func(VerifyConfig) (signature.Verifier, error) {
 	return func(cfg VerifyConfig) (signature.Verifier, error) {
-		return signature.NewStandardWebhooks(prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
+		public, err := whpkKeys(cfg.PublicKeys)
+		if err != nil {
+			return nil, err
+		}
+		secrets := append(slices.Clip(cfg.Secrets), public...)
+		return signature.NewStandardWebhooks(prefix, secrets, time.Duration(cfg.Tolerance))
 	}
+}
+
+// newDiscordVerifier builds the `discord` scheme.
+func newDiscordVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseEd25519Keys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewDiscord(keys, time.Duration(cfg.Tolerance))
+}
+
+// newWooviVerifier builds the `woovi` scheme: with no public_key, Woovi's
+// published key.
+func newWooviVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseRSAKeys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewWoovi(keys)
+}
+
+// newHubSpotVerifier builds the `hubspot` scheme, which signs the public
+// URL and a timestamp.
+func newHubSpotVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewHubSpot(cfg.Secrets, cfg.publicURL(), time.Duration(cfg.Tolerance)), nil
 }
 
 // newGitLabVerifier builds the `gitlab` scheme.

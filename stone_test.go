@@ -71,7 +71,7 @@ func fastStoneKeys(t *testing.T) {
 // partnerKeyFile writes the partner's private key as PKCS #8 PEM.
 func partnerKeyFile(t *testing.T) string {
 	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(sigtest.RSAKey(t, "stone-partner"))
+	der, err := x509.MarshalPKCS8PrivateKey(sigtest.RSAKey("stone-partner"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func partnerKeyFile(t *testing.T) string {
 
 func TestStoneKeySetRotationAndRefresh(t *testing.T) {
 	fastStoneKeys(t)
-	old, rotated := sigtest.RSAKey(t, "stone-signer"), sigtest.RSAKey(t, "stone-signer-2")
+	old, rotated := sigtest.RSAKey("stone-signer"), sigtest.RSAKey("stone-signer-2")
 	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": old})
 	s, err := loadStoneKeys(zap.NewNop(), srv.URL, "")
 	if err != nil {
@@ -139,7 +139,7 @@ func TestStoneKeySetRotationAndRefresh(t *testing.T) {
 
 func TestStoneKeySetUnreachableAtStart(t *testing.T) {
 	fastStoneKeys(t)
-	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey(t, "stone-signer")})
+	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")})
 	srv.set(true, nil)
 	s, err := loadStoneKeys(zap.NewNop(), srv.URL, "")
 	if err != nil {
@@ -160,7 +160,7 @@ func TestStoneKeySetUnreachableAtStart(t *testing.T) {
 }
 
 func TestStoneKeySetSharedAndStopped(t *testing.T) {
-	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey(t, "stone-signer")})
+	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")})
 	a, err := loadStoneKeys(zap.NewNop(), srv.URL, "")
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestStoneKeySetFile(t *testing.T) {
 	if _, err := loadStoneKeys(zap.NewNop(), "", path); err == nil || !strings.Contains(err.Error(), "no RS256 signing key") {
 		t.Fatalf("an empty jwks_file: %v", err)
 	}
-	if err := os.WriteFile(path, sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey(t, "stone-signer")}), 0o600); err != nil {
+	if err := os.WriteFile(path, sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := loadStoneKeys(zap.NewNop(), "", path)
@@ -211,7 +211,7 @@ func TestStoneKeySetFile(t *testing.T) {
 }
 
 func TestParseStoneKeySet(t *testing.T) {
-	signer := sigtest.RSAKey(t, "stone-signer")
+	signer := sigtest.RSAKey("stone-signer")
 	good := string(sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"sig-1": signer}))
 	goodKey := good[strings.Index(good, "[")+1 : strings.LastIndex(good, "]")]
 	with := func(old, repl string) string { return strings.Replace(goodKey, old, repl, 1) }
@@ -255,7 +255,7 @@ func FuzzParseStoneKeySet(f *testing.F) {
 
 func TestProvisionStoneErrors(t *testing.T) {
 	keyFile := partnerKeyFile(t)
-	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey(t, "stone-signer")})
+	srv := newJWKSServer(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")})
 	t.Setenv("WEBHOOK_TEST_STONE_KEY", "not a pem")
 	for _, c := range []struct {
 		name string
@@ -294,9 +294,9 @@ func TestProvisionStoneErrors(t *testing.T) {
 	t.Run("PKCS #1 key and a key set file", func(t *testing.T) {
 		dir := t.TempDir()
 		pkcs1 := filepath.Join(dir, "rsa.pem")
-		_ = os.WriteFile(pkcs1, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(sigtest.RSAKey(t, "stone-partner"))}), 0o600)
+		_ = os.WriteFile(pkcs1, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(sigtest.RSAKey("stone-partner"))}), 0o600)
 		jwks := filepath.Join(dir, "jwks.json")
-		_ = os.WriteFile(jwks, sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey(t, "stone-signer")}), 0o600)
+		_ = os.WriteFile(jwks, sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")}), 0o600)
 		ctx, cancel := newTestContext(t)
 		defer cancel()
 		h := &Handler{Provider: "stone", Verify: &VerifyConfig{PrivateKey: "{file." + pkcs1 + "}", JWKSFile: jwks}}

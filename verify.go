@@ -19,8 +19,8 @@ import (
 // signature verification).
 type VerifyConfig struct {
 	// The verification scheme: a provider preset name (`stripe`,
-	// `github`, …), `hmac`, `token` or `jwt` for the generic schemes, or
-	// `off`.
+	// `github`, …), `hmac`, `token`, `jwt`, `ed25519` or `rsa` for the
+	// generic schemes, or `off`.
 	// Default: the handler's provider, if any; else no verification.
 	Scheme string `json:"scheme,omitempty"`
 
@@ -29,19 +29,33 @@ type VerifyConfig struct {
 	// `{file./run/secrets/x}` are resolved at provision time.
 	Secrets []string `json:"secrets,omitempty"`
 
+	// Public keys to verify with, for the schemes that check a signature
+	// made with a private key: `discord`, `woovi`, `ed25519`, `rsa`, and
+	// the `v1a` signatures of `standard` and `svix`. Each is PEM, base64 or
+	// hex (Standard Webhooks' `whpk_…` too); a signature valid under any of
+	// them is accepted (rotation). Placeholders such as
+	// `{file./etc/keys/x.pem}` are resolved at provision time, and a key
+	// that does not parse is a provision error. Default: none; `woovi`:
+	// Woovi's published key.
+	PublicKeys []string `json:"public_keys,omitempty"`
+
 	// The header that carries the signature or token. Default: the
 	// scheme's own header (`Authorization` for `jwt`); required for
-	// `hmac` and `token`. With `evolution`, a header selects the token
-	// mode (default: Evolution's JWT in `Authorization`).
+	// `hmac`, `token`, `ed25519` and `rsa`. With `evolution`, a header
+	// selects the token mode (default: Evolution's JWT in `Authorization`).
 	Header string `json:"header,omitempty"`
 
-	// The HMAC hash for `hmac`: `sha1`, `sha256` or `sha512`.
-	// Default: `sha256`.
+	// The hash: for `hmac`, `sha1`, `sha256` or `sha512`; for `rsa`,
+	// `sha256` or `sha512`. Default: `sha256`.
 	Algorithm string `json:"algorithm,omitempty"`
 
-	// How the `hmac` signature is written: `hex` or `base64`.
-	// Default: `hex`.
+	// How the signature of `hmac`, `ed25519` or `rsa` is written: `hex`
+	// or `base64`. Default: `hex`; `base64` for `rsa`.
 	Encoding string `json:"encoding,omitempty"`
+
+	// The padding of `rsa` signatures: `pkcs1` (PKCS #1 v1.5) or `pss`.
+	// Default: `pkcs1`.
+	Padding string `json:"padding,omitempty"`
 
 	// A prefix in front of the `hmac` signature or the `token`, such as
 	// `sha256=` or `Bearer `. When set, a header value without it is
@@ -54,7 +68,7 @@ type VerifyConfig struct {
 	Tolerance caddy.Duration `json:"tolerance,omitempty"`
 
 	// The public URL the provider signs, for schemes that sign the URL
-	// (`twilio`, `square`). The query string of the request is appended
+	// (`twilio`, `square`, `hubspot`). The query string of the request is appended
 	// unless this URL has one. Placeholders such as `{env.X}` are
 	// resolved at provision time. Default: reconstructed from the
 	// request: its Host and path, `https` when it came over TLS, and
@@ -87,7 +101,7 @@ type VerifyConfig struct {
 }
 
 // verifySchemes lists the generic schemes besides the provider presets.
-var verifySchemes = map[string]bool{"hmac": true, "token": true, "jwt": true, "off": true}
+var verifySchemes = map[string]bool{"hmac": true, "token": true, "jwt": true, "ed25519": true, "rsa": true, "off": true}
 
 // knownScheme reports whether name is a verification scheme.
 func knownScheme(name string) bool {
@@ -136,8 +150,8 @@ func (h *Handler) provisionVerifier(ctx caddy.Context) error {
 		secrets = append(secrets, v)
 	}
 	cfg.Secrets = secrets
-	if len(cfg.Secrets) == 0 {
-		return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
+	if err := checkKeyMaterial(cfg); err != nil {
+		return err
 	}
 	v, err := newVerifier(cfg)
 	if err != nil {
@@ -161,6 +175,10 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		}
 		cfg.URL = u
 	}
+	var err error
+	if cfg.PublicKeys, err = resolvePublicKeys(cfg.PublicKeys); err != nil {
+		return nil, err
+	}
 	switch cfg.Scheme {
 	case "hmac":
 		return newHMACVerifier(cfg)
@@ -168,6 +186,10 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return newTokenVerifier(cfg)
 	case "jwt":
 		return newJWTVerifier(cfg)
+	case "ed25519":
+		return newEd25519Verifier(cfg)
+	case "rsa":
+		return newRSAVerifier(cfg)
 	}
 	p, ok := providers[cfg.Scheme]
 	if !ok || p.verifier == nil {
@@ -193,7 +215,10 @@ func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, err
 	}
 	if cfg.URL != "" {
-		return nil, errors.New("hmac signs no url (the twilio and square schemes do)")
+		return nil, errors.New("hmac signs no url (the twilio, square and hubspot schemes do)")
+	}
+	if cfg.Padding != "" {
+		return nil, errors.New("hmac takes no padding")
 	}
 	return signature.NewHMAC(cfg.Header, cfg.Prefix, h, enc, cfg.Secrets)
 }
@@ -203,8 +228,8 @@ func newTokenVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	if cfg.Header == "" {
 		return nil, errors.New("a header is required (header <name> in the verify block)")
 	}
-	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
-		return nil, errors.New("a token takes no algorithm, encoding or url")
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" || cfg.Padding != "" {
+		return nil, errors.New("a token takes no algorithm, encoding, padding or url")
 	}
 	return signature.NewToken(cfg.Header, cfg.Prefix, cfg.Secrets)
 }
@@ -242,8 +267,8 @@ func parseEncoding(name string) (signature.Encoding, error) {
 	return 0, fmt.Errorf("invalid encoding '%s': want hex or base64", name)
 }
 
-// publicURL is the URL the schemes that sign one (`twilio`, `square`)
-// check: cfg.URL, resolved at provision, else the request's.
+// publicURL is the URL the schemes that sign one (`twilio`, `square`,
+// `hubspot`) check: cfg.URL, resolved at provision, else the request's.
 func (cfg VerifyConfig) publicURL() signature.PublicURL {
 	configured := cfg.URL
 	return func(dst []byte, r *http.Request) []byte {

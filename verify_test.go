@@ -23,15 +23,18 @@ import (
 func presetBuild(c sigtest.Case) sigtest.Build {
 	return func(t *testing.T, tolerance time.Duration, secrets ...string) signature.Verifier {
 		t.Helper()
+		secrets, public := c.Keys(secrets)
 		v, err := newVerifier(VerifyConfig{
-			Scheme:    c.Scheme,
-			Secrets:   secrets,
-			Header:    c.Header,
-			Algorithm: c.Algorithm,
-			Encoding:  c.Encoding,
-			Prefix:    c.Prefix,
-			Tolerance: caddy.Duration(tolerance),
-			URL:       c.URL,
+			Scheme:     c.Scheme,
+			Secrets:    secrets,
+			PublicKeys: public,
+			Header:     c.Header,
+			Algorithm:  c.Algorithm,
+			Encoding:   c.Encoding,
+			Padding:    c.Padding,
+			Prefix:     c.Prefix,
+			Tolerance:  caddy.Duration(tolerance),
+			URL:        c.URL,
 		})
 		if err != nil {
 			t.Fatalf("newVerifier(%s): %v", c.Scheme, err)
@@ -44,7 +47,7 @@ func presetBuild(c sigtest.Case) sigtest.Build {
 // the checks of every signature scheme.
 func TestVerifyPresets(t *testing.T) {
 	for _, c := range sigtest.Cases() {
-		t.Run(c.Scheme, func(t *testing.T) { sigtest.Run(t, c, presetBuild(c)) })
+		t.Run(c.Label(), func(t *testing.T) { sigtest.Run(t, c, presetBuild(c)) })
 	}
 }
 

@@ -21,7 +21,7 @@ var stoneBenchEvent = []byte(strings.TrimSuffix(sigtest.StoneEvent, "}") + `,"pa
 // (Stone Open Banking, "Gerar chaves de acesso"); 2048 bits is the least
 // accepted.
 func BenchmarkStoneOpen(b *testing.B) {
-	signer := sigtest.RSAKey(b, "stone-signer")
+	signer := sigtest.RSAKey("stone-signer")
 	for _, bits := range []int{2048, 4096} {
 		b.Run(map[int]string{2048: "rsa2048", 4096: "rsa4096"}[bits], func(b *testing.B) {
 			partner, err := rsa.GenerateKey(rand.Reader, bits)

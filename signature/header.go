@@ -133,6 +133,12 @@ func checkTimestamp(v string, tolerance time.Duration, millis bool) error {
 	} else {
 		t = time.Unix(int64(ts), 0)
 	}
+	return withinTolerance(t, tolerance)
+}
+
+// withinTolerance checks a signed time against the tolerance, in the past
+// and in the future.
+func withinTolerance(t time.Time, tolerance time.Duration) error {
 	d := now().Sub(t)
 	if d > tolerance || d < -tolerance {
 		return ErrTimestamp

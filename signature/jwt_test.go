@@ -113,7 +113,7 @@ func TestJWTRefusesOtherAlgorithms(t *testing.T) {
 		sigtest.WantReason(t, v.Verify(d.Req, d.Body), signature.ErrInvalid)
 	}
 	// RS256 with a key the verifier does not have
-	d := bearer(sigtest.StoneJWS(t, claims, jose.RS256, sigtest.RSAKey(t, "jwt-rsa"), ""))
+	d := bearer(sigtest.StoneJWS(t, claims, jose.RS256, sigtest.RSAKey("jwt-rsa"), ""))
 	sigtest.WantReason(t, v.Verify(d.Req, d.Body), signature.ErrInvalid)
 	// the right algorithm and key, but no exp: a token valid for ever
 	d = bearer(sigtest.StoneJWS(t, []byte(`{"iat":1767225600}`), jose.HS256, key, ""))

@@ -1,18 +1,21 @@
 // Package signature verifies the signatures webhook providers put on their
-// deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix), Mercado
-// Pago, PagBank, Twilio, Square, GitLab and Stone, JSON Web Tokens
-// (Evolution API), and the generic schemes that
-// sign the raw body with an HMAC (GitHub, Shopify, Meta, iFood, …) or send
-// a shared token.
+// deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix) with
+// secrets or public keys, Mercado Pago, PagBank, Twilio, Square, GitLab,
+// Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web Tokens
+// (Evolution API), and the generic schemes that sign the raw body with an
+// HMAC (GitHub, Shopify, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
+// key, or send a shared token.
 //
 // A Verifier checks one request against its raw body, before the body is
 // parsed. Verifiers are safe for concurrent use, compare in constant time,
-// accept a signature made with any of their secrets (rotation), and
-// allocate nothing per request, except Twilio's (which parses the form
-// body), Mercado Pago's (which reads the body's JSON), the JWT scheme
-// (Evolution API) and Stone's (JWE and JWS, with go-jose). Every failure
-// is one of ErrMissing, ErrInvalid, ErrTimestamp and ErrUnavailable, whose
-// Reason can be shown to the sender; no error ever contains a secret.
+// accept a signature made with any of their secrets or public keys
+// (rotation), and allocate nothing per request, except Twilio's (which
+// parses the form body), Mercado Pago's (which reads the body's JSON), the
+// RSA schemes (whose arithmetic allocates), the JWT scheme (Evolution API)
+// and Stone's (JWE and JWS, with go-jose). Every failure is one of
+// ErrMissing, ErrInvalid, ErrTimestamp and ErrUnavailable, whose Reason can
+// be shown to the sender; no error ever contains a secret. Public keys are
+// parsed with ParseEd25519PublicKey and ParseRSAPublicKey.
 //
 // The package has no dependency on any web framework:
 //
@@ -94,7 +97,8 @@ const DefaultTolerance = 5 * time.Minute
 // provider was configured to deliver to, with the query string of the
 // request. Behind a proxy that URL is not what r says (its scheme and host
 // are the proxy's), so the caller, which knows how it is deployed, supplies
-// this function to the schemes that sign a URL (NewTwilio, NewSquare). It
+// this function to the schemes that sign a URL (NewTwilio, NewSquare,
+// NewHubSpot). It
 // must not modify r, and is called on every request.
 type PublicURL func(dst []byte, r *http.Request) []byte
 

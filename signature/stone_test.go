@@ -28,8 +28,8 @@ func (k stoneKeys) StoneKey(kid string) (*rsa.PublicKey, error) {
 }
 
 func stoneFixture(t *testing.T) (partner, stone *rsa.PrivateKey, v signature.Opener) {
-	partner = sigtest.RSAKey(t, "stone-partner")
-	stone = sigtest.RSAKey(t, "stone-signer")
+	partner = sigtest.RSAKey("stone-partner")
+	stone = sigtest.RSAKey("stone-signer")
 	v, err := signature.NewStone(partner, stoneKeys{"stone-2024": &stone.PublicKey})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestStoneOpen(t *testing.T) {
 		sigtest.WantReason(t, v.Verify(httptest.NewRequest("POST", "/", nil), sigtest.StoneDelivery(t, event, stone, "stone-2024", &partner.PublicKey)), nil)
 	})
 	t.Run("signed by another key under a known kid", func(t *testing.T) {
-		other := sigtest.RSAKey(t, "stone-forger")
+		other := sigtest.RSAKey("stone-forger")
 		_, err := open(sigtest.StoneDelivery(t, event, other, "stone-2024", &partner.PublicKey))
 		sigtest.WantReason(t, err, signature.ErrInvalid)
 	})
@@ -66,7 +66,7 @@ func TestStoneOpen(t *testing.T) {
 		sigtest.WantReason(t, err, signature.ErrInvalid)
 	})
 	t.Run("encrypted to another partner", func(t *testing.T) {
-		other := sigtest.RSAKey(t, "stone-forger")
+		other := sigtest.RSAKey("stone-forger")
 		_, err := open(sigtest.StoneDelivery(t, event, stone, "stone-2024", &other.PublicKey))
 		sigtest.WantReason(t, err, signature.ErrInvalid)
 	})
@@ -85,7 +85,7 @@ func TestStoneOpen(t *testing.T) {
 	t.Run("tampered signed payload", func(t *testing.T) {
 		jws := sigtest.StoneJWS(t, event, jose.RS256, stone, "stone-2024")
 		parts := strings.Split(jws, ".")
-		forged := sigtest.StoneJWS(t, []byte(`{"event_type":"cash_in_internal_transfer","target_data":{"amount":1000000}}`), jose.RS256, sigtest.RSAKey(t, "stone-forger"), "stone-2024")
+		forged := sigtest.StoneJWS(t, []byte(`{"event_type":"cash_in_internal_transfer","target_data":{"amount":1000000}}`), jose.RS256, sigtest.RSAKey("stone-forger"), "stone-2024")
 		parts[1] = strings.Split(forged, ".")[1]
 		_, err := open(sigtest.StoneBody(sigtest.StoneJWE(t, strings.Join(parts, "."), jose.RSA_OAEP_256, jose.A256GCM, &partner.PublicKey)))
 		sigtest.WantReason(t, err, signature.ErrInvalid)
@@ -179,7 +179,7 @@ func TestStoneAlgorithmDowngrades(t *testing.T) {
 }
 
 func TestStoneConstructorErrors(t *testing.T) {
-	partner := sigtest.RSAKey(t, "stone-partner")
+	partner := sigtest.RSAKey("stone-partner")
 	if _, err := signature.NewStone(nil, stoneKeys{}); err == nil {
 		t.Error("no private key accepted")
 	}

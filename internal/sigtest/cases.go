@@ -47,7 +47,36 @@ type Case struct {
 
 	// The verify options the scheme is configured with, as in the
 	// module's verify block.
-	Header, Prefix, Algorithm, Encoding, URL string
+	Header, Prefix, Algorithm, Encoding, URL, Padding string
+
+	// Name tells cases of one scheme apart; Label is the scheme when it
+	// is empty.
+	Name string
+
+	// Public, for schemes that verify with a public key, gives the
+	// public key (as written in the module's public_key) of the private
+	// key each secret names; the verifier gets public keys, not secrets.
+	Public func(secret string) string
+}
+
+// Label names the case in tests.
+func (c Case) Label() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.Scheme
+}
+
+// Keys returns what the verifier of c is built with for these secrets:
+// the secrets, or their public keys.
+func (c Case) Keys(secrets []string) (secretValues, publicKeys []string) {
+	if c.Public == nil {
+		return secrets, nil
+	}
+	for _, s := range secrets {
+		publicKeys = append(publicKeys, c.Public(s))
+	}
+	return nil, publicKeys
 }
 
 // Standard Webhooks secrets: two valid ones and a wrong one.
@@ -58,7 +87,7 @@ var StdSecretC = "whsec_" + base64.StdEncoding.EncodeToString([]byte("a wrong st
 
 // Cases lists a case for every preset and generic scheme.
 func Cases() []Case {
-	return []Case{
+	return append([]Case{
 		{
 			Scheme:  "stripe",
 			Secrets: [3]string{"whsec_test_secret_one", "whsec_test_secret_two", "whsec_wrong"},
@@ -279,7 +308,7 @@ func Cases() []Case {
 			Headers: []string{"Authorization"},
 			Tamper:  func(d *Delivery) []byte { return nil },
 		},
-	}
+	}, moreCases()...)
 }
 
 // JWTCase is an HS256 JWT in `Authorization: Bearer`, claims as Evolution

@@ -1,10 +1,8 @@
 package sigtest
 
 import (
-	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
-	"sync"
 	"testing"
 
 	"github.com/go-jose/go-jose/v4"
@@ -15,28 +13,6 @@ import (
 // JWS (RS256) signed with one of Stone's keys, named by its kid (Stone
 // Open Banking, "Webhooks": webhooks seguros). These helpers build such
 // deliveries with go-jose, as Stone documents them.
-
-var (
-	rsaKeysMu sync.Mutex
-	rsaKeys   = map[string]*rsa.PrivateKey{}
-)
-
-// RSAKey returns a 2048-bit RSA key, generated once per name for the whole
-// test binary.
-func RSAKey(t testing.TB, name string) *rsa.PrivateKey {
-	t.Helper()
-	rsaKeysMu.Lock()
-	defer rsaKeysMu.Unlock()
-	if k, ok := rsaKeys[name]; ok {
-		return k
-	}
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsaKeys[name] = k
-	return k
-}
 
 // StoneJWS signs payload as Stone does: compact JWS, alg (RS256 for
 // Stone), kid in the protected header.
