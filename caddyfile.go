@@ -74,6 +74,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		inbox         [<deliver_to>] {
 //			...
 //		}
+//		archive       [<retention>] {
+//			...
+//		}
 //	}
 //
 // Any option that takes one value may also be written as `<option> <value>`
@@ -91,6 +94,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("option '%s' on the directive line needs a value", name)
 			} else if name == "verify" {
 				err = h.parseVerify(d, []string{d.Val()}, true)
+			} else if name == "archive" {
+				err = h.parseArchive(d, true)
 			} else {
 				err = h.parseOption(d, name, []string{d.Val()}, &keySet, &headerSet)
 			}
@@ -125,6 +130,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Inbox = new(InboxConfig)
 			err = h.Inbox.unmarshalCaddyfile(d)
+		case "archive":
+			err = h.parseArchive(d, false)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
@@ -145,7 +152,7 @@ var inlineOptions = map[string]bool{
 	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
 	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
-	"fail": true, "store": true,
+	"fail": true, "store": true, "archive": true,
 }
 
 // blockOptions are the subdirectives of the block: the inline options and
@@ -291,6 +298,16 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		h.Fail = v
 	}
 	return nil
+}
+
+// parseArchive parses `archive [<retention>] { ... }`; inline, only the
+// retention is given and there is no block.
+func (h *Handler) parseArchive(d *caddyfile.Dispenser, inline bool) error {
+	if h.Archive != nil {
+		return d.Err("archive given twice")
+	}
+	h.Archive = new(ArchiveConfig)
+	return h.Archive.unmarshalCaddyfile(d, inline)
 }
 
 // parseVerify parses `verify <scheme>|off { ... }`; inline, there is no

@@ -315,3 +315,45 @@ func checkDeliverTo(v string) error {
 	}
 	return nil
 }
+
+// The rules of the archive's options, shared by the Caddyfile parser and
+// newArchive.
+
+// parseArchiveRetention parses the archive's retention, a positive
+// duration (`30d` works).
+func parseArchiveRetention(v string) (caddy.Duration, error) {
+	dur, err := parsePositiveDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid archive retention '%s': %v", v, err)
+	}
+	return dur, nil
+}
+
+// parseMaxEvents accepts a positive integer.
+func parseMaxEvents(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid archive max_events '%s': want a positive integer", v)
+	}
+	return n, nil
+}
+
+// parseArchiveBodies parses `bodies on | off`; it reports whether bodies
+// are kept.
+func parseArchiveBodies(v string) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid archive bodies '%s': want on or off", v)
+}
+
+// checkRedeliverTo checks a redeliver_to URL.
+func checkRedeliverTo(v string) error {
+	if err := checkHTTPURL(v); err != nil {
+		return fmt.Errorf("invalid archive redeliver_to '%s': %v", v, err)
+	}
+	return nil
+}

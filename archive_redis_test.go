@@ -1,0 +1,96 @@
+package webhookidempotency
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisUsedMemory returns INFO memory's used_memory of the server.
+func redisUsedMemory(t *testing.T, srv *redisServer) int64 {
+	t.Helper()
+	info := srv.client(t).Info(t.Context(), "memory").Val()
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no used_memory in %q", info)
+	return 0
+}
+
+// TestArchiveRedisTrimming: an archive of max_events 1000 takes ten
+// thousand appends through the store's own path, then a million more of
+// the same script run inside Redis (so that the test takes seconds, not
+// minutes: the network and the client are not what is measured), and
+// holds about 1000 events, with Redis's memory where it was after the
+// first ten thousand; once every event is older than retention, the next
+// append trims them away.
+func TestArchiveRedisTrimming(t *testing.T) {
+	srv := startRedis(t)
+	h := newRedisTestHandler(t, fmt.Sprintf(`{"source":"trim","store":{"module":"redis","addresses":[%q],"timeout":5000000000},
+		"archive":{"retention":3600000000000,"max_events":1000}}`, srv.addr()))
+	a := h.archive
+	b := a.backend.(*redisArchive)
+	entry := &archiveEntry{
+		received: time.Now(), source: "trim", key: "evt", result: resultNew, status: 200,
+		method: "POST", uri: "/hook", headers: "Content-Type: application/json\r\n",
+		body: []byte(strings.Repeat("x", 200)), hasBody: true,
+	}
+	batch := make([]*archiveEntry, 1000)
+	for i := range batch {
+		batch[i] = entry
+	}
+	for range 10 {
+		if err := a.backend.appendBatch(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream := "{idem:trim}:archive"
+	rc := srv.client(t)
+	if n := rc.XLen(t.Context(), stream).Val(); n < 1000 || n > 1100 {
+		t.Fatalf("after 10,000 appends the archive holds %d events, want about 1000", n)
+	}
+
+	// the append script's own text, run n times per call
+	loop := redis.NewScript("local function append(KEYS, ARGV)\n" + luaArchiveAppend +
+		"\nend\nlocal n = tonumber(table.remove(ARGV))\nfor i = 1, n do append(KEYS, ARGV) end\nreturn n")
+	call := b.appendCall(entry)
+	before := redisUsedMemory(t, srv)
+	start := time.Now()
+	for range 10 {
+		if err := loop.Run(t.Context(), rc, call.keys, append(call.args, 100_000)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	after := redisUsedMemory(t, srv)
+	n := rc.XLen(t.Context(), stream).Val()
+	t.Logf("1,000,000 appends in %s; used_memory %d before, %d after (%+d bytes); %d events kept", took, before, after, after-before, n)
+	// trimming is by whole stream nodes of 100 entries
+	if n < 1000 || n > 1100 {
+		t.Fatalf("the archive holds %d events, want about 1000", n)
+	}
+	if after-before > 1<<20 {
+		t.Fatalf("used_memory grew by %d bytes over a million appends", after-before)
+	}
+
+	// every event is older than retention: the next append trims them
+	clock := useFakeClock(t)
+	clock.nanos.Store(time.Now().Add(2 * time.Hour).UnixNano())
+	if err := a.backend.appendBatch(context.Background(), batch[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.XLen(t.Context(), stream).Val(); n > 100 {
+		t.Fatalf("after retention the archive holds %d events", n)
+	}
+}
