@@ -147,7 +147,9 @@ func eventsRoute(p []string) adminMethods {
 		return adminMethods{http.MethodGet: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleEvent(w, r, s, id) }}
 	case len(p) == 2 && p[1] == "redeliver":
 		id := p[0]
-		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleRedeliverEvent(w, r, s, id) }}
+		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleRedeliverEvent(w, r, s, id)
+		}}
 	}
 	return nil
 }
@@ -161,10 +163,14 @@ func deadRoute(p []string) adminMethods {
 		return adminMethods{http.MethodPost: handleRedeliverAllDead}
 	case len(p) == 1:
 		id := p[0]
-		return adminMethods{http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleDiscardDead(w, r, s, id) }}
+		return adminMethods{http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleDiscardDead(w, r, s, id)
+		}}
 	case len(p) == 2 && p[1] == "redeliver":
 		id := p[0]
-		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleRedeliverDead(w, r, s, id) }}
+		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleRedeliverDead(w, r, s, id)
+		}}
 	}
 	return nil
 }
