@@ -324,9 +324,11 @@ const (
 	fieldRedacted   = "redacted" // "body" when values of the body were redacted
 )
 
-// fields returns the entry as stream fields and values.
-func (e *archiveEntry) fields() []any {
-	f := make([]any, 0, 32)
+// archiveFieldCount is the most fields and values of an entry.
+const archiveFieldCount = 34
+
+// appendFields appends the entry's stream fields and values to f.
+func (e *archiveEntry) appendFields(f []any) []any {
 	f = append(f,
 		fieldReceived, strconv.FormatInt(e.received.UnixMilli(), 10),
 		fieldSource, e.source,

@@ -14,17 +14,6 @@ import (
 // `{<key_prefix>:<source>}:archive`, trimmed on every append to max_events
 // and to retention (docs/archive.md).
 
-// KEYS: archive stream. ARGV: max_events, the oldest id kept (ms), then the
-// event's fields and values. Appends the event and trims the stream to
-// about max_events and retention (whole stream nodes, as `~` allows, so
-// trimming stays cheap). Returns the event's id.
-var redisArchiveAppendScript = redis.NewScript(luaArchiveAppend)
-
-const luaArchiveAppend = `
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 3))
-redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[2])
-return id
-`
 
 // redisArchiveReadTimeout bounds one read of the archive by the admin API.
 const redisArchiveReadTimeout = 5 * time.Second
@@ -35,6 +24,7 @@ type redisArchive struct {
 	rc      *redisClient // a reference of our own, held until close
 	release func()
 	stream  string
+	maxLen  string // max_events
 	a       *archive
 }
 
@@ -45,7 +35,7 @@ func newRedisArchive(s *RedisStore, a *archive) (*redisArchive, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redisArchive{store: s, rc: rc, release: release, stream: s.archiveKey(a.source), a: a}, nil
+	return &redisArchive{store: s, rc: rc, release: release, stream: s.archiveKey(a.source), maxLen: strconv.Itoa(a.maxEvents), a: a}, nil
 }
 
 // archiveKey returns the Redis key of a source's archive. It shares the
@@ -54,14 +44,15 @@ func (s *RedisStore) archiveKey(source string) string {
 	return "{" + s.Prefix + ":" + source + "}:archive"
 }
 
-// appendCall returns the script call that appends e.
+// appendCall returns the commands that append e: XADD, trimming the
+// stream to about max_events, then XTRIM to retention (both by whole stream
+// nodes, as `~` allows, so trimming stays cheap). XADD takes one trimming
+// strategy, so retention is a command of its own.
 func (b *redisArchive) appendCall(e *archiveEntry) *redisThen {
-	minID := max(now().Add(-b.a.retention).UnixMilli(), 0)
-	fields := e.fields()
-	args := make([]any, 0, 2+len(fields))
-	args = append(args, strconv.Itoa(b.a.maxEvents), strconv.FormatInt(minID, 10))
-	args = append(args, fields...)
-	return &redisThen{script: redisArchiveAppendScript, keys: []string{b.stream}, args: args}
+	xadd := append(make([]any, 0, 6+archiveFieldCount), "XADD", b.stream, "MAXLEN", "~", b.maxLen, "*")
+	xadd = e.appendFields(xadd)
+	minID := strconv.FormatInt(max(now().Add(-b.a.retention).UnixMilli(), 0), 10)
+	return &redisThen{cmds: [][]any{xadd, {"XTRIM", b.stream, "MINID", "~", minID}}}
 }
 
 func (b *redisArchive) completeAndAppend(ctx context.Context, key, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
@@ -83,20 +74,18 @@ func appendResult(v any, err error) error {
 
 func (b *redisArchive) appendBatch(ctx context.Context, es []*archiveEntry) error {
 	pipe := b.rc.client.Pipeline()
-	calls := make([]*redisThen, len(es))
 	cmds := make([]*redis.Cmd, len(es))
 	for i, e := range es {
-		calls[i] = b.appendCall(e)
-		cmds[i] = redisArchiveAppendScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		call := b.appendCall(e)
+		cmds[i] = pipe.Do(ctx, call.cmds[0]...)
+		if i == len(es)-1 { // one trim for the batch
+			pipe.Do(ctx, call.cmds[1]...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	var first error
-	for i, cmd := range cmds {
-		v, err := cmd.Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			v, err = redisArchiveAppendScript.Eval(ctx, b.rc.client, calls[i].keys, calls[i].args...).Result()
-		}
-		if err := appendResult(v, err); err != nil && first == nil {
+	for _, cmd := range cmds {
+		if err := appendResult(cmd.Result()); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -40,22 +40,21 @@ type redisCall struct {
 	err    error
 	done   chan struct{} // buffered: the worker never waits for the caller
 
-	// the follow-up's command and reply, copied to then by run
-	thenCmd *redis.Cmd
-	thenVal any
-	thenErr error
+	// the follow-up's commands and reply, copied to then by run
+	thenCmds []*redis.Cmd
+	thenVal  any
+	thenErr  error
 }
 
-// redisThen is a second script call that rides in the pipeline of a first
-// one, such as an archive append with the completion of its key. Its keys
-// may be on another Redis Cluster slot: the pipeline sends each command to
-// its node. Its reply (or error) is set when the first call returns.
+// redisThen is commands that ride in the pipeline of a script call, right
+// after it, such as an archive append with the completion of its key. Their
+// keys may be on another Redis Cluster slot: the pipeline sends each
+// command to its node. The first command's reply, and the first error of
+// any, are set when the call returns.
 type redisThen struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	val    any
-	err    error
+	cmds [][]any
+	val  any
+	err  error
 }
 
 // Batching limits. A few workers let a batch go out while another waits
@@ -123,7 +122,7 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 		}
 	}
 	v, err := c.val, c.err
-	if then != nil && c.thenCmd != nil {
+	if then != nil && c.thenCmds != nil {
 		then.val, then.err = c.thenVal, c.thenErr
 	}
 	c.reset()
@@ -133,7 +132,7 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 
 func (c *redisCall) reset() {
 	c.ctx, c.script, c.keys, c.args, c.then, c.val, c.err = nil, nil, nil, nil, nil, nil, nil
-	c.thenCmd, c.thenVal, c.thenErr = nil, nil, nil
+	c.thenCmds, c.thenVal, c.thenErr = nil, nil, nil
 }
 
 // errRedisNotSent is the error of a follow-up call whose first call was
@@ -185,7 +184,10 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 		}
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
 		if t := c.then; t != nil {
-			c.thenCmd = t.script.EvalSha(ctx, pipe, t.keys, t.args...)
+			c.thenCmds = make([]*redis.Cmd, len(t.cmds))
+			for j, args := range t.cmds {
+				c.thenCmds[j] = pipe.Do(ctx, args...)
+			}
 		}
 	}
 	if pipe.Len() > 0 {
@@ -197,8 +199,13 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			continue
 		}
 		v, err := b.result(ctx, cmds[i], c.script, c.keys, c.args)
-		if t := c.then; t != nil {
-			c.thenVal, c.thenErr = b.result(ctx, c.thenCmd, t.script, t.keys, t.args)
+		if c.thenCmds != nil {
+			c.thenVal, c.thenErr = c.thenCmds[0].Result()
+			for _, cmd := range c.thenCmds[1:] {
+				if err := cmd.Err(); err != nil && c.thenErr == nil {
+					c.thenErr = err
+				}
+			}
 		}
 		c.finish(v, err)
 	}
