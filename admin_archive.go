@@ -21,15 +21,25 @@ type eventList struct {
 	Cursor string          `json:"cursor"`
 }
 
-// handleEvents searches the archive.
-func handleEvents(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+// archiveRequest returns the source's archive and the query of the
+// request, or the error to answer.
+func archiveRequest(r *http.Request, src *adminSource, maxCount int) (*archive, archiveQuery, error) {
 	a, err := src.archive()
 	if err != nil {
-		return err
+		return nil, archiveQuery{}, err
 	}
-	q, err := parseArchiveQuery(r.URL.Query(), maxArchiveCount)
+	q, err := parseArchiveQuery(r.URL.Query(), maxCount)
 	if err != nil {
-		return apiError(http.StatusBadRequest, err)
+		return nil, q, apiError(http.StatusBadRequest, err)
+	}
+	return a, q, nil
+}
+
+// handleEvents searches the archive.
+func handleEvents(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+	a, q, err := archiveRequest(r, src, maxArchiveCount)
+	if err != nil {
+		return err
 	}
 	events, cursor, err := a.find(r.Context(), q, archiveScanMax)
 	if err != nil {
@@ -73,13 +83,9 @@ func findEvent(ctx context.Context, src *adminSource, id string) (archivedEvent,
 // first, one JSON object per line (NDJSON). count, when given, bounds the
 // number of events.
 func handleExport(w http.ResponseWriter, r *http.Request, src *adminSource) error {
-	a, err := src.archive()
+	a, q, err := archiveRequest(r, src, math32)
 	if err != nil {
 		return err
-	}
-	q, err := parseArchiveQuery(r.URL.Query(), math32)
-	if err != nil {
-		return apiError(http.StatusBadRequest, err)
 	}
 	left := math32
 	if r.URL.Query().Get("count") != "" {
@@ -268,13 +274,9 @@ func handleRedeliverEvent(w http.ResponseWriter, r *http.Request, src *adminSour
 // 50), one per key: the newest matching event of a key that can be
 // redelivered.
 func handleRedeliverEvents(w http.ResponseWriter, r *http.Request, src *adminSource) error {
-	a, err := src.archive()
+	a, q, err := archiveRequest(r, src, maxArchiveCount)
 	if err != nil {
 		return err
-	}
-	q, err := parseArchiveQuery(r.URL.Query(), maxArchiveCount)
-	if err != nil {
-		return apiError(http.StatusBadRequest, err)
 	}
 	if !q.filtered() {
 		return apiError(http.StatusBadRequest, errors.New("redelivering a set needs at least one filter (key, result, status, since or until): the whole archive is not redelivered by accident"))

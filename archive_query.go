@@ -240,16 +240,11 @@ func knownResult(r string) bool {
 
 // addQueryStatus adds a status code (100-599) or class (`2xx`) to s.
 func addQueryStatus(s *statusSet, v string) error {
-	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
-		class := int(v[0]-'0') * 100
-		s.addRange(class, class+99)
-		return nil
-	}
-	code, err := strconv.Atoi(v)
-	if err != nil || code < 100 || code > 599 {
+	lo, hi, ok := parseStatusSpec(v)
+	if !ok {
 		return fmt.Errorf("invalid status %q: want a code such as 200 or a class such as 5xx", v)
 	}
-	s.add(code)
+	s.addRange(lo, hi)
 	return nil
 }
 

@@ -14,7 +14,6 @@ import (
 // `{<key_prefix>:<source>}:archive`, trimmed on every append to max_events
 // and to retention (docs/archive.md).
 
-
 // redisArchiveReadTimeout bounds one read of the archive by the admin API.
 const redisArchiveReadTimeout = 5 * time.Second
 

@@ -182,23 +182,29 @@ func parseStatusSet(list []string) (statusSet, error) {
 }
 
 func addStatus(s *statusSet, v string) error {
-	if len(v) == 3 && (v[1] == 'x' || v[1] == 'X') && (v[2] == 'x' || v[2] == 'X') && v[0] >= '1' && v[0] <= '5' {
-		if v[0] == '1' || v[0] == '5' {
-			return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
-		}
+	lo, hi, ok := parseStatusSpec(v)
+	if !ok {
+		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+	}
+	if lo < 200 || lo >= 500 {
+		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
+	}
+	s.addRange(lo, hi)
+	return nil
+}
+
+// parseStatusSpec parses a status code (100-599) or a class (`2xx`, any
+// case) into the codes it covers.
+func parseStatusSpec(v string) (lo, hi int, ok bool) {
+	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
 		class := int(v[0]-'0') * 100
-		s.addRange(class, class+99)
-		return nil
+		return class, class + 99, true
 	}
 	code, err := strconv.Atoi(v)
 	if err != nil || code < 100 || code > 599 {
-		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+		return 0, 0, false
 	}
-	if code < 200 || code >= 500 {
-		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
-	}
-	s.add(code)
-	return nil
+	return code, code, true
 }
 
 // statusNeverRecorded says why 1xx and 5xx answers are refused in

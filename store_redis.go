@@ -351,11 +351,6 @@ func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, rec
 	return claimResult{}, "", fmt.Errorf("redis store: accept: unexpected reply %T", v)
 }
 
-// redisMillis converts a duration to whole milliseconds, at least 1.
-func redisMillis(d time.Duration) string {
-	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
-}
-
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
 //
 //	store redis [<redis url>] {
@@ -439,14 +434,6 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// redisRedactURL hides the password of a URL for error messages.
-func redisRedactURL(u string) string {
-	if at := strings.LastIndexByte(u, '@'); at >= 0 {
-		return "…@" + u[at+1:]
-	}
-	return u
 }
 
 // Interface guards
