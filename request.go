@@ -332,8 +332,11 @@ func (rs *requestState) complete(record []byte, status int) error {
 		return h.store.Complete(completionCtx, rs.key, rs.owner, record, time.Duration(h.TTL))
 	}
 	rs.archived = true
-	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.owner, record, time.Duration(h.TTL),
-		rs.archiveEntry(resultNew, status))
+	e := rs.archiveEntry(resultNew, status)
+	// a call that times out may still be sent after the request is done
+	// with its pooled body: the event keeps a copy
+	e.ownBody()
+	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.owner, record, time.Duration(h.TTL), e)
 	h.archive.appended(1, appendErr)
 	return err
 }
