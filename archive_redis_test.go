@@ -3,11 +3,13 @@ package webhookidempotency
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -107,5 +109,100 @@ return n`)
 	}
 	if n := rc.XLen(t.Context(), stream).Val(); n > 100 {
 		t.Fatalf("after retention the archive holds %d events", n)
+	}
+}
+
+// TestArchiveRedisCluster: on Redis Cluster the completion of a key and
+// the append of its event go in one pipeline across two slots (the key's
+// and the archive's): every new delivery is archived, and every replay.
+func TestArchiveRedisCluster(t *testing.T) {
+	cluster := startRedisCluster(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	startCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source arch_cluster
+		store redis {
+			address %s
+			timeout 5s
+		}
+		archive
+	}
+	reverse_proxy %s
+}`, port, strings.Join(cluster.addrs(), " "), up.addr()))
+	url := siteURL(port) + "/hook"
+	const n = 20
+	for i := range n {
+		key := fmt.Sprintf("evt_%d", i)
+		for range 2 {
+			if resp, b := post(t, url, []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %s %s", key, resp.Status, b)
+			}
+		}
+	}
+	cc := cluster.client(t)
+	stream := "{idem:arch_cluster}:archive"
+	var msgs []redis.XMessage
+	adminWait(t, 10*time.Second, "every event archived", func() bool {
+		msgs = cc.XRange(t.Context(), stream, "-", "+").Val()
+		return len(msgs) >= 2*n
+	})
+	results := map[string]int{}
+	for _, m := range msgs {
+		results[str(m.Values["result"])]++
+	}
+	if len(msgs) != 2*n || results[resultNew] != n || results[resultReplayed] != n {
+		t.Fatalf("archived %d events: %v", len(msgs), results)
+	}
+	if up.calls.Load() != n {
+		t.Fatalf("upstream called %d times, want %d", up.calls.Load(), n)
+	}
+}
+
+// TestArchiveRedisReloads: reloads under traffic keep the archive and
+// leave no goroutine behind (each configuration's queue stops with it).
+func TestArchiveRedisReloads(t *testing.T) {
+	srv := startRedis(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	site := func(ttl string) string {
+		return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source arch_reload
+		ttl %s
+		store redis redis://%s
+		archive
+	}
+	reverse_proxy %s
+}`, port, ttl, srv.addr(), up.addr())
+	}
+	url := siteURL(port) + "/hook"
+	before := settledGoroutines(up, 0, 500*time.Millisecond)
+	c := startCaddy(t, "", site("1h"))
+	sent := 0
+	for i := range 6 {
+		for j := range 5 {
+			key := fmt.Sprintf("evt_%d_%d", i, j)
+			for range 2 { // new, then a replay through the queue
+				if resp, b := postAfterReload(t, url, []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: %s %s", key, resp.Status, b)
+				}
+				sent++
+			}
+		}
+		if err := c.reload(site(fmt.Sprintf("%dh", i+2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := srv.client(t)
+	adminWait(t, 10*time.Second, "every event archived", func() bool {
+		return rc.XLen(t.Context(), "{idem:arch_reload}:archive").Val() == int64(sent)
+	})
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	const slack = 8
+	if after := settledGoroutines(up, before+slack, 10*time.Second); after > before+slack {
+		t.Fatalf("goroutines grew from %d to %d over 6 reloads with an archive", before, after)
 	}
 }
