@@ -227,3 +227,43 @@ func findAll(t *testing.T, a *archive) []archivedEvent {
 	}
 	return evs
 }
+
+// TestArchiveStoreDownNeverFailsTheAnswer: with Redis down, a delivery
+// that fails open is answered by the upstream as ever; its event cannot be
+// appended, which is counted, and nothing else happens.
+func TestArchiveStoreDownNeverFailsTheAnswer(t *testing.T) {
+	const source = "arch_down"
+	srv := startRedis(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	c := startCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	webhook_idempotency {
+		source %s
+		store redis redis://%s {
+			timeout 200ms
+		}
+		archive
+	}
+	reverse_proxy %s
+}`, port, source, srv.addr(), up.addr()))
+	before := c.scrapeMetrics(t)
+	srv.kill()
+	for i := range 3 {
+		resp, b := post(t, siteURL(port)+"/hook", []byte("down"), "Idempotency-Key", fmt.Sprint("down-", i))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"call"`) {
+			t.Fatalf("delivery %d with Redis down: %s %s", i, resp.Status, b)
+		}
+	}
+	if n := up.calls.Load(); n != 3 {
+		t.Fatalf("upstream called %d times, want 3", n)
+	}
+	const errorsName = "caddy_webhook_idempotency_archive_errors_total"
+	b, _ := before.value(errorsName, "source", source)
+	adminWait(t, 10*time.Second, "the failed appends to be counted", func() bool {
+		a, _ := c.scrapeMetrics(t).value(errorsName, "source", source)
+		return a-b == 3
+	})
+	if v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_requests_total", "source", source, "result", resultBypassed); v != 3 {
+		t.Fatalf("bypassed %v, want 3", v)
+	}
+}
