@@ -86,6 +86,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		inbox         [<deliver_to>] {
 //			...
 //		}
+//		archive       [<retention>] {
+//			...
+//		}
 //	}
 //
 // Any option that takes one value may also be written as `<option> <value>`
@@ -103,6 +106,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("option '%s' on the directive line needs a value", name)
 			} else if name == "verify" {
 				err = h.parseVerify(d, []string{d.Val()}, true)
+			} else if name == "archive" {
+				err = h.parseArchive(d, true)
 			} else {
 				err = h.parseOption(d, name, []string{d.Val()}, &keySet, &headerSet)
 			}
@@ -137,6 +142,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Inbox = new(InboxConfig)
 			err = h.Inbox.unmarshalCaddyfile(d)
+		case "archive":
+			err = h.parseArchive(d, false)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
@@ -158,7 +165,7 @@ var inlineOptions = map[string]bool{
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
 	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
 	"fail": true, "store": true, "public_key": true, "verify_token": true, "handshake": true,
-	"private_key": true, "jwks_url": true, "jwks_file": true,
+	"private_key": true, "jwks_url": true, "jwks_file": true, "archive": true,
 }
 
 // blockOptions are the subdirectives of the block: the inline options and
@@ -308,6 +315,16 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		return h.parseKeyOption(d, name, args)
 	}
 	return nil
+}
+
+// parseArchive parses `archive [<retention>] { ... }`; inline, only the
+// retention is given and there is no block.
+func (h *Handler) parseArchive(d *caddyfile.Dispenser, inline bool) error {
+	if h.Archive != nil {
+		return d.Err("archive given twice")
+	}
+	h.Archive = new(ArchiveConfig)
+	return h.Archive.unmarshalCaddyfile(d, inline)
 }
 
 // parseVerify parses `verify <scheme>|off { ... }`; inline, there is no

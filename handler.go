@@ -126,7 +126,14 @@ type Handler struct {
 	// Default: off (the next handler is called).
 	Inbox *InboxConfig `json:"inbox,omitempty"`
 
+	// The archive (docs/archive.md): every delivery that passed
+	// verification and got a key is kept for audit and reprocessing, with
+	// the answer's status and the handling time, on the handler's store.
+	// Default: off.
+	Archive *ArchiveConfig `json:"archive,omitempty"`
+
 	store       *meteredStore
+	archive     *archive
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
 	verifier    signature.Verifier
@@ -206,13 +213,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(ctx, app); err != nil {
 		return err
 	}
+	if h.Archive != nil {
+		if h.archive, err = newArchive(h.Archive, h); err != nil {
+			return err
+		}
+	}
 	if h.Inbox != nil {
 		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
 			return err
 		}
 		// workers start and stop with the configuration
-		return app.addInbox(h.inbox)
+		if err := app.addInbox(h.inbox); err != nil {
+			return err
+		}
 	}
+	app.addHandler(h)
 	return nil
 }
 
@@ -354,6 +369,9 @@ func (h *Handler) Cleanup() error {
 		h.inbox.stop()
 	}
 	h.releaseStoneKeys()
+	if h.archive != nil {
+		h.archive.stop()
+	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -386,6 +404,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return err
 	}
 	rs.resolveKey()
+	if h.archive != nil {
+		// every outcome from here on is archived
+		rs.trackStatus()
+		defer rs.archive()
+	}
 	res, err := rs.claim()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)

@@ -88,30 +88,7 @@ func (ib *inbox) acceptRecord(bodyHash *[32]byte) []byte {
 // eventFields builds the stream entry of a new event: the request as the
 // application needs it, without hop-by-hop headers.
 func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string) []any {
-	var hdr strings.Builder
-	for name, values := range r.Header {
-		if skipEventHeader(name) {
-			continue
-		}
-		for _, v := range values {
-			hdr.WriteString(name)
-			hdr.WriteString(": ")
-			hdr.WriteString(v)
-			hdr.WriteString("\r\n")
-		}
-	}
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
-	}
-	// the client's address as Caddy determined it (trusted_proxies applied)
-	remote, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	if remote == "" {
-		var err error
-		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
-			remote = r.RemoteAddr
-		}
-	}
+	proto, remote := requestOrigin(r)
 	return []any{
 		fieldSource, source,
 		fieldKey, keyValue,
@@ -121,7 +98,7 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 		fieldHost, r.Host,
 		fieldProto, proto,
 		fieldRemote, remote,
-		fieldHeaders, hdr.String(),
+		fieldHeaders, headerBlock(r.Header, skipEventHeader, nil),
 		fieldBody, body,
 		fieldReceived, strconv.FormatInt(now().UnixMilli(), 10),
 		fieldAttempts, "0",
@@ -129,14 +106,64 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 	}
 }
 
+// requestOrigin returns the request's scheme (http or https) and the
+// client's address as Caddy determined it (trusted_proxies applied).
+func requestOrigin(r *http.Request) (proto, remote string) {
+	proto = "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	remote, _ = caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if remote == "" {
+		var err error
+		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
+			remote = r.RemoteAddr
+		}
+	}
+	return proto, remote
+}
+
+// headerBlock writes a request's headers as "Name: value\r\n" lines,
+// leaving out those skip names and redacting those rd redacts (rd may be
+// nil).
+func headerBlock(h http.Header, skip func(string) bool, rd *redactor) string {
+	var b strings.Builder
+	for name, values := range h {
+		if skip(name) {
+			continue
+		}
+		redacted := rd.redactsHeader(name)
+		for _, v := range values {
+			if redacted {
+				v = redactedValue
+			}
+			b.WriteString(name)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	return b.String()
+}
+
 // skipEventHeader reports whether a request header is left out of an event:
 // hop-by-hop headers, and the ones a delivery sets itself.
 func skipEventHeader(name string) bool {
 	switch name {
+	case "Webhook-Attempt", "Idempotency-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return skipArchiveHeader(name)
+}
+
+// skipArchiveHeader reports whether a request header is left out of an
+// archived event: hop-by-hop headers, Content-Length and Host (which has a
+// field of its own).
+func skipArchiveHeader(name string) bool {
+	switch name {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Content-Length", "Host", "Webhook-Attempt", "Idempotency-Key",
-		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		"Content-Length", "Host":
 		return true
 	}
 	return false

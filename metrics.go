@@ -108,7 +108,8 @@ type handlerMetrics struct {
 // (which may be nil) and resolves the series of one source.
 func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries} {
+		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries,
+			metricArchiveEvents, metricArchiveErrors, metricArchiveDropped} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -192,6 +193,16 @@ func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, owner string,
 	res, err := ib.accept(ctx, key, owner, record, event)
 	s.m.observeStore(opClaim, start, err)
 	return res, err
+}
+
+// completeArchived completes a key, as Complete does, and appends the
+// archive event e in the same round trip; it returns the completion's error
+// and the append's.
+func (s *meteredStore) completeArchived(ctx context.Context, a *archive, key, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
+	start := time.Now()
+	err, appendErr = a.backend.completeAndAppend(ctx, key, owner, record, ttl, e)
+	s.m.observeStore(opComplete, start, err)
+	return err, appendErr
 }
 
 // Interface guards

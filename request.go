@@ -34,6 +34,12 @@ type requestState struct {
 	keyFromBody bool   // the key is the body hash
 	key         string // the store key: <key_prefix>:<source>:<value>
 	owner       string
+
+	// with an archive (archive.go)
+	start    time.Time     // when the handler got the request
+	result   string        // the result, once set
+	status   *statusWriter // learns the answer's status
+	archived bool          // the event was archived
 }
 
 // Results, as in the `{http.webhook_idempotency.result}` placeholder.
@@ -79,6 +85,9 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if rs.extra != nil {
 		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
 	}
+	if h.archive != nil {
+		rs.start = now()
+	}
 	return rs
 }
 
@@ -94,6 +103,7 @@ func (rs *requestState) set(name, value string) {
 
 // setResult records the request's result: placeholder, log field, metric.
 func (rs *requestState) setResult(result string) {
+	rs.result = result
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
@@ -354,7 +364,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+		if cerr := rs.complete(rec.record, status); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
@@ -366,6 +376,23 @@ func (rs *requestState) process() error {
 	if err == nil {
 		rec.sendBuffered()
 	}
+	return err
+}
+
+// complete records the answer under the key; with an archive, the event is
+// appended in the same round trip.
+func (rs *requestState) complete(record []byte, status int) error {
+	h := rs.h
+	if h.archive == nil {
+		return h.store.Complete(completionCtx, rs.key, rs.owner, record, time.Duration(h.TTL))
+	}
+	rs.archived = true
+	e := rs.archiveEntry(resultNew, status)
+	// a call that times out may still be sent after the request is done
+	// with its pooled body: the event keeps a copy
+	e.ownBody()
+	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.owner, record, time.Duration(h.TTL), e)
+	h.archive.appended(1, appendErr)
 	return err
 }
 

@@ -235,24 +235,31 @@ func (s *RedisStore) reclaim(ctx context.Context, key, owner, leaseMs, seen stri
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	return s.completeThen(ctx, key, owner, record, ttl, nil)
+}
+
+// completeThen is Complete with then, when not nil, sent in the same
+// pipeline (see redisThen).
+func (s *RedisStore) completeThen(ctx context.Context, key, owner string, record []byte, ttl time.Duration, then *redisThen) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "complete", redisCompleteScript, key, owner, record, redisMillis(ttl))
+	return s.ownerOp(ctx, "complete", redisCompleteScript, then, key, owner, record, redisMillis(ttl))
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "release", redisReleaseScript, key, owner)
+	return s.ownerOp(ctx, "release", redisReleaseScript, nil, key, owner)
 }
 
 // Renew implements Store.
 func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.ownerOp(ctx, "renew", redisRenewScript, key, owner, redisMillis(lease))
+	return s.ownerOp(ctx, "renew", redisRenewScript, nil, key, owner, redisMillis(lease))
 }
 
-// ownerOp runs an owner-checked script that answers 1 or 0.
-func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	v, err := s.run(ctx, op, script, []string{key}, args...)
+// ownerOp runs an owner-checked script that answers 1 or 0, with then (if
+// any) in the same pipeline.
+func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, then *redisThen, key string, args ...any) error {
+	v, err := s.runThen(ctx, op, script, then, []string{key}, args...)
 	if err != nil {
 		return err
 	}
@@ -266,15 +273,24 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 // the batcher. EVALSHA falls back to EVAL when Redis does not know the
 // script.
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+	return s.runThen(ctx, op, script, nil, keys, args...)
+}
+
+// runThen is run with then, when not nil, sent in the same pipeline; when
+// the call is not sent, then's error says why.
+func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) (any, error) {
 	c := s.client
 	if c == nil {
 		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
 	}
 	if !c.breaker.allow() {
+		if then != nil {
+			then.err = errRedisBreakerOpen
+		}
 		return nil, errRedisBreakerOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := c.batch.run(cctx, script, keys, args)
+	v, err := c.batch.run(cctx, script, keys, args, then)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -333,11 +349,6 @@ func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, rec
 		return res, "", nil
 	}
 	return claimResult{}, "", fmt.Errorf("redis store: accept: unexpected reply %T", v)
-}
-
-// redisMillis converts a duration to whole milliseconds, at least 1.
-func redisMillis(d time.Duration) string {
-	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
@@ -423,14 +434,6 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// redisRedactURL hides the password of a URL for error messages.
-func redisRedactURL(u string) string {
-	if at := strings.LastIndexByte(u, '@'); at >= 0 {
-		return "…@" + u[at+1:]
-	}
-	return u
 }
 
 // Interface guards

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +206,19 @@ func (c *redisClient) close() {
 		c.batch.close()
 		c.closeErr = c.client.Close()
 	})
+}
+
+// redisMillis converts a duration to whole milliseconds, at least 1.
+func redisMillis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// redisRedactURL hides the password of a URL for error messages.
+func redisRedactURL(u string) string {
+	if at := strings.LastIndexByte(u, '@'); at >= 0 {
+		return "…@" + u[at+1:]
+	}
+	return u
 }
 
 // Interface guards
