@@ -128,7 +128,7 @@ func growBody(buf []byte, most int64) []byte {
 // back to the pool only once every such reader is closed.
 func (rs *requestState) handOn() {
 	pb := rs.body
-	if pb == nil {
+	if pb == nil || rs.handOnEvent() {
 		return
 	}
 	rs.r.Body = pb.reader()

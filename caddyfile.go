@@ -48,15 +48,27 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		source        <label>
 //		provider      <name>
 //		secret        <secret>...
+//		public_key    <key>...
+//		private_key   <pem>
+//		jwks_url      <url>
+//		jwks_file     <path>
+//		decrypt
 //		verify        <scheme> | off {
-//			secret     <secret>...
-//			header     <name>
-//			algorithm  sha1|sha256|sha512
-//			encoding   hex|base64
-//			prefix     <string>
-//			tolerance  <duration>
-//			url        <public url>
+//			secret      <secret>...
+//			header      <name>
+//			algorithm   sha1|sha256|sha512
+//			encoding    hex|base64
+//			prefix      <string>
+//			tolerance   <duration>
+//			url         <public url>
+//			public_key  <key>...
+//			padding     pkcs1|pss
+//			private_key <pem>
+//			jwks_url    <url>
+//			jwks_file   <path>
 //		}
+//		verify_token  <token>
+//		handshake     on | off
 //		header        <name>
 //		key           <key source>...
 //		ttl           <duration>
@@ -73,6 +85,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			...
 //		}
 //		inbox         [<deliver_to>] {
+//			...
+//		}
+//		archive       [<retention>] {
 //			...
 //		}
 //	}
@@ -92,6 +107,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("option '%s' on the directive line needs a value", name)
 			} else if name == "verify" {
 				err = h.parseVerify(d, []string{d.Val()}, true)
+			} else if name == "archive" {
+				err = h.parseArchive(d, true)
 			} else {
 				err = h.parseOption(d, name, []string{d.Val()}, &keySet, &headerSet)
 			}
@@ -126,6 +143,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Inbox = new(InboxConfig)
 			err = h.Inbox.unmarshalCaddyfile(d)
+		case "archive":
+			err = h.parseArchive(d, false)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
@@ -146,13 +165,14 @@ var inlineOptions = map[string]bool{
 	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
 	"mismatch": true, "max_body": true, "body_timeout": true, "max_response": true, "methods": true,
-	"fail": true, "store": true,
+	"fail": true, "store": true, "public_key": true, "verify_token": true, "handshake": true,
+	"private_key": true, "jwks_url": true, "jwks_file": true, "archive": true,
 }
 
 // blockOptions are the subdirectives of the block: the inline options and
 // inbox.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"inbox": true}
+	m := map[string]bool{"inbox": true, "decrypt": true}
 	for k := range inlineOptions {
 		m[k] = true
 	}
@@ -189,6 +209,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.Verify = new(VerifyConfig)
 		}
 		h.Verify.Secrets = append(h.Verify.Secrets, args...)
+	case "private_key", "jwks_url", "jwks_file", "decrypt":
+		return h.parseKeyMaterial(d, name, what, args)
 	case "header":
 		v, err := oneValue(d, what, args)
 		if err != nil {
@@ -293,8 +315,20 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			return d.Errf("%v", err)
 		}
 		h.Fail = v
+	case "public_key", "verify_token", "handshake":
+		return h.parseKeyOption(d, name, args)
 	}
 	return nil
+}
+
+// parseArchive parses `archive [<retention>] { ... }`; inline, only the
+// retention is given and there is no block.
+func (h *Handler) parseArchive(d *caddyfile.Dispenser, inline bool) error {
+	if h.Archive != nil {
+		return d.Err("archive given twice")
+	}
+	h.Archive = new(ArchiveConfig)
+	return h.Archive.unmarshalCaddyfile(d, inline)
 }
 
 // parseVerify parses `verify <scheme>|off { ... }`; inline, there is no
@@ -309,7 +343,7 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	v := h.Verify
 	if len(args) == 1 {
 		if !knownScheme(args[0]) {
-			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token or off", args[0])
+			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token, jwt, ed25519, rsa or off", args[0])
 		}
 		v.Scheme = args[0]
 	}
@@ -325,6 +359,18 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 				return err
 			}
 			v.Secrets = append(v.Secrets, sub...)
+			continue
+		}
+		if name == "public_key" {
+			if err := h.addPublicKeys(d, what, sub); err != nil {
+				return err
+			}
+			continue
+		}
+		if name == "private_key" || name == "jwks_url" || name == "jwks_file" {
+			if err := h.parseKeyMaterial(d, name, what, sub); err != nil {
+				return err
+			}
 			continue
 		}
 		val, err := oneValue(d, what, sub)
@@ -357,6 +403,11 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 				return d.Errf("invalid url '%s': %v", val, err)
 			}
 			v.URL = val
+		case "padding":
+			if _, err := parsePadding(val); err != nil {
+				return d.Errf("%v", err)
+			}
+			v.Padding = val
 		default:
 			return d.Errf("unrecognized verify subdirective '%s'", name)
 		}
@@ -367,6 +418,7 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 // verifyValueOptions are the verify subdirectives that take one value.
 var verifyValueOptions = map[string]bool{
 	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,
+	"padding": true,
 }
 
 // parseStore parses `store <module> [args] [{ ... }]` with the store

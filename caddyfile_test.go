@@ -45,6 +45,38 @@ func TestCaddyfileParse(t *testing.T) {
 			want:  Handler{Source: "stripe", Key: []string{"header:stripe-signature", "body"}, TTL: dur(24 * time.Hour)},
 		},
 		{
+			name: "stone with its key material at the top and in verify",
+			input: `webhook_idempotency stone private_key {file./run/secrets/stone.pem} {
+				decrypt
+				verify {
+					jwks_url https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys
+				}
+			}`,
+			want: Handler{Provider: "stone", Verify: &VerifyConfig{
+				PrivateKey: "{file./run/secrets/stone.pem}",
+				JWKSURL:    "https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys",
+				Decrypt:    true,
+			}},
+		},
+		{
+			name:  "evolution and asaas take a secret inline",
+			input: `webhook_idempotency asaas secret {env.ASAAS_TOKEN}`,
+			want:  Handler{Provider: "asaas", Verify: &VerifyConfig{Secrets: []string{"{env.ASAAS_TOKEN}"}}},
+		},
+		{
+			name: "generic jwt",
+			input: `webhook_idempotency {
+				source internal
+				verify jwt {
+					header    X-Token
+					prefix    "JWT "
+					tolerance 1m
+					secret    {env.JWT_KEY}
+				}
+			}`,
+			want: Handler{Source: "internal", Verify: &VerifyConfig{Scheme: "jwt", Header: "X-Token", Prefix: "JWT ", Tolerance: dur(time.Minute), Secrets: []string{"{env.JWT_KEY}"}}},
+		},
+		{
 			name:  "bare directive",
 			input: `webhook_idempotency`,
 			want:  Handler{},
@@ -297,7 +329,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"inline value missing before block", "webhook_idempotency source {\n}", "option 'source' on the directive line needs a value, at Testfile:1"},
 		{"inline store missing type", "webhook_idempotency store", "store needs a type: memory or redis, at Testfile:1"},
 		{"inline bad duration", "webhook_idempotency source a ttl 1x", `invalid ttl '1x': time: unknown unit "x" in duration "1x", at Testfile:1`},
-		{"inline bad verify scheme", "webhook_idempotency verify sha", "unknown verify scheme 'sha': want a provider name, hmac, token or off, at Testfile:1"},
+		{"inline bad verify scheme", "webhook_idempotency verify sha", "unknown verify scheme 'sha': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:1"},
 
 		// the block
 		{"unknown subdirective", "webhook_idempotency {\n\tsource a\n\tbogus 1\n}", "unrecognized subdirective 'bogus', at Testfile:3"},
@@ -365,7 +397,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"fail unknown", "webhook_idempotency {\n\tfail safe\n}", "invalid fail 'safe': want open or closed, at Testfile:2"},
 
 		// verify
-		{"verify unknown scheme", "webhook_idempotency {\n\tverify sha256\n}", "unknown verify scheme 'sha256': want a provider name, hmac, token or off, at Testfile:2"},
+		{"verify unknown scheme", "webhook_idempotency {\n\tverify sha256\n}", "unknown verify scheme 'sha256': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 		{"verify too many", "webhook_idempotency {\n\tverify hmac token\n}", "verify takes one scheme, got 2 arguments, at Testfile:2"},
 		{"verify unknown subdirective", "webhook_idempotency {\n\tverify hmac {\n\t\tsalt x\n\t}\n}", "unrecognized verify subdirective 'salt', at Testfile:3"},
 		{"verify secret missing", "webhook_idempotency {\n\tverify hmac {\n\t\tsecret\n\t}\n}", "verify 'secret' needs at least one value, at Testfile:3"},

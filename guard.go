@@ -26,14 +26,13 @@ func (h *Handler) markUnsignedKeys() {
 	if h.verifier == nil {
 		return
 	}
-	scheme := h.Provider
-	if h.Verify != nil && h.Verify.Scheme != "" {
-		scheme = h.Verify.Scheme
-	}
+	scheme := h.scheme()
 	var signed []string
 	switch scheme {
-	case "hmac":
-	case "token":
+	case "hmac", "ed25519", "rsa":
+		// generic schemes over the body alone
+	case "token", "jwt":
+		// a shared token, or a JWT over claims alone
 		return
 	default:
 		p := providers[scheme]

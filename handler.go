@@ -39,13 +39,29 @@ type Handler struct {
 	// A provider preset (see docs/providers.md): `stripe`, `github`,
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone` or `evolution`. It sets the source, the verification scheme
-	// and the default key. Default: none.
+	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
+	// `razorpay`, `woovi` or `hubspot`. It sets the source, the
+	// verification scheme and the default key, and for some providers the
+	// default ttl and in_flight mode. Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
 	Verify *VerifyConfig `json:"verify,omitempty"`
+
+	// The token of Meta's subscription check for the `whatsapp` preset:
+	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
+	// is answered with the challenge when the token matches (compared in
+	// constant time) and with 403 otherwise. Placeholders such as
+	// `{env.X}` are resolved at provision time. Default: none (the check
+	// is passed on to the next handler).
+	VerifyToken string `json:"verify_token,omitempty"`
+
+	// Whether the preset answers its provider's handshake at the edge
+	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
+	// next handler). Only presets with a handshake take it: `whatsapp`,
+	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
 	// `header:<Name>`, `json:<path>`, `query:<name>` or `body` (SHA-256
@@ -53,7 +69,9 @@ type Handler struct {
 	// `["header:Idempotency-Key", "body"]`.
 	Key []string `json:"key,omitempty"`
 
-	// How long a completed response is kept and replayed. Default: 24h.
+	// How long a completed response is kept and replayed. Default: 24h,
+	// or the provider's retry window when it is longer (Stripe: 3d; see
+	// docs/providers.md).
 	TTL caddy.Duration `json:"ttl,omitempty"`
 
 	// How long a claim lasts without being renewed; it is renewed while
@@ -64,7 +82,7 @@ type Handler struct {
 	// What a duplicate of an in-flight key gets: `conflict` (409 with
 	// Retry-After), `wait` (wait for the first request, then replay) or
 	// `proceed` (call the next handler without claiming). Default:
-	// `conflict`.
+	// `conflict`; `wait` for `asaas`.
 	InFlight string `json:"in_flight,omitempty"`
 
 	// How long `wait` waits before answering 409. Default: 10s.
@@ -114,10 +132,21 @@ type Handler struct {
 	// Default: off (the next handler is called).
 	Inbox *InboxConfig `json:"inbox,omitempty"`
 
+	// The archive (docs/archive.md): every delivery that passed
+	// verification and got a key is kept for audit and reprocessing, with
+	// the answer's status and the handling time, on the handler's store.
+	// Default: off.
+	Archive *ArchiveConfig `json:"archive,omitempty"`
+
 	store       *meteredStore
+	archive     *archive
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
 	verifier    signature.Verifier
+	opener      signature.Opener // a verifier whose content is sealed (stone)
+	decrypt     bool             // hand the opened content on (stone's decrypt)
+	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
+	handshake   *handshakeState  // nil: none answered
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -171,7 +200,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionOptions(); err != nil {
 		return err
 	}
-	if err := h.provisionVerifier(); err != nil {
+	if err := h.provisionVerifier(ctx); err != nil {
+		return err
+	}
+	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
 	h.markUnsignedKeys()
@@ -189,13 +221,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(ctx, app); err != nil {
 		return err
 	}
+	if h.Archive != nil {
+		if h.archive, err = newArchive(h.Archive, h); err != nil {
+			return err
+		}
+	}
 	if h.Inbox != nil {
 		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
 			return err
 		}
 		// workers start and stop with the configuration
-		return app.addInbox(h.inbox)
+		if err := app.addInbox(h.inbox); err != nil {
+			return err
+		}
 	}
+	app.addHandler(h)
 	return nil
 }
 
@@ -213,6 +253,12 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 		}
 		if len(h.Key) == 0 {
 			h.Key = p.defaultKey
+		}
+		if h.TTL == 0 && p.ttl > 0 {
+			h.TTL = caddy.Duration(p.ttl)
+		}
+		if h.InFlight == "" {
+			h.InFlight = p.inFlight
 		}
 	}
 	if h.Source == "" {
@@ -342,6 +388,10 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.stop()
 	}
+	h.releaseStoneKeys()
+	if h.archive != nil {
+		h.archive.stop()
+	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -352,9 +402,13 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
 // of a delivery: methods, body, signature, key, claim, then what the claim
-// found decides the answer.
+// found decides the answer. A provider's handshake is answered on the way
+// (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	if answered, err := rs.queryHandshake(); answered {
+		return err
+	}
 	if !slices.Contains(h.methods, r.Method) {
 		return rs.skip()
 	}
@@ -366,7 +420,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
 	}
+	if answered, err := rs.bodyHandshake(); answered {
+		return err
+	}
 	rs.resolveKey()
+	if h.archive != nil {
+		// every outcome from here on is archived
+		rs.trackStatus()
+		defer rs.archive()
+	}
 	res, err := rs.claim()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)

@@ -106,10 +106,10 @@ type inbox struct {
 	dead        string
 	consumer    string
 
-	http          *http.Client
-	secretHeaders []string    // the route's own secret headers, redacted when shown
-	logger        *zap.Logger // carries the source
-	metrics       *inboxMetrics
+	http    *http.Client
+	redact  *redactor   // what the admin API shows of its events is redacted with it
+	logger  *zap.Logger // carries the source
+	metrics *inboxMetrics
 
 	mu      sync.Mutex
 	started bool
@@ -213,17 +213,16 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 		return nil, checkInboxStore("memory")
 	}
 	ib := &inbox{
-		source:        h.Source,
-		deliverTo:     caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
-		respond:       cfg.Respond,
-		timeout:       time.Duration(cfg.Timeout),
-		concurrency:   cfg.Concurrency,
-		ttl:           time.Duration(h.TTL),
-		store:         rs,
-		callTimeout:   rs.callTimeout(),
-		secretHeaders: h.secretHeaders(),
-		logger:        h.logger,
-		metrics:       newInboxMetrics(h.Source),
+		source:      h.Source,
+		deliverTo:   caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
+		respond:     cfg.Respond,
+		timeout:     time.Duration(cfg.Timeout),
+		concurrency: cfg.Concurrency,
+		ttl:         time.Duration(h.TTL),
+		store:       rs,
+		callTimeout: rs.callTimeout(),
+		logger:      h.logger,
+		metrics:     newInboxMetrics(h.Source),
 	}
 	if ib.deliverTo == "" {
 		return nil, errNoDeliverTo
@@ -253,6 +252,14 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 	}
 	var err error
 	if ib.jitter, err = parseJitter(jitter); err != nil {
+		return nil, err
+	}
+	// the admin API shows events redacted as the archive stores them
+	var rules []string
+	if h.Archive != nil {
+		rules = h.Archive.Redact
+	}
+	if ib.redact, err = h.redactor(rules); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {

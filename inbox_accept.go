@@ -89,30 +89,7 @@ func (ib *inbox) acceptRecord(bodyHash *[32]byte) []byte {
 // eventFields builds the stream entry of a new event: the request as the
 // application needs it, without hop-by-hop headers.
 func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string) []any {
-	var hdr strings.Builder
-	for name, values := range r.Header {
-		if skipEventHeader(name) {
-			continue
-		}
-		for _, v := range values {
-			hdr.WriteString(name)
-			hdr.WriteString(": ")
-			hdr.WriteString(v)
-			hdr.WriteString("\r\n")
-		}
-	}
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
-	}
-	// the client's address as Caddy determined it (trusted_proxies applied)
-	remote, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	if remote == "" {
-		var err error
-		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
-			remote = r.RemoteAddr
-		}
-	}
+	proto, remote := requestOrigin(r)
 	return []any{
 		fieldSource, source,
 		fieldKey, keyValue,
@@ -122,7 +99,7 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 		fieldHost, r.Host,
 		fieldProto, proto,
 		fieldRemote, remote,
-		fieldHeaders, hdr.String(),
+		fieldHeaders, headerBlock(r.Header, skipEventHeader, nil),
 		fieldBody, body,
 		fieldReceived, strconv.FormatInt(now().UnixMilli(), 10),
 		fieldAttempts, "0",
@@ -130,12 +107,53 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 	}
 }
 
-// eventHeader parses the headers of an event, as eventFields wrote them.
-func eventHeader(lines string) http.Header {
+// requestOrigin returns the request's scheme (http or https) and the
+// client's address as Caddy determined it (trusted_proxies applied).
+func requestOrigin(r *http.Request) (proto, remote string) {
+	proto = "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	remote, _ = caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if remote == "" {
+		var err error
+		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
+			remote = r.RemoteAddr
+		}
+	}
+	return proto, remote
+}
+
+// headerBlock writes a request's headers as "Name: value\r\n" lines,
+// leaving out those skip names and redacting those rd redacts (rd may be
+// nil).
+func headerBlock(h http.Header, skip func(string) bool, rd *redactor) string {
+	var b strings.Builder
+	for name, values := range h {
+		if skip(name) {
+			continue
+		}
+		redacted := rd.redactsHeader(name)
+		for _, v := range values {
+			if redacted {
+				v = redactedValue
+			}
+			b.WriteString(name)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	return b.String()
+}
+
+// parseHeaderBlock parses the "Name: value\r\n" lines headerBlock wrote,
+// names kept as written.
+func parseHeaderBlock(lines string) http.Header {
 	h := make(http.Header)
 	for line := range strings.SplitSeq(lines, "\r\n") {
 		if name, value, ok := strings.Cut(line, ": "); ok {
-			h.Add(name, value)
+			h[name] = append(h[name], value)
 		}
 	}
 	return h
@@ -145,10 +163,20 @@ func eventHeader(lines string) http.Header {
 // hop-by-hop headers, and the ones a delivery sets itself.
 func skipEventHeader(name string) bool {
 	switch name {
+	case "Webhook-Attempt", "Idempotency-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return skipArchiveHeader(name)
+}
+
+// skipArchiveHeader reports whether a request header is left out of an
+// archived event: hop-by-hop headers, Content-Length and Host (which has a
+// field of its own).
+func skipArchiveHeader(name string) bool {
+	switch name {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Content-Length", "Host", "Webhook-Attempt", "Idempotency-Key",
-		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		"Content-Length", "Host":
 		return true
 	}
 	return false

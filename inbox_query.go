@@ -87,7 +87,7 @@ func (ib *inbox) deadEvents(ctx context.Context, start string, count int64) ([]d
 		ev := m.Values
 		attempts, _ := strconv.Atoi(str(ev[fieldAttempts]))
 		status, _ := strconv.Atoi(str(ev[fieldLastStatus]))
-		uri, header := redactRequest(str(ev[fieldURI]), eventHeader(str(ev[fieldHeaders])), ib.secretHeaders)
+		uri, header := ib.redact.uri(str(ev[fieldURI])), ib.redact.header(parseHeaderBlock(str(ev[fieldHeaders])))
 		out = append(out, deadEvent{
 			ID:         m.ID,
 			Key:        str(ev[fieldKey]),
@@ -121,4 +121,50 @@ func (ib *inbox) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	newID, _ := v.(string)
 	return newID, nil
+}
+
+// redeliverAll moves every event dead-lettered so far back into the
+// stream, a page at a time, and returns how many it moved. Events that die
+// again meanwhile stay dead: the loop ends.
+func (ib *inbox) redeliverAll(ctx context.Context) (int, error) {
+	rctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	newest, err := ib.rc.client.XRevRangeN(rctx, ib.dead, "+", "-", 1).Result()
+	cancel()
+	if err != nil || len(newest) == 0 {
+		return 0, err
+	}
+	last, _ := parseStreamID(newest[0].ID)
+	n := 0
+	for {
+		events, err := ib.deadEvents(ctx, "-", 100)
+		if err != nil || len(events) == 0 {
+			return n, err
+		}
+		for _, ev := range events {
+			if id, _ := parseStreamID(ev.ID); last.less(id) {
+				return n, nil
+			}
+			if _, err := ib.redeliver(ctx, ev.ID); err == nil {
+				n++
+			} else if !errors.Is(err, errNoDeadEvent) {
+				return n, err
+			}
+		}
+	}
+}
+
+// discard deletes a dead-lettered event; it reports whether there was one.
+func (ib *inbox) discard(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	defer cancel()
+	n, err := ib.rc.client.XDel(ctx, ib.dead, id).Result()
+	return n == 1, err
+}
+
+// enqueue appends an event to the stream as a new delivery, with a fresh
+// retry schedule, and returns its id.
+func (ib *inbox) enqueue(ctx context.Context, fields []any) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	defer cancel()
+	return ib.rc.client.XAdd(ctx, &redis.XAddArgs{Stream: ib.stream, Values: fields}).Result()
 }

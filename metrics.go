@@ -100,7 +100,7 @@ func (op storeOp) String() string { return storeOpNames[op] }
 // allResults lists every result, so each handler resolves its counters once.
 var allResults = [...]string{
 	resultNew, resultReplayed, resultConflict, resultMismatch, resultInvalidSignature,
-	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped,
+	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped, resultHandshake,
 }
 
 // handlerMetrics holds one handler's resolved collectors, so the hot path
@@ -115,7 +115,8 @@ type handlerMetrics struct {
 // (which may be nil) and resolves the series of one source.
 func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricStoreRestarts, metricInboxEvents, metricInboxDeliveries} {
+		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricStoreRestarts,
+			metricInboxEvents, metricInboxDeliveries, metricArchiveEvents, metricArchiveErrors, metricArchiveDropped} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -262,6 +263,16 @@ func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, guard, owner 
 	res, err := ib.accept(ctx, key, guard, owner, record, event)
 	s.m.observeStore(opClaim, start, err)
 	return res, err
+}
+
+// completeArchived completes a key, with its guard unless guard is "", as
+// complete does, and appends the archive event e in the same round trip; it
+// returns the completion's error and the append's.
+func (s *meteredStore) completeArchived(ctx context.Context, a *archive, key, guard, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
+	start := time.Now()
+	err, appendErr = a.backend.completeAndAppend(ctx, key, guard, owner, record, ttl, e)
+	s.m.observeStore(opComplete, start, err)
+	return err, appendErr
 }
 
 // Interface guards

@@ -28,12 +28,19 @@ type requestState struct {
 	extra *caddyhttp.ExtraLogFields
 
 	body        *pooledBody // see body.go
+	event       []byte      // the verified content of a sealed delivery (stone.go)
 	bodyHash    [32]byte
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
 	key         string // the store key: <key_prefix>:<source>:<value>
 	guard       string // the key's guard, "" for none (guard.go)
 	owner       string
+
+	// with an archive (archive.go)
+	start    time.Time     // when the handler got the request
+	result   string        // the result, once set
+	status   *statusWriter // learns the answer's status
+	archived bool          // the event was archived
 }
 
 // Results, as in the `{http.webhook_idempotency.result}` placeholder.
@@ -47,6 +54,7 @@ const (
 	resultBypassed         = "bypassed"
 	resultUnavailable      = "unavailable"
 	resultSkipped          = "skipped"
+	resultHandshake        = "handshake"
 )
 
 // Placeholder names.
@@ -78,6 +86,9 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if rs.extra != nil {
 		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
 	}
+	if h.archive != nil {
+		rs.start = now()
+	}
 	return rs
 }
 
@@ -93,6 +104,7 @@ func (rs *requestState) set(name, value string) {
 
 // setResult records the request's result: placeholder, log field, metric.
 func (rs *requestState) setResult(result string) {
+	rs.result = result
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
@@ -133,6 +145,9 @@ func (rs *requestState) bodyFailed(err error) error {
 
 // verify checks the signature on the raw bytes, before any store access.
 func (rs *requestState) verify() error {
+	if rs.h.opener != nil {
+		return rs.open()
+	}
 	if rs.h.verifier == nil {
 		return nil
 	}
@@ -140,8 +155,11 @@ func (rs *requestState) verify() error {
 }
 
 // unauthorized answers a delivery whose signature failed: 401 with the
-// reason.
+// reason; 503 when it cannot be verified yet.
 func (rs *requestState) unauthorized(err error) error {
+	if errors.Is(err, signature.ErrUnavailable) {
+		return rs.stoneUnavailable()
+	}
 	rs.setResult(resultInvalidSignature)
 	reason := signature.ErrInvalid.Reason
 	var ve *signature.Error
@@ -154,12 +172,57 @@ func (rs *requestState) unauthorized(err error) error {
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
+// queryHandshake answers, before the body is read, the preset's handshake
+// that carries neither body nor signature (Meta's GET; see handshake.go).
+// It reports whether it answered.
+func (rs *requestState) queryHandshake() (bool, error) {
+	hs := rs.h.handshake
+	if hs == nil || hs.signed {
+		return false, nil
+	}
+	return rs.answerHandshake(hs.answer(hs, rs.r, nil))
+}
+
+// bodyHandshake answers the preset's handshake once its signature is
+// verified (see handshake.go). It reports whether it answered.
+func (rs *requestState) bodyHandshake() (bool, error) {
+	hs := rs.h.handshake
+	if hs == nil || !hs.signed {
+		return false, nil
+	}
+	return rs.answerHandshake(hs.answer(hs, rs.r, rs.body.buf))
+}
+
+// answerHandshake writes a handshake's answer, when ok: the next handler
+// is not called and nothing is stored. A refused one (a wrong token)
+// counts as a failed verification.
+func (rs *requestState) answerHandshake(a handshakeAnswer, ok bool) (bool, error) {
+	if !ok {
+		return false, nil
+	}
+	if a.refused {
+		rs.setResult(resultInvalidSignature)
+		return true, writeError(rs.w, a.status, a.body, "")
+	}
+	rs.setResult(resultHandshake)
+	hdr := rs.w.Header()
+	hdr.Set("Content-Type", a.contentType)
+	hdr.Set("Content-Length", strconv.Itoa(len(a.body)))
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Cache-Control", "no-store")
+	rs.w.WriteHeader(a.status)
+	if _, err := io.WriteString(rs.w, a.body); err != nil {
+		return true, caddyhttp.Error(a.status, err)
+	}
+	return true, nil
+}
+
 // resolveKey resolves the key (see keys.go) and sets its placeholder.
 func (rs *requestState) resolveKey() {
 	h := rs.h
-	rs.bodyHash = sha256.Sum256(rs.body.buf)
+	rs.bodyHash = sha256.Sum256(rs.content())
 	var from keySource
-	rs.keyValue, from = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	rs.keyValue, from = resolveKey(h.keys, rs.r, rs.content(), &rs.bodyHash)
 	rs.keyFromBody = from.kind == keyBody
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
@@ -175,7 +238,7 @@ func (rs *requestState) resolveKey() {
 func (rs *requestState) claim() (claimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		event := eventFields(rs.r, rs.body.buf, h.Source, rs.keyValue, rs.key)
+		event := eventFields(rs.r, rs.forwarded(), h.Source, rs.keyValue, rs.key)
 		return h.store.accept(rs.r.Context(), ib, rs.key, rs.guard, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
 	}
 	res, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease))
@@ -316,7 +379,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := h.store.complete(completionCtx, rs.key, rs.guard, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+		if cerr := rs.complete(rec.record, status); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
@@ -328,6 +391,23 @@ func (rs *requestState) process() error {
 	if err == nil {
 		rec.sendBuffered()
 	}
+	return err
+}
+
+// complete records the answer under the key; with an archive, the event is
+// appended in the same round trip.
+func (rs *requestState) complete(record []byte, status int) error {
+	h := rs.h
+	if h.archive == nil {
+		return h.store.complete(completionCtx, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL))
+	}
+	rs.archived = true
+	e := rs.archiveEntry(resultNew, status)
+	// a call that times out may still be sent after the request is done
+	// with its pooled body: the event keeps a copy
+	e.ownBody()
+	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL), e)
+	h.archive.appended(1, appendErr)
 	return err
 }
 

@@ -150,8 +150,8 @@ type memoryShard struct {
 //
 // A completed key's record usually shares one allocation with the key the
 // map holds (see packRecord), and a string, unlike a slice, carries no
-// capacity: an entry is three words, where an owner string, a record slice
-// and the expiry took six, and key and record are one allocation, not two.
+// capacity: an entry is three words (BENCHMARKS.md gives the bytes per
+// key).
 type memoryEntry struct {
 	record  string
 	expires int64
@@ -177,13 +177,12 @@ const packMax = 32 << 10
 // allocation of exactly their length (the handler's recorder encodes into
 // a buffer with room to spare, 256 bytes beyond the announced body, which a
 // stored key would otherwise keep for its whole TTL). A longer record is
-// kept where it is, not copied, as before.
+// kept where it is, not copied.
 //
 // The returned strings view bytes that nothing writes to once they are
 // returned, which is what unsafe.String requires. A long record kept where
-// it is stays the caller's buffer, as every record did before this store
-// copied them: the handler does not modify a record once it has handed it
-// to Complete.
+// it is stays the caller's buffer: the handler does not modify a record
+// once it has handed it to Complete.
 func packRecord(key string, record []byte) (string, string) {
 	if len(record) > packMax && cap(record)-len(record) <= len(record)/8 {
 		return key, unsafe.String(unsafe.SliceData(record), len(record))

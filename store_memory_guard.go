@@ -7,8 +7,7 @@ import (
 
 // A key and its guard in the memory store (see guard.go): claimed together
 // under both shards' locks, completed, released and renewed one after the
-// other, each owner-checked (a guard of "" is never owned, so the key
-// alone is).
+// other, each owner-checked (a guard of "" is none: the key alone is).
 
 // ClaimGuarded implements guardedStore.
 func (m *MemoryStore) ClaimGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) (claimResult, error) {
@@ -21,21 +20,27 @@ func (m *MemoryStore) ClaimGuarded(ctx context.Context, key, guard, owner string
 // CompleteGuarded implements guardedStore.
 func (m *MemoryStore) CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
 	err := m.table.complete(key, owner, record, ttl)
-	_ = m.table.complete(guard, owner, record, ttl)
+	if guard != "" {
+		_ = m.table.complete(guard, owner, record, ttl)
+	}
 	return err
 }
 
 // ReleaseGuarded implements guardedStore.
 func (m *MemoryStore) ReleaseGuarded(ctx context.Context, key, guard, owner string) error {
 	err := m.table.release(key, owner)
-	_ = m.table.release(guard, owner)
+	if guard != "" {
+		_ = m.table.release(guard, owner)
+	}
 	return err
 }
 
 // RenewGuarded implements guardedStore.
 func (m *MemoryStore) RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error {
 	err := m.table.renew(key, owner, lease)
-	_ = m.table.renew(guard, owner, lease)
+	if guard != "" {
+		_ = m.table.renew(guard, owner, lease)
+	}
 	return err
 }
 

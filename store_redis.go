@@ -224,26 +224,34 @@ func (s *RedisStore) reclaim(ctx context.Context, keys []string, owner, leaseMs,
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	return s.completeThen(ctx, key, "", owner, record, ttl, nil)
+}
+
+// completeThen completes key and, unless guard is "", its guard (see
+// store_redis_guard.go), with then, when not nil, sent in the same
+// pipeline (see redisThen).
+func (s *RedisStore) completeThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then *redisThen) error {
 	defer s.client.claimDone()
-	err := s.ownerOp(ctx, "complete", redisCompleteScript, []string{key}, owner, record, redisMillis(ttl))
-	s.keepRecent(err, record, ttl, key)
+	err := s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillis(ttl))
+	s.keepRecent(err, record, ttl, key, guard)
 	return err
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "release", redisReleaseScript, []string{key}, owner)
+	return s.ownerOp(ctx, "release", redisReleaseScript, nil, []string{key}, owner)
 }
 
 // Renew implements Store.
 func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.ownerOp(ctx, "renew", redisRenewScript, []string{key}, owner, redisMillis(lease))
+	return s.ownerOp(ctx, "renew", redisRenewScript, nil, []string{key}, owner, redisMillis(lease))
 }
 
-// ownerOp runs an owner-checked script that answers 1 or 0 for keys[0].
-func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) error {
-	v, err := s.run(ctx, op, script, keys, args...)
+// ownerOp runs an owner-checked script that answers 1 or 0 for keys[0],
+// with then (if any) in the same pipeline.
+func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) error {
+	v, err := s.runThen(ctx, op, script, then, keys, args...)
 	if err != nil {
 		return err
 	}
@@ -257,12 +265,18 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 // the batcher. EVALSHA falls back to EVAL when Redis does not know the
 // script.
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
-	c, err := s.callable(op)
+	return s.runThen(ctx, op, script, nil, keys, args...)
+}
+
+// runThen is run with then, when not nil, sent in the same pipeline; when
+// the call is not sent, then's error says why.
+func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) (any, error) {
+	c, err := s.callable(op, then)
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := c.batch.run(cctx, script, keys, args)
+	v, err := c.batch.run(cctx, script, keys, args, then)
 	cancel()
 	if err = s.settle(ctx, op, err); err != nil {
 		return nil, err
@@ -321,11 +335,6 @@ func (s *RedisStore) claimAndAppend(ctx context.Context, key, guard, stream stri
 		return res, "", nil
 	}
 	return claimResult{}, "", fmt.Errorf("redis store: accept: unexpected reply %T", v)
-}
-
-// redisMillis converts a duration to whole milliseconds, at least 1.
-func redisMillis(d time.Duration) string {
-	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
@@ -411,14 +420,6 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// redisRedactURL hides the password of a URL for error messages.
-func redisRedactURL(u string) string {
-	if at := strings.LastIndexByte(u, '@'); at >= 0 {
-		return "…@" + u[at+1:]
-	}
-	return u
 }
 
 // Interface guards

@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -34,9 +35,26 @@ type redisCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	then   *redisThen // sent right after this call, in the same pipeline
 	val    any
 	err    error
 	done   chan struct{} // buffered: the worker never waits for the caller
+
+	// the follow-up's commands and reply, copied to then by run
+	thenCmds []*redis.Cmd
+	thenVal  any
+	thenErr  error
+}
+
+// redisThen is commands that ride in the pipeline of a script call, right
+// after it, such as an archive append with the completion of its key. Their
+// keys may be on another Redis Cluster slot: the pipeline sends each
+// command to its node. The first command's reply, and the first error of
+// any, are set when the call returns.
+type redisThen struct {
+	cmds [][]any
+	val  any
+	err  error
 }
 
 // Batching limits. A few workers let a batch go out while another waits
@@ -65,10 +83,15 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 }
 
 // run runs script with keys and args in the next batch and returns its
-// reply, or ctx's error when ctx ends first.
-func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+// reply, or ctx's error when ctx ends first. then, when not nil, is sent
+// right after it in the same pipeline; its reply is set before run returns
+// (its error is ctx's when the call was not sent).
+func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []string, args []any, then *redisThen) (any, error) {
+	if then != nil {
+		then.err = errRedisNotSent
+	}
 	c := redisCallPool.Get().(*redisCall)
-	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	c.ctx, c.script, c.keys, c.args, c.then = ctx, script, keys, args, then
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -84,6 +107,9 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 	case <-c.done:
 	case <-ctx.Done():
 		// a worker may still hold c and finish it: it is not reused
+		if then != nil {
+			then.err = ctx.Err()
+		}
 		return nil, ctx.Err()
 	case <-b.stop:
 		// the workers finish every call they took, then stop; a call still
@@ -96,14 +122,27 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 		}
 	}
 	v, err := c.val, c.err
+	c.settleThen()
 	c.reset()
 	redisCallPool.Put(c) // the worker is done with it
 	return v, err
 }
 
-func (c *redisCall) reset() {
-	c.ctx, c.script, c.keys, c.args, c.val, c.err = nil, nil, nil, nil, nil, nil
+// settleThen gives the call's follow-up, if it was sent, its reply.
+func (c *redisCall) settleThen() {
+	if c.then != nil && c.thenCmds != nil {
+		c.then.val, c.then.err = c.thenVal, c.thenErr
+	}
 }
+
+func (c *redisCall) reset() {
+	c.ctx, c.script, c.keys, c.args, c.then, c.val, c.err = nil, nil, nil, nil, nil, nil, nil
+	c.thenCmds, c.thenVal, c.thenErr = nil, nil, nil
+}
+
+// errRedisNotSent is the error of a follow-up call whose first call was
+// not sent.
+var errRedisNotSent = errors.New("not sent: the call it follows was not sent")
 
 func (c *redisCall) finish(v any, err error) {
 	c.val, c.err = v, err
@@ -149,6 +188,12 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			continue
 		}
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+		if t := c.then; t != nil {
+			c.thenCmds = make([]*redis.Cmd, len(t.cmds))
+			for j, args := range t.cmds {
+				c.thenCmds[j] = pipe.Do(ctx, args...)
+			}
+		}
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -158,14 +203,28 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			c.finish(nil, c.ctx.Err())
 			continue
 		}
-		v, err := cmds[i].Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis lost its scripts (a restart, SCRIPT FLUSH): EVAL loads it
-			v, err = c.script.Eval(ctx, b.client, c.keys, c.args...).Result()
+		v, err := b.result(ctx, cmds[i], c.script, c.keys, c.args)
+		if c.thenCmds != nil {
+			c.thenVal, c.thenErr = c.thenCmds[0].Result()
+			for _, cmd := range c.thenCmds[1:] {
+				if err := cmd.Err(); err != nil && c.thenErr == nil {
+					c.thenErr = err
+				}
+			}
 		}
 		c.finish(v, err)
 	}
 	return cmds
+}
+
+// result is the reply of a command sent in a pipeline. When Redis lost its
+// scripts (a restart, SCRIPT FLUSH), EVAL loads the script and runs it.
+func (b *redisBatcher) result(ctx context.Context, cmd *redis.Cmd, script *redis.Script, keys []string, args []any) (any, error) {
+	v, err := cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = script.Eval(ctx, b.client, keys, args...).Result()
+	}
+	return v, err
 }
 
 // drain fails the calls still queued when the batcher closes.

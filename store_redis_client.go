@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,14 +180,22 @@ func (c *redisClient) checkReachable(timeout time.Duration) {
 }
 
 // callable returns the client a call goes through, or why none may be
-// made: the store is not provisioned, or the breaker is open.
-func (s *RedisStore) callable(op string) (*redisClient, error) {
+// made: the store is not provisioned, or the breaker is open. The
+// follow-up then (nil for none) that would ride with the call gets that
+// error too: it is not sent either.
+func (s *RedisStore) callable(op string, then *redisThen) (*redisClient, error) {
 	c := s.client
+	var err error
 	if c == nil {
-		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
+		err = fmt.Errorf("redis store: %s: store is not provisioned", op)
+	} else if !c.breaker.allow() {
+		err = errRedisBreakerOpen
 	}
-	if !c.breaker.allow() {
-		return nil, errRedisBreakerOpen
+	if err != nil {
+		if then != nil {
+			then.err = err
+		}
+		return nil, err
 	}
 	return c, nil
 }
@@ -242,6 +251,19 @@ func (c *redisClient) close() {
 		c.health.close()
 		c.closeErr = c.client.Close()
 	})
+}
+
+// redisMillis converts a duration to whole milliseconds, at least 1.
+func redisMillis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// redisRedactURL hides the password of a URL for error messages.
+func redisRedactURL(u string) string {
+	if at := strings.LastIndexByte(u, '@'); at >= 0 {
+		return "…@" + u[at+1:]
+	}
+	return u
 }
 
 // Interface guards

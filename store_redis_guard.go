@@ -24,7 +24,7 @@ func (s *RedisStore) ClaimGuarded(ctx context.Context, key, guard, owner string,
 		return s.claim(ctx, []string{key, guard}, owner, lease)
 	}
 	leaseMs := redisMillis(lease)
-	vals, err := s.runApart(ctx, "claim", redisClaimScript, key, guard, owner, leaseMs)
+	vals, err := s.runApart(ctx, "claim", redisClaimScript, nil, key, guard, owner, leaseMs)
 	if err != nil {
 		s.giveBack(vals, key, guard, owner)
 		return claimResult{}, err
@@ -69,33 +69,31 @@ func (s *RedisStore) giveBack(vals [2]any, key, guard, owner string) {
 
 // CompleteGuarded implements guardedStore.
 func (s *RedisStore) CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
-	defer s.client.claimDone()
-	err := s.ownerOpGuarded(ctx, "complete", redisCompleteScript, key, guard, owner, record, redisMillis(ttl))
-	s.keepRecent(err, record, ttl, key, guard)
-	return err
+	return s.completeThen(ctx, key, guard, owner, record, ttl, nil)
 }
 
 // ReleaseGuarded implements guardedStore.
 func (s *RedisStore) ReleaseGuarded(ctx context.Context, key, guard, owner string) error {
 	defer s.client.claimDone()
-	return s.ownerOpGuarded(ctx, "release", redisReleaseScript, key, guard, owner)
+	return s.ownerOpGuarded(ctx, "release", redisReleaseScript, nil, key, guard, owner)
 }
 
 // RenewGuarded implements guardedStore.
 func (s *RedisStore) RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error {
-	return s.ownerOpGuarded(ctx, "renew", redisRenewScript, key, guard, owner, redisMillis(lease))
+	return s.ownerOpGuarded(ctx, "renew", redisRenewScript, nil, key, guard, owner, redisMillis(lease))
 }
 
-// ownerOpGuarded runs an owner-checked script on a key and its guard; it
-// answers for the key.
-func (s *RedisStore) ownerOpGuarded(ctx context.Context, op string, script *redis.Script, key, guard string, args ...any) error {
+// ownerOpGuarded runs an owner-checked script on a key and its guard (""
+// for none), with then (if any) in the same pipeline; it answers for the
+// key.
+func (s *RedisStore) ownerOpGuarded(ctx context.Context, op string, script *redis.Script, then *redisThen, key, guard string, args ...any) error {
 	if guard == "" {
-		return s.ownerOp(ctx, op, script, []string{key}, args...)
+		return s.ownerOp(ctx, op, script, then, []string{key}, args...)
 	}
 	if !s.client.cluster() {
-		return s.ownerOp(ctx, op, script, []string{key, guard}, args...)
+		return s.ownerOp(ctx, op, script, then, []string{key, guard}, args...)
 	}
-	vals, err := s.runApart(ctx, op, script, key, guard, args...)
+	vals, err := s.runApart(ctx, op, script, then, key, guard, args...)
 	if err != nil {
 		return err
 	}
@@ -106,12 +104,13 @@ func (s *RedisStore) ownerOpGuarded(ctx context.Context, op string, script *redi
 }
 
 // runApart runs script once on key and once on guard with the same
-// arguments, both calls in one pipeline, within the store's timeout and
-// through the breaker. It returns both replies, and the errors of the calls
-// that failed (the other call's reply is still returned).
-func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Script, key, guard string, args ...any) ([2]any, error) {
+// arguments, both calls in one pipeline (then, when not nil, right after
+// the key's), within the store's timeout and through the breaker. It
+// returns both replies, and the errors of the calls that failed (the other
+// call's reply is still returned).
+func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Script, then *redisThen, key, guard string, args ...any) ([2]any, error) {
 	var vals [2]any
-	c, err := s.callable(op)
+	c, err := s.callable(op, then)
 	if err != nil {
 		return vals, err
 	}
@@ -122,11 +121,16 @@ func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Scri
 		calls[i] = redisCallPool.Get().(*redisCall)
 		calls[i].ctx, calls[i].script, calls[i].keys, calls[i].args = cctx, script, []string{k}, args
 	}
+	if then != nil {
+		then.err = errRedisNotSent
+		calls[0].then = then
+	}
 	c.batch.send(calls[:], nil)
 	var errs [2]error
 	for i, call := range calls {
 		<-call.done
 		vals[i], errs[i] = call.val, call.err
+		call.settleThen()
 		call.reset()
 		redisCallPool.Put(call)
 	}

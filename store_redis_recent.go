@@ -112,9 +112,9 @@ func (rr *recentRecords) drop(key string) {
 	}
 }
 
-// keepRecent keeps a copy of a record just handed to Complete for keys,
-// unless Complete found the key owned by another request (whose answer is
-// the one that counts). A record whose completion failed for want of Redis
+// keepRecent keeps a copy of a record just handed to Complete for keys (a
+// key, and its guard or ""), unless Complete found the key owned by another
+// request (whose answer is the one that counts). A record whose completion failed for want of Redis
 // is kept too: the application has answered, and that answer is what a
 // duplicate arriving during the outage should get.
 func (s *RedisStore) keepRecent(err error, record []byte, ttl time.Duration, keys ...string) {
@@ -122,7 +122,9 @@ func (s *RedisStore) keepRecent(err error, record []byte, ttl time.Duration, key
 		return
 	}
 	for _, k := range keys {
-		s.client.recent.put(k, record, ttl)
+		if k != "" {
+			s.client.recent.put(k, record, ttl)
+		}
 	}
 }
 

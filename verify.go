@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -18,7 +19,8 @@ import (
 // signature verification).
 type VerifyConfig struct {
 	// The verification scheme: a provider preset name (`stripe`,
-	// `github`, …), `hmac` or `token` for the generic schemes, or `off`.
+	// `github`, …), `hmac`, `token`, `jwt`, `ed25519` or `rsa` for the
+	// generic schemes, or `off`.
 	// Default: the handler's provider, if any; else no verification.
 	Scheme string `json:"scheme,omitempty"`
 
@@ -27,39 +29,79 @@ type VerifyConfig struct {
 	// `{file./run/secrets/x}` are resolved at provision time.
 	Secrets []string `json:"secrets,omitempty"`
 
+	// Public keys to verify with, for the schemes that check a signature
+	// made with a private key: `discord`, `woovi`, `ed25519`, `rsa`, and
+	// the `v1a` signatures of `standard` and `svix`. Each is PEM, base64 or
+	// hex (Standard Webhooks' `whpk_…` too); a signature valid under any of
+	// them is accepted (rotation). Placeholders such as
+	// `{file./etc/keys/x.pem}` are resolved at provision time, and a key
+	// that does not parse is a provision error. Default: none; `woovi`:
+	// Woovi's published key.
+	PublicKeys []string `json:"public_keys,omitempty"`
+
 	// The header that carries the signature or token. Default: the
-	// scheme's own header; required for `hmac`, `token` and `evolution`.
+	// scheme's own header (`Authorization` for `jwt`); required for
+	// `hmac`, `token`, `ed25519` and `rsa`. With `evolution`, a header
+	// selects the token mode (default: Evolution's JWT in `Authorization`).
 	Header string `json:"header,omitempty"`
 
-	// The HMAC hash for `hmac`: `sha1`, `sha256` or `sha512`.
-	// Default: `sha256`.
+	// The hash: for `hmac`, `sha1`, `sha256` or `sha512`; for `rsa`,
+	// `sha256` or `sha512`. Default: `sha256`.
 	Algorithm string `json:"algorithm,omitempty"`
 
-	// How the `hmac` signature is written: `hex` or `base64`.
-	// Default: `hex`.
+	// How the signature of `hmac`, `ed25519` or `rsa` is written: `hex`
+	// or `base64`. Default: `hex`; `base64` for `rsa`.
 	Encoding string `json:"encoding,omitempty"`
+
+	// The padding of `rsa` signatures: `pkcs1` (PKCS #1 v1.5) or `pss`.
+	// Default: `pkcs1`.
+	Padding string `json:"padding,omitempty"`
 
 	// A prefix in front of the `hmac` signature or the `token`, such as
 	// `sha256=` or `Bearer `. When set, a header value without it is
-	// rejected. Default: none.
+	// rejected. Default: none (`Bearer `, in any case, for `jwt`).
 	Prefix string `json:"prefix,omitempty"`
 
 	// How far a signed timestamp may be from the current time, for the
-	// schemes that sign one. Default: 5m.
+	// schemes that sign one; for `jwt`, the leeway on `exp`, `nbf` and
+	// `iat`. Default: 5m; for `mercadopago`, no check.
 	Tolerance caddy.Duration `json:"tolerance,omitempty"`
 
 	// The public URL the provider signs, for schemes that sign the URL
-	// (`twilio`, `square`). The query string of the request is appended
+	// (`twilio`, `square`, `hubspot`). The query string of the request is appended
 	// unless this URL has one. Placeholders such as `{env.X}` are
 	// resolved at provision time. Default: reconstructed from the
 	// request: its Host and path, `https` when it came over TLS, and
 	// `X-Forwarded-Proto`/`X-Forwarded-Host` only when the server marks
 	// the request as coming from one of its `trusted_proxies`.
 	URL string `json:"url,omitempty"`
+
+	// The partner application's RSA private key, PEM (PKCS #1 or #8),
+	// for `stone`: the pair of the public key registered with Stone,
+	// usually `{file./run/secrets/stone.pem}`. Placeholders are resolved
+	// at provision, where a key that does not parse is an error.
+	// Required for `stone`.
+	PrivateKey string `json:"private_key,omitempty"`
+
+	// The URL of Stone's signing key set, fetched at provision, cached,
+	// refreshed hourly and shared across reloads (docs/providers.md:
+	// Stone). Default: Stone's production discovery URL,
+	// `https://api.openbank.stone.com.br/api/v1/discovery/keys`.
+	JWKSURL string `json:"jwks_url,omitempty"`
+
+	// A file holding Stone's signing key set, instead of jwks_url.
+	// Default: none.
+	JWKSFile string `json:"jwks_file,omitempty"`
+
+	// Hand the verified event JSON to the next handler as the body,
+	// instead of Stone's encrypted envelope, with `Content-Type:
+	// application/json` and its Content-Length. Default: false (the
+	// raw body is passed on).
+	Decrypt bool `json:"decrypt,omitempty"`
 }
 
 // verifySchemes lists the generic schemes besides the provider presets.
-var verifySchemes = map[string]bool{"hmac": true, "token": true, "off": true}
+var verifySchemes = map[string]bool{"hmac": true, "token": true, "jwt": true, "ed25519": true, "rsa": true, "off": true}
 
 // knownScheme reports whether name is a verification scheme.
 func knownScheme(name string) bool {
@@ -69,7 +111,7 @@ func knownScheme(name string) bool {
 
 // provisionVerifier builds the verifier from the provider and the verify
 // block, resolving secret placeholders.
-func (h *Handler) provisionVerifier() error {
+func (h *Handler) provisionVerifier(ctx caddy.Context) error {
 	cfg := VerifyConfig{}
 	if h.Verify != nil {
 		cfg = *h.Verify
@@ -89,6 +131,12 @@ func (h *Handler) provisionVerifier() error {
 	if !knownScheme(cfg.Scheme) {
 		return fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
 	}
+	if err := checkStoneOptions(cfg.Scheme, cfg); err != nil {
+		return err
+	}
+	if cfg.Scheme == "stone" {
+		return h.provisionStone(ctx, cfg)
+	}
 	repl := caddy.NewReplacer()
 	secrets := make([]string, 0, len(cfg.Secrets))
 	for i, s := range cfg.Secrets {
@@ -102,8 +150,8 @@ func (h *Handler) provisionVerifier() error {
 		secrets = append(secrets, v)
 	}
 	cfg.Secrets = secrets
-	if len(cfg.Secrets) == 0 && cfg.Scheme != "stone" {
-		return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
+	if err := checkKeyMaterial(cfg); err != nil {
+		return err
 	}
 	v, err := newVerifier(cfg)
 	if err != nil {
@@ -127,11 +175,21 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		}
 		cfg.URL = u
 	}
+	var err error
+	if cfg.PublicKeys, err = resolvePublicKeys(cfg.PublicKeys); err != nil {
+		return nil, err
+	}
 	switch cfg.Scheme {
 	case "hmac":
 		return newHMACVerifier(cfg)
 	case "token":
 		return newTokenVerifier(cfg)
+	case "jwt":
+		return newJWTVerifier(cfg)
+	case "ed25519":
+		return newEd25519Verifier(cfg)
+	case "rsa":
+		return newRSAVerifier(cfg)
 	}
 	p, ok := providers[cfg.Scheme]
 	if !ok || p.verifier == nil {
@@ -157,7 +215,10 @@ func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, err
 	}
 	if cfg.URL != "" {
-		return nil, errors.New("hmac signs no url (the twilio and square schemes do)")
+		return nil, errors.New("hmac signs no url (the twilio, square and hubspot schemes do)")
+	}
+	if cfg.Padding != "" {
+		return nil, errors.New("hmac takes no padding")
 	}
 	return signature.NewHMAC(cfg.Header, cfg.Prefix, h, enc, cfg.Secrets)
 }
@@ -167,10 +228,19 @@ func newTokenVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	if cfg.Header == "" {
 		return nil, errors.New("a header is required (header <name> in the verify block)")
 	}
-	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
-		return nil, errors.New("a token takes no algorithm, encoding or url")
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" || cfg.Padding != "" {
+		return nil, errors.New("a token takes no algorithm, encoding, padding or url")
 	}
 	return signature.NewToken(cfg.Header, cfg.Prefix, cfg.Secrets)
+}
+
+// newJWTVerifier builds the generic `jwt` scheme: HS256, in
+// `Authorization: Bearer` unless a header and prefix are given.
+func newJWTVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
+		return nil, errors.New("a jwt takes no algorithm (HS256 only), encoding or url")
+	}
+	return signature.NewJWT(cfg.Header, cfg.Prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
 }
 
 // hashFunc maps an `algorithm` value to its hash.
@@ -197,8 +267,8 @@ func parseEncoding(name string) (signature.Encoding, error) {
 	return 0, fmt.Errorf("invalid encoding '%s': want hex or base64", name)
 }
 
-// publicURL is the URL the schemes that sign one (`twilio`, `square`)
-// check: cfg.URL, resolved at provision, else the request's.
+// publicURL is the URL the schemes that sign one (`twilio`, `square`,
+// `hubspot`) check: cfg.URL, resolved at provision, else the request's.
 func (cfg VerifyConfig) publicURL() signature.PublicURL {
 	configured := cfg.URL
 	return func(dst []byte, r *http.Request) []byte {

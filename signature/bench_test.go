@@ -17,7 +17,7 @@ import (
 // verifier with one secret.
 func BenchmarkVerify(b *testing.B) {
 	for _, c := range sigtest.Cases() {
-		b.Run(c.Scheme, func(b *testing.B) {
+		b.Run(c.Label(), func(b *testing.B) {
 			v, err := newScheme(c, 0, []string{c.Secrets[0]})
 			if err != nil {
 				b.Fatal(err)

@@ -27,54 +27,83 @@ import (
 //   - iFood: `X-IFood-Signature`, HMAC-SHA256 hex keyed with the client
 //     secret (iFood Developer Portal, "Webhook signature").
 func NewHMAC(header, prefix string, h crypto.Hash, enc Encoding, secrets []string) (Verifier, error) {
-	if header == "" {
-		return nil, errors.New("no header name")
+	sh, err := newSignedHeader(header, prefix, enc)
+	if err != nil {
+		return nil, err
 	}
 	if !h.Available() || h.Size() > sha512.Size {
 		return nil, fmt.Errorf("hash %v is not available or longer than %d bytes", h, sha512.Size)
 	}
-	if enc != Hex && enc != Base64 {
-		return nil, fmt.Errorf("unknown encoding %d", enc)
-	}
-	return &hmacVerifier{
-		header:   http.CanonicalHeaderKey(header),
-		prefix:   prefix,
-		encoding: enc,
-		keys:     newHMACKeyring(h.New, rawSecrets(secrets)),
-	}, nil
+	return &hmacVerifier{signedHeader: sh, keys: newHMACKeyring(h.New, rawSecrets(secrets))}, nil
 }
 
 // hmacVerifier is the scheme of NewHMAC.
 type hmacVerifier struct {
-	header   string
-	prefix   string
-	encoding Encoding
-	keys     keyring
+	signedHeader
+	keys keyring
 }
 
 // Verify implements Verifier.
 func (v *hmacVerifier) Verify(r *http.Request, body []byte) error {
 	var sigs sigSet
-	present := false
-	for _, val := range r.Header[v.header] {
-		if val = strings.TrimSpace(val); val == "" {
-			continue // an empty value is no signature: missing, as none
+	if err := v.signatures(r, maxSignatures, &sigs); err != nil {
+		return err
+	}
+	return v.keys.check(nil, body, &sigs)
+}
+
+// signedHeader is the header of a generic scheme: its name, the prefix
+// of its values, and how signatures are written in it.
+type signedHeader struct {
+	header   string
+	prefix   string
+	encoding Encoding
+}
+
+func newSignedHeader(header, prefix string, enc Encoding) (signedHeader, error) {
+	if header == "" {
+		return signedHeader{}, errors.New("no header name")
+	}
+	if enc != Hex && enc != Base64 {
+		return signedHeader{}, fmt.Errorf("unknown encoding %d", enc)
+	}
+	return signedHeader{header: http.CanonicalHeaderKey(header), prefix: prefix, encoding: enc}, nil
+}
+
+// signatures decodes into sigs the signatures of the header's values (at
+// most limit of them); ErrMissing when the header is absent, or has only
+// empty or blank values.
+func (s *signedHeader) signatures(r *http.Request, limit int, sigs *sigSet) error {
+	values, err := headerValues(r.Header, s.header)
+	if err != nil {
+		return err
+	}
+	eachSignature(values, s.prefix, limit, func(sig string) bool { return sigs.add(s.encoding, sig) })
+	return nil
+}
+
+// eachSignature calls take with each value of a repeated signature
+// header, trimmed and without prefix (a value without the prefix is
+// skipped, when prefix is not empty), until take returns false or limit
+// values were looked at.
+func eachSignature(values []string, prefix string, limit int, take func(sig string) bool) {
+	for i, val := range values {
+		if i >= limit {
+			return
 		}
-		present = true
-		if v.prefix != "" {
+		if val = strings.TrimSpace(val); val == "" {
+			continue // an empty value is no signature
+		}
+		if prefix != "" {
 			var ok bool
-			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
+			if val, ok = strings.CutPrefix(val, prefix); !ok {
 				continue
 			}
 		}
-		if !sigs.add(v.encoding, val) {
-			break
+		if !take(val) {
+			return
 		}
 	}
-	if !present {
-		return ErrMissing
-	}
-	return v.keys.check(nil, body, &sigs)
 }
 
 // NewToken returns the generic token scheme: the named header carries one

@@ -31,6 +31,19 @@ func headerValue(h http.Header, canonical string) string {
 	return ""
 }
 
+// headerValues are the values of a repeated signature header given by its
+// canonical name; ErrMissing when it has none that is not empty or blank,
+// the rule of headerValue.
+func headerValues(h http.Header, canonical string) ([]string, error) {
+	values := h[canonical]
+	for _, v := range values {
+		if strings.TrimSpace(v) != "" {
+			return values, nil
+		}
+	}
+	return nil, ErrMissing
+}
+
 // sigSet holds the decoded signatures of one request, at most
 // maxSignatures of them, without allocating.
 type sigSet struct {
@@ -135,6 +148,12 @@ func checkTimestamp(v string, tolerance time.Duration, millis bool) error {
 	} else {
 		t = time.Unix(int64(ts), 0)
 	}
+	return withinTolerance(t, tolerance)
+}
+
+// withinTolerance checks a signed time against the tolerance, in the past
+// and in the future.
+func withinTolerance(t time.Time, tolerance time.Duration) error {
 	d := now().Sub(t)
 	if d > tolerance || d < -tolerance {
 		return ErrTimestamp

@@ -61,6 +61,12 @@ func rawSecrets(secrets []string) [][]byte {
 // match reports whether the MAC of msg followed by body, under any key,
 // equals any of sigs. Every comparison is constant-time.
 func (kr keyring) match(msg, body []byte, sigs *sigSet) bool {
+	return kr.matchTail(msg, body, nil, sigs)
+}
+
+// matchTail is match for a message that continues after the body
+// (HubSpot signs `{method}{url}{body}{timestamp}`).
+func (kr keyring) matchTail(msg, body, tail []byte, sigs *sigSet) bool {
 	if sigs.n == 0 {
 		return false
 	}
@@ -72,6 +78,7 @@ func (kr keyring) match(msg, body []byte, sigs *sigSet) bool {
 		}
 		st.h.Write(msg)
 		st.h.Write(body)
+		st.h.Write(tail)
 		sum := st.h.Sum(st.sum[:0])
 		ok := 0
 		for i := 0; i < sigs.n; i++ {
@@ -87,7 +94,12 @@ func (kr keyring) match(msg, body []byte, sigs *sigSet) bool {
 
 // check is match as an error: nil, or ErrInvalid.
 func (kr keyring) check(msg, body []byte, sigs *sigSet) error {
-	if !kr.match(msg, body, sigs) {
+	return kr.checkTail(msg, body, nil, sigs)
+}
+
+// checkTail is matchTail as an error: nil, or ErrInvalid.
+func (kr keyring) checkTail(msg, body, tail []byte, sigs *sigSet) error {
+	if !kr.matchTail(msg, body, tail, sigs) {
 		return ErrInvalid
 	}
 	return nil

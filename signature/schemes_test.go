@@ -2,6 +2,8 @@ package signature_test
 
 import (
 	"crypto"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,7 +17,44 @@ import (
 // newScheme builds, with this package's constructors, the verifier the
 // module's preset table builds for c.Scheme with c's options.
 func newScheme(c sigtest.Case, tolerance time.Duration, secrets []string) (signature.Verifier, error) {
+	secrets, public := c.Keys(secrets)
 	switch c.Scheme {
+	case "discord":
+		keys, err := ed25519Keys(public)
+		if err != nil {
+			return nil, err
+		}
+		return signature.NewDiscord(keys, tolerance)
+	case "woovi", "rsa":
+		keys, err := rsaKeys(public)
+		if err != nil {
+			return nil, err
+		}
+		if c.Scheme == "woovi" {
+			return signature.NewWoovi(keys)
+		}
+		h := map[string]crypto.Hash{"": crypto.SHA256, "sha256": crypto.SHA256, "sha512": crypto.SHA512}[c.Algorithm]
+		padding := signature.PKCS1v15
+		if c.Padding == "pss" {
+			padding = signature.PSS
+		}
+		return signature.NewRSA(c.Header, c.Prefix, h, padding, encoding(c.Encoding, signature.Base64), keys)
+	case "ed25519":
+		keys, err := ed25519Keys(public)
+		if err != nil {
+			return nil, err
+		}
+		return signature.NewEd25519(c.Header, c.Prefix, encoding(c.Encoding, signature.Hex), keys)
+	case "twitch":
+		return signature.NewTwitch(secrets, tolerance), nil
+	case "zoom":
+		return signature.NewZoom(secrets, tolerance), nil
+	case "linear":
+		return signature.NewLinear(secrets, tolerance), nil
+	case "razorpay":
+		return signature.NewHMAC("X-Razorpay-Signature", "", crypto.SHA256, signature.Hex, secrets)
+	case "hubspot":
+		return signature.NewHubSpot(secrets, configuredURL(c.URL), tolerance), nil
 	case "stripe":
 		return signature.NewStripe(secrets, tolerance), nil
 	case "paddle":
@@ -23,9 +62,9 @@ func newScheme(c sigtest.Case, tolerance time.Duration, secrets []string) (signa
 	case "slack":
 		return signature.NewSlack(secrets, tolerance), nil
 	case "standard":
-		return signature.NewStandardWebhooks("webhook-", secrets, tolerance)
+		return signature.NewStandardWebhooks("webhook-", append(secrets, public...), tolerance)
 	case "svix":
-		return signature.NewStandardWebhooks("svix-", secrets, tolerance)
+		return signature.NewStandardWebhooks("svix-", append(secrets, public...), tolerance)
 	case "mercadopago":
 		return signature.NewMercadoPago(secrets, tolerance), nil
 	case "pagbank":
@@ -44,15 +83,58 @@ func newScheme(c sigtest.Case, tolerance time.Duration, secrets []string) (signa
 		return signature.NewHMAC("X-IFood-Signature", "", crypto.SHA256, signature.Hex, secrets)
 	case "hmac":
 		h := map[string]crypto.Hash{"": crypto.SHA256, "sha1": crypto.SHA1, "sha256": crypto.SHA256, "sha512": crypto.SHA512}[c.Algorithm]
-		enc := signature.Hex
-		if c.Encoding == "base64" {
-			enc = signature.Base64
-		}
-		return signature.NewHMAC(c.Header, c.Prefix, h, enc, secrets)
-	case "token", "evolution", "stone":
+		return signature.NewHMAC(c.Header, c.Prefix, h, encoding(c.Encoding, signature.Hex), secrets)
+	case "token":
 		return signature.NewToken(c.Header, c.Prefix, secrets)
+	case "evolution":
+		if c.Header != "" {
+			return signature.NewToken(c.Header, c.Prefix, secrets)
+		}
+		return signature.NewJWT("", "", secrets, tolerance)
+	case "jwt":
+		return signature.NewJWT(c.Header, c.Prefix, secrets, tolerance)
+	case "asaas":
+		return signature.NewToken("asaas-access-token", "", secrets)
 	}
 	return nil, fmt.Errorf("no constructor for scheme %s", c.Scheme)
+}
+
+// encoding maps a verify block's encoding to the package's, with a
+// default.
+func encoding(name string, def signature.Encoding) signature.Encoding {
+	switch name {
+	case "hex":
+		return signature.Hex
+	case "base64":
+		return signature.Base64
+	}
+	return def
+}
+
+// ed25519Keys parses public keys with the package's parser.
+func ed25519Keys(values []string) ([]ed25519.PublicKey, error) {
+	keys := make([]ed25519.PublicKey, len(values))
+	for i, v := range values {
+		k, err := signature.ParseEd25519PublicKey(v)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// rsaKeys parses public keys with the package's parser.
+func rsaKeys(values []string) ([]*rsa.PublicKey, error) {
+	keys := make([]*rsa.PublicKey, len(values))
+	for i, v := range values {
+		k, err := signature.ParseRSAPublicKey(v)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
 }
 
 // build is newScheme for sigtest.Run.
@@ -83,7 +165,7 @@ func configuredURL(u string) signature.PublicURL {
 // configures it, through the checks of every signature scheme.
 func TestVerifySchemes(t *testing.T) {
 	for _, c := range sigtest.Cases() {
-		t.Run(c.Scheme, func(t *testing.T) { sigtest.Run(t, c, build(c)) })
+		t.Run(c.Label(), func(t *testing.T) { sigtest.Run(t, c, build(c)) })
 	}
 }
 

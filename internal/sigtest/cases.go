@@ -8,6 +8,7 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	paddle "github.com/PaddleHQ/paddle-go-sdk/v4"
+	"github.com/go-jose/go-jose/v4"
 	"github.com/google/go-github/v72/github"
 	"github.com/slack-go/slack"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -45,7 +47,36 @@ type Case struct {
 
 	// The verify options the scheme is configured with, as in the
 	// module's verify block.
-	Header, Prefix, Algorithm, Encoding, URL string
+	Header, Prefix, Algorithm, Encoding, URL, Padding string
+
+	// Name tells cases of one scheme apart; Label is the scheme when it
+	// is empty.
+	Name string
+
+	// Public, for schemes that verify with a public key, gives the
+	// public key (as written in the module's public_key) of the private
+	// key each secret names; the verifier gets public keys, not secrets.
+	Public func(secret string) string
+}
+
+// Label names the case in tests.
+func (c Case) Label() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.Scheme
+}
+
+// Keys returns what the verifier of c is built with for these secrets:
+// the secrets, or their public keys.
+func (c Case) Keys(secrets []string) (secretValues, publicKeys []string) {
+	if c.Public == nil {
+		return secrets, nil
+	}
+	for _, s := range secrets {
+		publicKeys = append(publicKeys, c.Public(s))
+	}
+	return nil, publicKeys
 }
 
 // Standard Webhooks secrets: two valid ones and a wrong one.
@@ -56,7 +87,7 @@ var StdSecretC = "whsec_" + base64.StdEncoding.EncodeToString([]byte("a wrong st
 
 // Cases lists a case for every preset and generic scheme.
 func Cases() []Case {
-	return []Case{
+	return append([]Case{
 		{
 			Scheme:  "stripe",
 			Secrets: [3]string{"whsec_test_secret_one", "whsec_test_secret_two", "whsec_wrong"},
@@ -136,12 +167,12 @@ func Cases() []Case {
 			Scheme:  "mercadopago",
 			Secrets: [3]string{"mp-secret-1", "mp-secret-2", "mp-wrong"},
 			Target:  "/hooks/mp?data.id=ABC123&type=payment",
-			Body:    `{"action":"payment.updated","data":{"id":"abc123"},"type":"payment"}`,
+			Body:    `{"action":"payment.updated","data":{"id":"ABC123"},"type":"payment"}`,
 			Sign: func(t testing.TB, secret string, d *Delivery) {
 				ts := Unix(d.At)
 				reqID := "bb56a2f1-6aae-46ac-982e-9dcd3581d08e"
-				// data.id is lower-cased in the manifest
-				manifest := "id:abc123;request-id:" + reqID + ";ts:" + ts + ";"
+				// data.id is signed as received (Mercado Pago's SDKs)
+				manifest := "id:ABC123;request-id:" + reqID + ";ts:" + ts + ";"
 				d.Req.Header.Set("x-request-id", reqID)
 				d.Req.Header.Set("x-signature", "ts="+ts+",v1="+HMACHex(secret, manifest))
 			},
@@ -149,7 +180,7 @@ func Cases() []Case {
 			Timestamped: true,
 			// the manifest does not cover the body; its data.id must match
 			Tamper: func(d *Delivery) []byte {
-				return bytes.Replace(d.Body, []byte("abc123"), []byte("abc124"), 1)
+				return bytes.Replace(d.Body, []byte("ABC123"), []byte("ABC124"), 1)
 			},
 		},
 		{
@@ -243,16 +274,17 @@ func Cases() []Case {
 			Tamper:  func(d *Delivery) []byte { return nil },
 		},
 		{
-			Scheme:  "stone",
-			Secrets: [3]string{"stone-gw-1", "stone-gw-2", "stone-wrong"},
-			Body:    `{"event":"charge.paid"}`,
-			Header:  "X-Gateway-Token",
+			Scheme:  "asaas",
+			Secrets: [3]string{"asaas-webhook-token-one", "asaas-webhook-token-two", "asaas-wrong"},
+			Body:    `{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED","payment":{"object":"payment","id":"pay_080225913252"}}`,
 			Sign: func(t testing.TB, secret string, d *Delivery) {
-				d.Req.Header.Set("X-Gateway-Token", secret)
+				d.Req.Header.Set("asaas-access-token", secret)
 			},
-			Headers: []string{"X-Gateway-Token"},
+			Headers: []string{"asaas-access-token"},
 			Tamper:  func(d *Delivery) []byte { return nil },
 		},
+		JWTCase("evolution"),
+		JWTCase("jwt"),
 		{
 			Scheme:  "hmac",
 			Secrets: [3]string{"generic-1", "generic-2", "generic-wrong"},
@@ -276,6 +308,30 @@ func Cases() []Case {
 			Headers: []string{"Authorization"},
 			Tamper:  func(d *Delivery) []byte { return nil },
 		},
+	}, moreCases()...)
+}
+
+// JWTCase is an HS256 JWT in `Authorization: Bearer`, claims as Evolution
+// API makes them (WebhookController.generateJwtToken), signed with
+// go-jose, another implementation than the verifier's golang-jwt. The
+// secrets are 32 bytes or more, as go-jose demands of HS256 keys; the
+// signature package's tests replay tokens made with a shorter key by
+// jsonwebtoken, Evolution's own library.
+func JWTCase(scheme string) Case {
+	return Case{
+		Scheme: scheme,
+		Secrets: [3]string{
+			"evolution-jwt-key-0123456789abcdef",
+			"evolution-jwt-key-fedcba9876543210",
+			"evolution-jwt-key-wrong-0000000000",
+		},
+		Body: `{"event":"messages.upsert","instance":"main","data":{"key":{"id":"3EB0C767D26A1D3A0B45"}}}`,
+		Sign: func(t testing.TB, secret string, d *Delivery) {
+			claims := fmt.Sprintf(`{"iat":%d,"exp":%d,"app":"evolution","action":"webhook"}`, d.At.Unix(), d.At.Add(10*time.Minute).Unix())
+			d.Req.Header.Set("Authorization", "Bearer "+StoneJWS(t, []byte(claims), jose.HS256, []byte(secret), ""))
+		},
+		Headers: []string{"Authorization"},
+		Tamper:  func(d *Delivery) []byte { return nil },
 	}
 }
 

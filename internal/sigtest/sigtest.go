@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -57,6 +58,13 @@ type Delivery struct {
 // NewDelivery returns an unsigned POST of body to target.
 func NewDelivery(target string, body []byte, at time.Time) *Delivery {
 	return &Delivery{Body: body, At: at, Req: httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))}
+}
+
+// SetBody replaces the body of the delivery and of its request.
+func (d *Delivery) SetBody(body []byte) {
+	d.Body = body
+	d.Req.Body = io.NopCloser(bytes.NewReader(body))
+	d.Req.ContentLength = int64(len(body))
 }
 
 // Unix is t in Unix seconds.
