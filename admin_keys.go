@@ -18,6 +18,9 @@ type keyAdmin interface {
 	// forget deletes a completed key and returns the state it found; a
 	// key in flight is left alone.
 	forget(ctx context.Context, key string) (keyInfo, error)
+	// forgetIf deletes a completed key if it holds exactly record, and
+	// reports whether it did.
+	forgetIf(ctx context.Context, key string, record []byte) (bool, error)
 }
 
 // keyState is a key's state as the admin API names it.
@@ -103,11 +106,25 @@ func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key str
 // handleForget forgets a completed key so that the provider's next retry
 // is processed: 204; 404 when the key is absent; 409 while it is in flight
 // (its delivery is being processed, and forgetting it would let a
-// duplicate run alongside).
+// duplicate run alongside). A key claimed with a guard (guard.go) is
+// forgotten with it, the guard first: the guard is the body's key, so
+// while it stays, a retry of the same bytes is a duplicate whatever id it
+// carries. The guard is deleted only while it holds the key's record.
 func handleForget(w http.ResponseWriter, r *http.Request, src *adminSource, key string) error {
-	ka, storeKey, _, err := src.keyStore(key)
+	ka, storeKey, h, err := src.keyStore(key)
 	if err != nil {
 		return err
+	}
+	if h.guards() {
+		info, err := ka.inspect(r.Context(), storeKey)
+		if err != nil {
+			return storeError(src.name, err)
+		}
+		if guard := h.recordGuard(key, info); guard != "" {
+			if _, err := ka.forgetIf(r.Context(), guard, info.record); err != nil {
+				return storeError(src.name, err)
+			}
+		}
 	}
 	info, err := ka.forget(r.Context(), storeKey)
 	if err != nil {

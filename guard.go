@@ -1,7 +1,9 @@
 package webhookidempotency
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"unsafe"
 )
 
@@ -60,6 +62,31 @@ func signsKey(signed []string, ks keySource) bool {
 		}
 	}
 	return false
+}
+
+// guards reports whether the handler claims any key with a guard.
+func (h *Handler) guards() bool {
+	for _, ks := range h.keys {
+		if ks.unsigned {
+			return true
+		}
+	}
+	return false
+}
+
+// recordGuard returns the guard a completed key (its value, as in the key
+// placeholder, and what the store holds) was claimed with: the body key of
+// its record's body hash. It is "" when the key is a body key itself, is
+// not completed, or its record cannot be read.
+func (h *Handler) recordGuard(key string, info keyInfo) string {
+	if info.state != keyCompleted || strings.HasPrefix(key, bodyHashPrefix) {
+		return ""
+	}
+	rec, err := decodeRecord(info.record)
+	if err != nil || len(rec.bodyHash) != sha256.Size {
+		return ""
+	}
+	return h.guardKey((*[sha256.Size]byte)(rec.bodyHash))
 }
 
 // guardKey is the guard of a key taken from an unsigned source: the key of

@@ -38,5 +38,20 @@ func (t *memoryTable) keyInfo(key string, forget bool) keyInfo {
 	return info
 }
 
+// forgetIf implements keyAdmin.
+func (m *MemoryStore) forgetIf(_ context.Context, key string, record []byte) (bool, error) {
+	t := m.table
+	nowNano := now().UnixNano()
+	s := t.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[key]
+	if !ok || e.expires <= nowNano || s.inFlight(key, e) || e.record != string(record) {
+		return false, nil
+	}
+	t.remove(s, key, e)
+	return true, nil
+}
+
 // Interface guard
 var _ keyAdmin = (*MemoryStore)(nil)

@@ -29,14 +29,48 @@ end
 return {2, t, v}
 `)
 
+// ARGV: a value. Deletes the key if it holds that value; returns 1 when it
+// did, else 0.
+var redisForgetIfScript = luaScript(`
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+	redis.call('DEL', KEYS[1])
+	return 1
+end
+return 0
+`)
+
 // inspect implements keyAdmin.
 func (s *RedisStore) inspect(ctx context.Context, key string) (keyInfo, error) {
 	return s.keyInfo(ctx, key, "0")
 }
 
-// forget implements keyAdmin.
+// forget implements keyAdmin. This instance's copy of the key's record
+// (store_redis_recent.go) goes too, unless the key is in flight.
 func (s *RedisStore) forget(ctx context.Context, key string) (keyInfo, error) {
-	return s.keyInfo(ctx, key, "1")
+	info, err := s.keyInfo(ctx, key, "1")
+	if err == nil && info.state != keyInFlight {
+		s.forgetRecent(key)
+	}
+	return info, err
+}
+
+// forgetIf implements keyAdmin; this instance's copy of the record goes
+// with the key.
+func (s *RedisStore) forgetIf(ctx context.Context, key string, record []byte) (bool, error) {
+	if s.client == nil {
+		return false, fmt.Errorf("redis store: store is not provisioned")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	v, err := redisForgetIfScript.Run(ctx, s.client.client, []string{key}, record).Result()
+	if err != nil {
+		return false, fmt.Errorf("redis store: %w", err)
+	}
+	if v != int64(1) {
+		return false, nil
+	}
+	s.forgetRecent(key)
+	return true, nil
 }
 
 func (s *RedisStore) keyInfo(ctx context.Context, key, forget string) (keyInfo, error) {
