@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -288,4 +290,37 @@ func sizeName(n int) string {
 		return strconv.Itoa(n>>10) + "KiB"
 	}
 	return strconv.Itoa(n) + "B"
+}
+
+// BenchmarkBodyDeadline is the body's deadline, bounded by the server's
+// read timeout, on a request whose context is built as net/http and Caddy
+// build it (the server at the root, under the connection's and the
+// request's contexts and Caddy's seven values): "lookup" finds the server
+// in the context on every request, "kept" uses the bound the handler kept
+// from its first request.
+func BenchmarkBodyDeadline(b *testing.B) {
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, &http.Server{ReadTimeout: time.Minute})
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{})
+	ctx = context.WithValue(ctx, caddyhttp.ConnCtxKey, nil)
+	ctx, cancelConn := context.WithCancel(ctx)
+	defer cancelConn()
+	ctx, cancelRequest := context.WithCancel(ctx)
+	defer cancelRequest()
+	for _, key := range []caddy.CtxKey{caddy.ReplacerCtxKey, caddyhttp.ServerCtxKey, caddyhttp.VarsCtxKey,
+		"route_group", caddyhttp.OriginalRequestCtxKey, caddyhttp.ExtraLogFieldsCtxKey, caddyhttp.ErrorCtxKey} {
+		ctx = context.WithValue(ctx, key, nil)
+	}
+	h := &Handler{BodyTimeout: caddy.Duration(10 * time.Second), bodyWait: new(atomic.Int64)}
+	rs := &requestState{h: h, r: httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)}
+	for _, kept := range []bool{false, true} {
+		b.Run(map[bool]string{false: "lookup", true: "kept"}[kept], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !kept {
+					h.bodyWait.Store(0)
+				}
+				_ = rs.bodyDeadline()
+			}
+		})
+	}
 }

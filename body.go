@@ -99,11 +99,20 @@ func (rs *requestState) readBody() error {
 
 // bodyDeadline is when the body must have arrived: body_timeout from now,
 // or earlier when the server's own read timeout (Caddy's `read_body`) is
-// shorter.
+// shorter. A handler belongs to one server, whose read timeout does not
+// change: the bound is looked up in the request's context once, on the
+// first request that carries the server, and kept.
 func (rs *requestState) bodyDeadline() time.Time {
-	d := time.Duration(rs.h.BodyTimeout)
-	if srv, ok := rs.r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ReadTimeout > 0 {
-		d = min(d, srv.ReadTimeout)
+	h := rs.h
+	d := time.Duration(h.bodyWait.Load())
+	if d == 0 {
+		d = time.Duration(h.BodyTimeout)
+		if srv, ok := rs.r.Context().Value(http.ServerContextKey).(*http.Server); ok {
+			if srv.ReadTimeout > 0 {
+				d = min(d, srv.ReadTimeout)
+			}
+			h.bodyWait.Store(int64(d))
+		}
 	}
 	return time.Now().Add(d)
 }

@@ -184,6 +184,41 @@ func slowBody(t *testing.T, addr string, declared, sent int, header ...string) n
 	return conn
 }
 
+// The server's own read timeout (`read_body`) bounds the body when it is
+// shorter than body_timeout, on the first request (which finds the server
+// in its context) and on the next ones (which use the bound the handler
+// kept): each stalled body is answered 408 long before body_timeout. With
+// Caddy's idle body reader (`read_body_idle`, on by default) Caddy caps the
+// handler's deadline itself; without it, the handler must take the
+// earlier of the two, since its deadline replaces the server's.
+func TestE2EBodyTimeoutBoundedByReadBody(t *testing.T) {
+	for _, tc := range []struct{ name, idle string }{{"idle reader", ""}, {"no idle reader", "\n\t\t\tread_body_idle -1s"}} {
+		idle := tc.idle
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, nil)
+			port := freePort(t)
+			startCaddy(t, "servers {\n\t\ttimeouts {\n\t\t\tread_body 500ms"+idle+"\n\t\t}\n\t}",
+				proxySite(port, "webhook_idempotency source readbody body_timeout 5m", up))
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			for i := range 2 {
+				conn := slowBody(t, addr, 100, 10, "Idempotency-Key", fmt.Sprintf("evt_readbody_%d", i))
+				// far less than body_timeout: an answer by then is read_body's
+				_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatalf("request %d: no answer to a body that stalls past read_body: %v", i, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestTimeout || string(body) != `{"error":"request body not received within body_timeout"}` {
+					t.Fatalf("request %d: %d %s, want 408 with a JSON error", i, resp.StatusCode, body)
+				}
+			}
+			wantCalls(t, up, 0)
+		})
+	}
+}
+
 // Memory for a body is taken as its bytes arrive, not as its
 // Content-Length announces: 200 connections that declare 5 MiB each and
 // send 25 bytes must not grow the heap by a gigabyte.

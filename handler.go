@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -156,7 +157,8 @@ type Handler struct {
 	rejectDiffs bool
 	logger      *zap.Logger // carries the source
 	metrics     *handlerMetrics
-	sourceValue any // Source, boxed once for the replacer
+	sourceValue any           // Source, boxed once for the replacer
+	bodyWait    *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -285,6 +287,7 @@ func (h *Handler) provisionOptions() error {
 	if h.MaxBody == 0 {
 		h.MaxBody = defaultMaxBody
 	}
+	h.bodyWait = new(atomic.Int64)
 	if h.BodyTimeout == 0 {
 		h.BodyTimeout = caddy.Duration(defaultBodyTimeout)
 	}
