@@ -125,26 +125,17 @@ func (q *archiveQueue) stop() {
 
 // The archive's metrics (docs/operating.md#metrics).
 var (
-	metricArchiveEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "archive_events_total",
-		Help:      "Events appended to the archive, by source.",
-	}, []string{"source"})
+	metricArchiveEvents = newCounter("archive_events_total",
+		"Events appended to the archive, by source.",
+		"source")
 
-	metricArchiveErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "archive_errors_total",
-		Help:      "Events that could not be appended to the archive (a store error), by source.",
-	}, []string{"source"})
+	metricArchiveErrors = newCounter("archive_errors_total",
+		"Events that could not be appended to the archive (a store error), by source.",
+		"source")
 
-	metricArchiveDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "archive_dropped_total",
-		Help:      "Events not archived because the archive's background queue was full, by source.",
-	}, []string{"source"})
+	metricArchiveDropped = newCounter("archive_dropped_total",
+		"Events not archived because the archive's background queue was full, by source.",
+		"source")
 )
 
 // archiveMetrics holds one archive's resolved series.

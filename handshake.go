@@ -8,11 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/tidwall/gjson"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
@@ -251,4 +254,53 @@ func handshakeProviders() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// The request path's handshake steps (handler.go, ServeHTTP): before the
+// body is read, and once it is verified; both come before the key is
+// resolved, so a handshake claims nothing, guard included.
+
+// queryHandshake answers, before the body is read, the preset's handshake
+// that carries neither body nor signature (Meta's GET; see handshake.go).
+// It reports whether it answered.
+func (rs *requestState) queryHandshake() (bool, error) {
+	hs := rs.h.handshake
+	if hs == nil || hs.signed {
+		return false, nil
+	}
+	return rs.answerHandshake(hs.answer(hs, rs.r, nil))
+}
+
+// bodyHandshake answers the preset's handshake once its signature is
+// verified (see handshake.go). It reports whether it answered.
+func (rs *requestState) bodyHandshake() (bool, error) {
+	hs := rs.h.handshake
+	if hs == nil || !hs.signed {
+		return false, nil
+	}
+	return rs.answerHandshake(hs.answer(hs, rs.r, rs.body.buf))
+}
+
+// answerHandshake writes a handshake's answer, when ok: the next handler
+// is not called and nothing is stored. A refused one (a wrong token)
+// counts as a failed verification.
+func (rs *requestState) answerHandshake(a handshakeAnswer, ok bool) (bool, error) {
+	if !ok {
+		return false, nil
+	}
+	if a.refused {
+		rs.setResult(resultInvalidSignature)
+		return true, writeError(rs.w, a.status, a.body, "")
+	}
+	rs.setResult(resultHandshake)
+	hdr := rs.w.Header()
+	hdr.Set("Content-Type", a.contentType)
+	hdr.Set("Content-Length", strconv.Itoa(len(a.body)))
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Cache-Control", "no-store")
+	rs.w.WriteHeader(a.status)
+	if _, err := io.WriteString(rs.w, a.body); err != nil {
+		return true, caddyhttp.Error(a.status, err)
+	}
+	return true, nil
 }

@@ -13,19 +13,13 @@ import (
 // registered in each configuration's registry, so their values survive
 // config reloads. No label carries an idempotency key.
 var (
-	metricRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "requests_total",
-		Help:      "Requests handled by webhook_idempotency, by source and result.",
-	}, []string{"source", "result"})
+	metricRequests = newCounter("requests_total",
+		"Requests handled by webhook_idempotency, by source and result.",
+		"source", "result")
 
-	metricStoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "store_errors_total",
-		Help:      "Failed store calls, by source and operation.",
-	}, []string{"source", "op"})
+	metricStoreErrors = newCounter("store_errors_total",
+		"Failed store calls, by source and operation.",
+		"source", "op")
 
 	metricStoreDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy",
@@ -35,12 +29,9 @@ var (
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op"})
 
-	metricStoreRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "store_restarts_total",
-		Help:      "Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
-	}, []string{"address"})
+	metricStoreRestarts = newCounter("store_restarts_total",
+		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
+		"address")
 
 	metricInboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
@@ -49,13 +40,21 @@ var (
 		Help:      "Inbox events in Redis, by source and state (pending, scheduled, dead), as last read by this instance.",
 	}, []string{"source", "state"})
 
-	metricInboxDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+	metricInboxDeliveries = newCounter("inbox_deliveries_total",
+		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
+		"source", "outcome")
+)
+
+// newCounter builds a counter of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
-		Name:      "inbox_deliveries_total",
-		Help:      "Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
-	}, []string{"source", "outcome"})
-)
+		Name:      name,
+		Help:      help,
+	}, labels)
+}
 
 // inboxMetrics holds one inbox's resolved series.
 type inboxMetrics struct {

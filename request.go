@@ -172,51 +172,6 @@ func (rs *requestState) unauthorized(err error) error {
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
-// queryHandshake answers, before the body is read, the preset's handshake
-// that carries neither body nor signature (Meta's GET; see handshake.go).
-// It reports whether it answered.
-func (rs *requestState) queryHandshake() (bool, error) {
-	hs := rs.h.handshake
-	if hs == nil || hs.signed {
-		return false, nil
-	}
-	return rs.answerHandshake(hs.answer(hs, rs.r, nil))
-}
-
-// bodyHandshake answers the preset's handshake once its signature is
-// verified (see handshake.go). It reports whether it answered.
-func (rs *requestState) bodyHandshake() (bool, error) {
-	hs := rs.h.handshake
-	if hs == nil || !hs.signed {
-		return false, nil
-	}
-	return rs.answerHandshake(hs.answer(hs, rs.r, rs.body.buf))
-}
-
-// answerHandshake writes a handshake's answer, when ok: the next handler
-// is not called and nothing is stored. A refused one (a wrong token)
-// counts as a failed verification.
-func (rs *requestState) answerHandshake(a handshakeAnswer, ok bool) (bool, error) {
-	if !ok {
-		return false, nil
-	}
-	if a.refused {
-		rs.setResult(resultInvalidSignature)
-		return true, writeError(rs.w, a.status, a.body, "")
-	}
-	rs.setResult(resultHandshake)
-	hdr := rs.w.Header()
-	hdr.Set("Content-Type", a.contentType)
-	hdr.Set("Content-Length", strconv.Itoa(len(a.body)))
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	hdr.Set("Cache-Control", "no-store")
-	rs.w.WriteHeader(a.status)
-	if _, err := io.WriteString(rs.w, a.body); err != nil {
-		return true, caddyhttp.Error(a.status, err)
-	}
-	return true, nil
-}
-
 // resolveKey resolves the key (see keys.go) and sets its placeholder.
 func (rs *requestState) resolveKey() {
 	h := rs.h
