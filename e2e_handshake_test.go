@@ -252,3 +252,49 @@ func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
 		}
 	}
 }
+
+// A handshake is answered before any key is resolved, so a route whose key
+// is guarded (a header the scheme does not sign) claims nothing for it,
+// guard included; the same route's events are claimed with their guard.
+func TestE2EHandshakesClaimNoGuard(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	discordKey := writeKeyFile(t, "discord.pem", sigtest.PEMPublic(sigtest.Ed25519Public("discord-app-1")))
+	route := func(path, directive string) string {
+		return fmt.Sprintf("\troute %s {\n\t\t%s {\n\t\t\tkey header:X-Event-Id body\n\t\t\tstore redis redis://%s\n\t\t}\n\t\treverse_proxy %s\n\t}\n",
+			path, directive, srv.addr(), up.addr())
+	}
+	startCaddy(t, "", fmt.Sprintf(":%d {\n%s%s%s}", port,
+		route("/slack", "webhook_idempotency slack secret 8f742231b10e8888abcd99yyyzzz85a5"),
+		route("/zoom", "webhook_idempotency zoom secret zoom-secret-token-1"),
+		route("/discord", "webhook_idempotency discord public_key {file."+discordKey+"}"),
+	))
+	base := siteURL(port)
+	slack, zoom, discord := caseNamed(t, "slack"), caseNamed(t, "zoom"), caseNamed(t, "discord")
+	for _, h := range []struct {
+		path string
+		c    sigtest.Case
+		body string
+	}{
+		{"/slack", slack, `{"token":"Jhj5","challenge":"c1","type":"url_verification"}`},
+		{"/zoom", zoom, `{"payload":{"plainToken":"qgg8"},"event_ts":1654503849680,"event":"endpoint.url_validation"}`},
+		{"/discord", discord, `{"application_id":"1093","id":"1106","token":"aW50","type":1,"version":1}`},
+	} {
+		resp, body := sendSigned(t, base, h.path, h.c, h.c.Secrets[0], []byte(h.body), "X-Event-Id", "hs_1")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s handshake: %d %s", h.path, resp.StatusCode, body)
+		}
+	}
+	if n := dbSize(t, rdb); n != 0 || up.calls.Load() != 0 {
+		t.Fatalf("handshakes on guarded routes left %d keys in Redis and called the upstream %d times", n, up.calls.Load())
+	}
+	resp, body := sendSigned(t, base, "/slack", slack, slack.Secrets[0], []byte(`{"type":"event_callback","event_id":"Ev0G"}`), "X-Event-Id", "ev_1")
+	if resp.StatusCode != http.StatusOK || up.calls.Load() != 1 {
+		t.Fatalf("slack event: %d %s", resp.StatusCode, body)
+	}
+	if n := dbSize(t, rdb); n != 2 {
+		t.Fatalf("a guarded event left %d keys in Redis, want its key and its guard", n)
+	}
+}

@@ -245,3 +245,45 @@ func TestRedisGuardedDeliveryRoundTrips(t *testing.T) {
 		t.Fatalf("a replay under a new id ran %d commands in Redis, want 1 (claim)", n)
 	}
 }
+
+// A guarded delivery is archived like any other: the new delivery with the
+// completion of its key and guard (on Redis Cluster, where the two are
+// apart, the append rides with the key's call), its replays under a new id
+// through the background queue.
+func TestE2EArchiveGuardedDeliveriesMemory(t *testing.T) {
+	testArchiveGuarded(t, "")
+}
+
+func TestRedisArchiveGuardedDeliveries(t *testing.T) {
+	srv := startRedis(t)
+	testArchiveGuarded(t, "store redis redis://"+srv.addr())
+}
+
+func TestRedisClusterArchiveGuardedDeliveries(t *testing.T) {
+	cluster := startRedisCluster(t)
+	testArchiveGuarded(t, fmt.Sprintf(`store redis {
+			address %s
+		}`, strings.Join(cluster.addrs(), " ")))
+}
+
+func testArchiveGuarded(t *testing.T, store string) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	c := startCaddy(t, "", githubSite(port, up, store+"\n\t\tarchive"))
+	body := []byte(`{"ref":"refs/heads/main","after":"a4a4"}`)
+	answers := resendSigned(t, siteURL(port)+"/gh", body, "d1", "d2")
+	wantExecutedOnce(t, up, answers, []string{"d1", "d2"})
+	type event struct{ Key, Result string }
+	var got struct{ Events []event }
+	adminWait(t, 10*time.Second, "two archived events", func() bool {
+		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/github/events", &got)
+		return len(got.Events) >= 2
+	})
+	// newest first
+	if want := []event{{"d2", resultReplayed}, {"d1", resultNew}}; len(got.Events) != 2 || got.Events[0] != want[0] || got.Events[1] != want[1] {
+		t.Fatalf("archived %+v, want %+v", got.Events, want)
+	}
+	if v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_archive_errors_total", "source", "github"); v != 0 {
+		t.Fatalf("%v archive appends failed", v)
+	}
+}
