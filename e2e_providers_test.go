@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,13 +63,19 @@ func TestE2EStoneDecrypt(t *testing.T) {
 	resp, body2 := post(t, url, sigtest.StoneDelivery(t, event, signer, "stone-1", &partner.PublicKey), "x-stone-webhook-event-id", id)
 	wantReplay(t, resp, body2, http.StatusOK, string(body))
 	wantCalls(t, up, 1)
+	// the event id header is outside the JWS: the same signed event under
+	// another id is a replay too (the key's guard is the verified event's)
+	resp, body2 = post(t, url, sigtest.StoneDelivery(t, event, signer, "stone-1", &partner.PublicKey), "x-stone-webhook-event-id", "forged-id")
+	wantReplay(t, resp, body2, http.StatusOK, string(body))
+	wantCalls(t, up, 1)
 
 	// an unchanged reload shares the key set: nothing is fetched
 	before := jwks.hits.Load()
 	if err := c.reload(stoneSite(port, keyFile, jwks.URL, "decrypt", up)); err != nil {
 		t.Fatal(err)
 	}
-	resp, body = postAfterReload(t, url, sigtest.StoneDelivery(t, event, signer, "stone-1", &partner.PublicKey), "x-stone-webhook-event-id", "another-event")
+	another := []byte(strings.Replace(sigtest.StoneEvent, "54abd61c", "64abd61c", 1))
+	resp, body = postAfterReload(t, url, sigtest.StoneDelivery(t, another, signer, "stone-1", &partner.PublicKey), "x-stone-webhook-event-id", "another-event")
 	wantNew(t, resp, body, http.StatusOK)
 	if n := jwks.hits.Load() - before; n != 0 {
 		t.Fatalf("an unchanged reload fetched the key set %d times", n)
