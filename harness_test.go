@@ -203,6 +203,9 @@ func (c *testCaddy) reload(sites string) error {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("reload: %s: %s", resp.Status, b)
 	}
+	// The old servers have closed their connections, but a client may not
+	// have read the close yet and reuse one: a POST on it fails with EOF.
+	testClient.CloseIdleConnections()
 	return nil
 }
 
