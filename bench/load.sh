@@ -20,7 +20,21 @@
 #      requests/s, p50 and p99 latency (medians over the rounds) and the ratios B/A, C/A, D/A, E/A;
 #   4. counts Redis round trips per request for C and E from INFO commandstats deltas
 #      (CONFIG RESETSTAT after the warm-up, calls divided by the requests wrk completed);
-#   5. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
+#   5. runs the same comparison in front of a slow application, bench/app/app.js: one
+#      single-threaded Node `http` server (node >= 18, standard library only) that parses and
+#      stringifies the JSON body a few times per request, started twice: once with its own
+#      in-app Redis guard (SET NX, then SET of the answer; GET on a duplicate) on the run's
+#      redis-server, once without. In rounds (3 by default) of Q R M P Qr Rr, with wrk -c50:
+#        Q   reverse_proxy alone -> the application with its own guard (the in-app design)
+#        R   webhook_idempotency (Redis store) -> the application without the guard
+#        M   the same with the memory store
+#        P   reverse_proxy alone -> the application without the guard (no deduplication at all:
+#            the ceiling R can approach, since R's application does exactly P's work)
+#        Qr  replays of one completed key through Q (the application's guard answers them)
+#        Rr  replays of one completed key through R (the module answers them)
+#      and reports R/Q, M/Q, P/Q, Rr/Qr and p99 of R, M and Q, with every round, and how many
+#      connections Caddy opened to the application per 1000 requests (from its GET /stats);
+#   6. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
 #      handler is `respond {"ok":true}`, not reverse_proxy, so the fill takes less time), stores
 #      1,000,000 unique keys with wrk -t2 -c64 and reports VmRSS (from /proc/<pid>/status) and
 #      the live Go heap (after a forced GC, from the admin endpoint) before and after, per key, and
@@ -32,11 +46,13 @@
 # Needs: go, curl, redis-server and redis-cli, wrk (Debian package `wrk`; installed with
 # apt-get when missing and running as root, otherwise the script says so and stops).
 # Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
-# stopped on exit. Takes about 2 minutes.
+# stopped on exit. Takes about 6 minutes.
 #
 # Knobs (environment): BENCH_DURATION (seconds per scenario, default 3), BENCH_WARMUP
 # (default 1), BENCH_ROUNDS (default 3), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
-# BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
+# BENCH_APP_DURATION (seconds per application scenario, default 5), BENCH_APP_CONNS (default 50),
+# BENCH_APP_WORK (extra JSON rounds per request in the application, default 0; see bench/app/app.js),
+# BENCH_APP=0 (skips step 5), BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
 # `go tool pprof -top` of it into bench/out/b-pprof.txt).
 set -euo pipefail
 
@@ -50,6 +66,10 @@ THREADS=2
 CONNS=${BENCH_CONNS:-32}
 FILL_KEYS=${BENCH_FILL_KEYS:-1000000}
 PROFILE=${BENCH_PROFILE:-0}
+APP=${BENCH_APP:-1}
+APP_DURATION=${BENCH_APP_DURATION:-5}
+APP_CONNS=${BENCH_APP_CONNS:-50}
+APP_WORK=${BENCH_APP_WORK:-0}
 GO=${GO:-go}
 
 mkdir -p "$OUT"
@@ -69,8 +89,10 @@ if ! command -v wrk >/dev/null 2>&1; then
 		die "wrk is missing and cannot be installed here (needs root and apt-get): install wrk and run make bench again"
 	fi
 fi
-for t in redis-server redis-cli curl "$GO"; do
-	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server)"
+tools=(redis-server redis-cli curl "$GO")
+[ "$APP" = 0 ] || tools+=(node)
+for t in "${tools[@]}"; do
+	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server; node: apt-get install nodejs, or BENCH_APP=0)"
 done
 
 # ---- processes ---------------------------------------------------------------------------
@@ -134,8 +156,20 @@ RPID=$!
 PIDS+=("$RPID")
 wait_port "$PU" upstream "$UPID"
 wait_port "$PR" redis "$RPID"
+if [ "$APP" != 0 ]; then
+	PQ=$(free_port) PP=$(free_port)
+	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PQ" "$PR" >"$OUT/app-guard.log" 2>&1 &
+	QPID=$!
+	PIDS+=("$QPID")
+	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PP" >"$OUT/app.log" 2>&1 &
+	APID=$!
+	PIDS+=("$APID")
+	wait_port "$PQ" app-guard "$QPID"
+	wait_port "$PP" app "$APID"
+fi
 
 PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
+PQS=$(free_port) PRS=$(free_port) PMS=$(free_port) PPS=$(free_port)
 cat >"$OUT/Caddyfile" <<EOF
 {
 	admin 127.0.0.1:$PADMIN
@@ -187,10 +221,43 @@ http://127.0.0.1:$PE {
 	reverse_proxy 127.0.0.1:$PU
 }
 EOF
+if [ "$APP" != 0 ]; then
+	cat >>"$OUT/Caddyfile" <<EOF
+
+# Q (and Qr): reverse_proxy alone, the application deduplicates by itself
+http://127.0.0.1:$PQS {
+	reverse_proxy 127.0.0.1:$PQ
+}
+
+# R (and Rr): webhook_idempotency, Redis store, the application without its guard
+http://127.0.0.1:$PRS {
+	webhook_idempotency {
+		source bench-r
+		store redis redis://127.0.0.1:$PR
+	}
+	reverse_proxy 127.0.0.1:$PP
+}
+
+# M: webhook_idempotency, memory store, the application without its guard
+http://127.0.0.1:$PMS {
+	webhook_idempotency {
+		source bench-m
+		store memory
+	}
+	reverse_proxy 127.0.0.1:$PP
+}
+
+# P: reverse_proxy alone, the application without its guard: no deduplication
+http://127.0.0.1:$PPS {
+	reverse_proxy 127.0.0.1:$PP
+}
+EOF
+fi
 "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE"; do wait_port "$p" caddy "$CPID"; done
+[ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS"; do wait_port "$p" caddy "$CPID"; done
 
 # ---- scenarios ---------------------------------------------------------------------------
 to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
@@ -245,6 +312,23 @@ redis_trips() { # name: INFO commandstats since the reset, per request served
 	say "  $name: ${RT[$name]}"
 }
 
+declare -A CONN1K CONNS_BY
+app_conns() { # application port: the connections it has accepted so far
+	curl -fsS "http://127.0.0.1:$1/stats" | grep -o '"connections":[0-9]*' | grep -o '[0-9]*$'
+}
+APP_C0=0
+app_before() { # the application's connections before the measured run, then the caller's hook
+	APP_C0=$(app_conns "$APP_PORT")
+	if [ -n "${APP_HOOK:-}" ]; then $APP_HOOK; fi
+}
+measure_app() { # name caddy-port lua application-port [hook]: measure, and count the application's new connections
+	local c1
+	APP_PORT=$4 APP_HOOK=${5:-} BEFORE_MEASURE=app_before CONNS=$APP_CONNS DURATION=$APP_DURATION measure "$1" "$2" "$3"
+	c1=$(app_conns "$4")
+	CONN1K[$1]=$(awk -v c=$((c1 - APP_C0)) -v n="${REQS[$1]}" 'BEGIN { printf "%.1f", c * 1000 / n }')
+	say "  $1: the application accepted $((c1 - APP_C0)) connections (${CONN1K[$1]} per 1000 requests)"
+}
+
 say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B A C A D A E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
 export BODY_FILE=$BODY
 export REPLAY_KEY=replay-$$
@@ -278,6 +362,24 @@ for r in $(seq 1 "$ROUNDS"); do
 	BEFORE_MEASURE=redis_reset measure "E.$r" "$PE" replay.lua
 	redis_trips "E.$r"
 done
+
+# ---- in front of a slow application ------------------------------------------------------
+if [ "$APP" != 0 ]; then
+	say "the application (bench/app/app.js, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS, $ROUNDS rounds of Q R M P Qr Rr, ${WARMUP}s warm-up + ${APP_DURATION}s per scenario"
+	complete_key "$PQS" "$REPLAY_KEY"
+	complete_key "$PRS" "$REPLAY_KEY"
+	for r in $(seq 1 "$ROUNDS"); do
+		say "round $r of $ROUNDS (the application)"
+		# R and M follow Q at once, so R/Q and M/Q compare runs seconds apart
+		measure_app "Q.$r" "$PQS" unique.lua "$PQ"
+		measure_app "R.$r" "$PRS" unique.lua "$PP" redis_reset
+		redis_trips "R.$r"
+		measure_app "M.$r" "$PMS" unique.lua "$PP"
+		measure_app "P.$r" "$PPS" unique.lua "$PP"
+		measure_app "Qr.$r" "$PQS" replay.lua "$PQ"
+		measure_app "Rr.$r" "$PRS" replay.lua "$PP"
+	done
+fi
 
 # ---- memory: 1,000,000 keys --------------------------------------------------------------
 if [ "$FILL_KEYS" -gt 0 ]; then
@@ -373,7 +475,7 @@ fi
 	echo
 	echo "ratios: the median over the rounds of X/A, A measured just before X:"
 	for s in B C D E; do
-		case $s in B) t=0.90 ;; C) t=0.75 ;; D) t=1.30 ;; E) t=1.20 ;; esac
+		case $s in B) t=0.90 ;; C) t=0.85 ;; D) t=1.30 ;; E) t=2.50 ;; esac
 		ratios=()
 		for r in $(seq 1 "$ROUNDS"); do
 			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r.$s]}" 'BEGIN { printf "%.3f", x / a }')")
@@ -384,6 +486,53 @@ fi
 	echo
 	echo "Redis, new deliveries (C, last round): ${RT[C.$ROUNDS]}"
 	echo "Redis, replays (E, last round):        ${RT[E.$ROUNDS]}"
+	if [ "$APP" != 0 ]; then
+		echo
+		echo "in front of the application (bench/app/app.js, single-threaded Node, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS --latency, $ROUNDS rounds of Q R M P Qr Rr, ${WARMUP}s warm-up + ${APP_DURATION}s each"
+		echo
+		printf '| %-52s | %8s | %8s | %8s | %-24s | %-18s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run' 'p99 ms by run'
+		printf '|%s|%s:|%s:|%s:|%s|%s|\n' "$(printf -- '-%.0s' {1..54})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})" "$(printf -- '-%.0s' {1..20})"
+		for s in Q R M P Qr Rr; do
+			case $s in
+			Q) d='Q reverse_proxy -> app with its own guard, new keys' ;;
+			R) d='R webhook_idempotency, Redis -> app, new keys' ;;
+			M) d='M webhook_idempotency, memory -> app, new keys' ;;
+			P) d='P reverse_proxy -> app, no deduplication' ;;
+			Qr) d='Qr replays, answered by the app guard' ;;
+			Rr) d='Rr replays, answered by webhook_idempotency (Redis)' ;;
+			esac
+			rps=() p50=() p99=() conns=() bad=0
+			for r in $(seq 1 "$ROUNDS"); do
+				rps+=("${RPS[$s.$r]}") p50+=("${P50[$s.$r]}") p99+=("${P99[$s.$r]}") conns+=("${CONN1K[$s.$r]}")
+				bad=$((bad + BAD[$s.$r]))
+			done
+			printf '| %-52s | %8s | %8s | %8s | %-24s | %-18s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")" "${p99[*]}"
+			CONNS_BY[$s]="${conns[*]}"
+		done
+		echo
+		echo "ratios: the median over the rounds of X/Y, measured in the same round:"
+		for pair in R/Q:1.30 M/Q:0 P/Q:0 Rr/Qr:6.00; do
+			x=${pair%%/*} rest=${pair#*/} y=${rest%%:*} t=${pair##*:}
+			ratios=()
+			for r in $(seq 1 "$ROUNDS"); do
+				ratios+=("$(awk -v x="${RPS[$x.$r]}" -v y="${RPS[$y.$r]}" 'BEGIN { printf "%.3f", x / y }')")
+			done
+			awk -v n="$x/$y" -v r="$(median "${ratios[@]}")" -v t="$t" -v all="${ratios[*]}" 'BEGIN {
+				if (t > 0) printf "%s = %.2f (target >= %.2f: %s; rounds: %s)\n", n, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)), all
+				else printf "%s = %.2f (rounds: %s)\n", n, r, all }'
+		done
+		for x in R M; do
+			ratios=()
+			for r in $(seq 1 "$ROUNDS"); do
+				ratios+=("$(awk -v x="${P99[$x.$r]}" -v y="${P99[Q.$r]}" 'BEGIN { printf "%.3f", x / y }')")
+			done
+			awk -v x="$x" -v r="$(median "${ratios[@]}")" -v all="${ratios[*]}" 'BEGIN {
+				printf "p99(%s)/p99(Q) = %.2f (target <= 1.00: %s; rounds: %s)\n", x, r, (r <= 1 ? "met" : sprintf("missed by %.0f%%", (r - 1) * 100)), all }'
+		done
+		echo "connections the application accepted per 1000 requests (Caddy keeps at most 32 idle per upstream by default), by round:"
+		for s in Q R M P; do echo "  $s: ${CONNS_BY[$s]}"; done
+		echo "Redis, new deliveries (R, last round): ${RT[R.$ROUNDS]}"
+	fi
 	if [ "$FILL_KEYS" -gt 0 ]; then
 		echo
 		echo "memory store, $FILLED requests with unique keys ($FILL_RPS req/s, ${FILL_BAD:-0} non-2xx), ttl 1h, max_entries 2000000:"
