@@ -217,3 +217,47 @@ func sizeName(n int) string {
 	}
 	return strconv.Itoa(n) + "B"
 }
+
+// BenchmarkServeHTTPRedisParallel is BenchmarkServeHTTPRedis at 1 KiB with
+// 16 requests per CPU at once, as under load: concurrent store calls share
+// pipelines, so this is the cost per request that a loaded Caddy pays.
+func BenchmarkServeHTTPRedisParallel(b *testing.B) {
+	srv := startRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	for _, replay := range []bool{false, true} {
+		name := "new"
+		if replay {
+			name = "replay"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
+			prefix := "evt_" + strconv.FormatInt(benchRun.Add(1), 10) + "_"
+			if replay {
+				br := newBenchRequest(1<<10, false)
+				w := &benchResponseWriter{h: make(http.Header)}
+				if err := h.ServeHTTP(w, br.reset(prefix+"replayed"), benchNext); err != nil || w.status != 200 {
+					b.Fatalf("first delivery: status %d, err %v", w.status, err)
+				}
+			}
+			var n atomic.Int64
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				br := newBenchRequest(1<<10, false)
+				w := &benchResponseWriter{h: make(http.Header)}
+				for pb.Next() {
+					key := prefix + "replayed"
+					if !replay {
+						key = prefix + strconv.FormatInt(n.Add(1), 10)
+					}
+					w.reset()
+					if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.status != 200 || (w.h.Get(replayedHeader) == "true") != replay {
+						b.Errorf("status %d, header %v, err %v", w.status, w.h, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -273,9 +273,7 @@ func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, k
 	if !c.breaker.allow() {
 		return nil, errRedisBreakerOpen
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := c.batch.run(cctx, script, keys, args)
-	cancel()
+	v, err := c.batch.run(ctx, s.timeout, script, keys, args)
 	if err != nil {
 		if ctx.Err() == nil {
 			// the caller is still there: Redis failed or timed out

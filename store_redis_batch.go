@@ -30,13 +30,15 @@ type redisBatcher struct {
 
 // redisCall is one script call waiting for its batch.
 type redisCall struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	val    any
-	err    error
-	done   chan struct{} // buffered: the worker never waits for the caller
+	ctx      context.Context
+	deadline time.Time // the caller gives up then (zero: only ctx)
+	script   *redis.Script
+	keys     []string
+	args     []any
+	val      any
+	err      error
+	done     chan struct{} // buffered: the worker never waits for the caller
+	timer    *time.Timer   // the caller's timeout, reused with the call
 }
 
 // Batching limits. A few workers let a batch go out while another waits
@@ -48,7 +50,11 @@ const (
 	redisBatchQueue   = 1024
 )
 
-var redisCallPool = sync.Pool{New: func() any { return &redisCall{done: make(chan struct{}, 1)} }}
+var redisCallPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &redisCall{done: make(chan struct{}, 1), timer: t}
+}}
 
 func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redisBatcher {
 	b := &redisBatcher{
@@ -65,26 +71,40 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 }
 
 // run runs script with keys and args in the next batch and returns its
-// reply, or ctx's error when ctx ends first.
-func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+// reply, or ctx's error when ctx ends first, or context.DeadlineExceeded
+// when timeout (if not zero) passes first. The timeout is a timer the call
+// reuses, where a context with a deadline would cost a few allocations per
+// call.
+func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args []any) (any, error) {
 	c := redisCallPool.Get().(*redisCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	var expired <-chan time.Time
+	if timeout > 0 {
+		c.deadline = time.Now().Add(timeout)
+		c.timer.Reset(timeout)
+		expired = c.timer.C
+	}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
-		c.reset()
-		redisCallPool.Put(c)
+		c.recycle()
 		return nil, ctx.Err()
+	case <-expired:
+		c.recycle()
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
-		c.reset()
-		redisCallPool.Put(c)
+		c.recycle()
 		return nil, redis.ErrClosed
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		// a worker may still hold c and finish it: it is not reused
+		c.timer.Stop()
 		return nil, ctx.Err()
+	case <-expired:
+		// as above
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
 		// the workers finish every call they took, then stop; a call still
 		// queued then is never taken
@@ -92,17 +112,31 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 		select {
 		case <-c.done:
 		default:
+			c.timer.Stop()
 			return nil, redis.ErrClosed
 		}
 	}
 	v, err := c.val, c.err
-	c.reset()
-	redisCallPool.Put(c) // the worker is done with it
+	c.recycle() // the worker is done with it
 	return v, err
 }
 
-func (c *redisCall) reset() {
-	c.ctx, c.script, c.keys, c.args, c.val, c.err = nil, nil, nil, nil, nil, nil
+// recycle puts a call no worker holds back in the pool.
+func (c *redisCall) recycle() {
+	c.timer.Stop()
+	c.ctx, c.deadline, c.script, c.keys, c.args, c.val, c.err = nil, time.Time{}, nil, nil, nil, nil, nil
+	redisCallPool.Put(c)
+}
+
+// gone returns the error of a call whose caller has given up, else nil.
+func (c *redisCall) gone(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (c *redisCall) finish(v any, err error) {
@@ -143,8 +177,9 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	pipe := b.client.Pipeline()
+	now := time.Now()
 	for _, c := range batch {
-		if c.ctx.Err() != nil {
+		if c.gone(now) != nil {
 			cmds = append(cmds, nil) // its caller is gone: not sent
 			continue
 		}
@@ -155,7 +190,7 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 	}
 	for i, c := range batch {
 		if cmds[i] == nil {
-			c.finish(nil, c.ctx.Err())
+			c.finish(nil, c.gone(now))
 			continue
 		}
 		v, err := cmds[i].Result()

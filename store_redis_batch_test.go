@@ -51,7 +51,7 @@ func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 			key := fmt.Sprintf("batch:%d", g)
 			for i := 1; i <= calls; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				v, err := b.run(ctx, batchTestScript, []string{key}, []any{g + 1})
+				v, err := b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1})
 				cancel()
 				if err != nil {
 					errs <- err
@@ -92,7 +92,7 @@ func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		v, err := b.run(ctx, batchTestScript, []string{"alone"}, []any{5})
+		v, err := b.run(ctx, 0, batchTestScript, []string{"alone"}, []any{5})
 		if err != nil || v != want {
 			t.Fatalf("call %d: %v, %v; want %d", i+1, v, err, want)
 		}
@@ -111,12 +111,12 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	for range 200 {
-		if _, err := b.run(gone, batchTestScript, []string{"abandoned"}, []any{1}); !errors.Is(err, context.Canceled) {
+		if _, err := b.run(gone, 0, batchTestScript, []string{"abandoned"}, []any{1}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("call of a caller that gave up: %v, want context.Canceled", err)
 		}
 	}
 	// a live call after them: every earlier one was dropped or sent by now
-	if v, err := b.run(ctx, batchTestScript, []string{"abandoned"}, []any{1}); err != nil || v != int64(1) {
+	if v, err := b.run(ctx, 0, batchTestScript, []string{"abandoned"}, []any{1}); err != nil || v != int64(1) {
 		t.Fatalf("calls of callers that had given up reached Redis: INCRBY gave %v (%v), want 1", v, err)
 	}
 
@@ -124,10 +124,17 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 3 * redisBatchWorkers {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			defer cancel()
+			// half the callers bound their call with a context, half with
+			// the batcher's timeout (as the store does)
+			cctx, timeout := ctx, 100*time.Millisecond
+			if i%2 == 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+				timeout = 0
+			}
 			start := time.Now()
-			_, err := b.run(cctx, batchTestScript, []string{"hung"}, []any{1})
+			_, err := b.run(cctx, timeout, batchTestScript, []string{"hung"}, []any{1})
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("call %d with Redis hung: %v, want the caller's deadline", i, err)
 			}
@@ -140,7 +147,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	srv.resume()
 
 	b.close()
-	if _, err := b.run(ctx, batchTestScript, []string{"closed"}, []any{1}); !errors.Is(err, redis.ErrClosed) {
+	if _, err := b.run(ctx, 0, batchTestScript, []string{"closed"}, []any{1}); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("call on a closed batcher: %v, want redis.ErrClosed", err)
 	}
 }
