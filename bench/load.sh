@@ -296,19 +296,36 @@ complete_key() { # port key: one first delivery, then check that a duplicate is 
 		-H 'Content-Type: application/json' --data-binary "@$BODY")
 	grep -qi '^Idempotent-Replayed: true' <<<"$h" || die "a duplicate of $2 on :$1 was not replayed"
 }
-redis_reset() { redis-cli -p "$PR" CONFIG RESETSTAT >/dev/null; }
+redis_cpu() { # Redis's CPU seconds so far (user + system)
+	redis-cli -p "$PR" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
+}
+REDIS_CPU0=0
+redis_reset() {
+	redis-cli -p "$PR" CONFIG RESETSTAT >/dev/null
+	REDIS_CPU0=$(redis_cpu)
+}
 declare -A RT
 redis_trips() { # name: INFO commandstats since the reset, per request served
-	local name=$1
+	local name=$1 cpu
+	cpu=$(redis_cpu)
 	redis-cli -p "$PR" INFO commandstats | tr -d '\r' >"$OUT/$name-commandstats.txt"
-	# commandstats also counts the commands a script runs (redis.call inside EVALSHA): the
-	# store's scripts call GET, SET, DEL, PEXPIRE and PTTL, so those are listed but not
-	# counted as round trips; every other command (EVALSHA, EVAL, PING, ...) is one.
-	RT[$name]=$(awk -F'[:,=]' -v n="${REQS[$name]}" '
+	# commandstats also counts the commands a script runs (redis.call inside EVALSHA). Every
+	# one of the store's scripts starts with one GET and then runs at most one SET, DEL,
+	# PEXPIRE or PTTL; a claim is a SET of its own (SET NX GET). So the round trips are the
+	# scripts (EVALSHA, EVAL) plus the SETs beyond one per script, plus any other command
+	# (PING, ...); GET, DEL, PEXPIRE and PTTL are listed as run inside the scripts.
+	RT[$name]=$(awk -F'[:,=]' -v n="${REQS[$name]}" -v cpu="$(awk -v a="$REDIS_CPU0" -v b="$cpu" 'BEGIN { print b - a }')" '
 		/^cmdstat_/ { c = substr($1, 9); if (c ~ /^config/ || c == "info") next
-			if (c ~ /^(get|set|del|pexpire|pttl)$/) { inner = inner sprintf("%s%s %.3f", isep, c, $3 / n); isep = ", "; next }
-			total += $3; per = per sprintf("%s%s %.3f", sep, c, $3 / n); sep = ", " }
-		END { printf "%.3f round trips per request (%s; inside the scripts: %s)", total / n, per, inner }' "$OUT/$name-commandstats.txt")
+			calls[c] = $3; us[c] = $7 }
+		END {
+			scripts = calls["evalsha"] + calls["eval"]
+			top = calls["set"] - scripts; if (top < 0) top = 0
+			total = scripts + top
+			per = sprintf("evalsha %.3f (%.1f us each), eval %.3f, SET NX GET %.3f", calls["evalsha"] / n, us["evalsha"], calls["eval"] / n, top / n)
+			for (c in calls) if (c !~ /^(get|set|del|pexpire|pttl|evalsha|eval)$/) { total += calls[c]; per = per sprintf(", %s %.3f", c, calls[c] / n) }
+			inner = sprintf("get %.3f, set %.3f", calls["get"] / n, (calls["set"] - top) / n)
+			for (c in calls) if (c ~ /^(del|pexpire|pttl)$/) inner = inner sprintf(", %s %.3f", c, calls[c] / n)
+			printf "%.3f round trips per request (%s; inside the scripts: %s); Redis CPU %.1f us per request", total / n, per, inner, cpu * 1e6 / n }' "$OUT/$name-commandstats.txt")
 	say "  $name: ${RT[$name]}"
 }
 
