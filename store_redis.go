@@ -25,8 +25,9 @@ func init() {
 // addresses Sentinels that name the master.
 //
 // Every idempotency key is one Redis key, `<key_prefix>:<source>:<value>`,
-// so Redis Cluster needs no cross-slot operation. Claiming is one round
-// trip (a Lua script); completion, release and lease renewal are
+// so Redis Cluster needs no cross-slot operation. Claiming an absent or a
+// completed key is one round trip, a SET with NX and GET (see
+// store_redis_claim.go); completion, release and lease renewal are
 // owner-checked Lua scripts. Clients are shared across config reloads.
 type RedisStore struct {
 	// A `redis://` or `rediss://` URL, e.g.
@@ -176,63 +177,6 @@ func (s *RedisStore) Cleanup() error {
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
-// Claim implements store in one round trip.
-func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
-	leaseMs := redisMillis(lease)
-	v, err := s.run(ctx, "claim", redisClaimScript, []string{key}, owner, leaseMs)
-	if err != nil {
-		return claimResult{}, err
-	}
-	if v == int64(-1) || v == int64(-2) {
-		if v == int64(-2) {
-			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.String("key", key))
-		}
-		s.client.claims.Add(1)
-		return claimResult{State: stateClaimed}, nil
-	}
-	res, ok := keyStateResult(v)
-	if !ok {
-		if rec, isString := v.(string); isString {
-			return s.reclaim(ctx, key, owner, leaseMs, rec)
-		}
-		return claimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
-	}
-	return res, nil
-}
-
-// keyStateResult reads the reply of luaKeyState for a key this caller did
-// not claim: a decodable record, or the PTTL of a key in flight.
-func keyStateResult(v any) (claimResult, bool) {
-	switch v := v.(type) {
-	case int64:
-		if v >= 0 {
-			return claimResult{State: stateInFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, true
-		}
-	case string:
-		rec := []byte(v)
-		if _, err := decodeRecord(rec); err == nil {
-			return claimResult{State: stateCompleted, Record: rec}, true
-		}
-	}
-	return claimResult{}, false
-}
-
-// reclaim claims a key whose value looked like a record to Lua but does
-// not decode, unless someone changed it meanwhile.
-func (s *RedisStore) reclaim(ctx context.Context, key, owner, leaseMs, seen string) (claimResult, error) {
-	s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.String("key", key))
-	ok, err := s.run(ctx, "claim", redisReclaimScript, []string{key}, owner, leaseMs, seen)
-	if err != nil {
-		return claimResult{}, err
-	}
-	if ok == int64(1) {
-		s.client.claims.Add(1)
-		return claimResult{State: stateClaimed}, nil
-	}
-	// someone else changed the key meanwhile: it is theirs
-	return claimResult{State: stateInFlight}, nil
-}
-
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	defer s.client.claimDone()
@@ -263,8 +207,8 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 }
 
 // run runs a script within the store's timeout, through the breaker and
-// the batcher. EVALSHA falls back to EVAL when Redis does not know the
-// script.
+// the batcher, or with a nil script the command args. EVALSHA falls back to
+// EVAL when Redis does not know the script. A nil reply is (nil, nil).
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := s.client
 	if c == nil {
@@ -274,8 +218,11 @@ func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, k
 		return nil, errRedisBreakerOpen
 	}
 	v, err := c.batch.run(ctx, s.timeout, script, keys, args)
+	if errors.Is(err, redis.Nil) {
+		v, err = nil, nil // a nil reply
+	}
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !redisAnswerError(err) {
 			// the caller is still there: Redis failed or timed out
 			c.breaker.failure()
 		}

@@ -28,7 +28,8 @@ type redisBatcher struct {
 	wg      sync.WaitGroup
 }
 
-// redisCall is one script call waiting for its batch.
+// redisCall is one call waiting for its batch: a script with keys and
+// args, or with no script the command args.
 type redisCall struct {
 	ctx      context.Context
 	deadline time.Time // the caller gives up then (zero: only ctx)
@@ -70,7 +71,8 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 	return b
 }
 
-// run runs script with keys and args in the next batch and returns its
+// run runs script with keys and args (with a nil script, the command args)
+// in the next batch and returns its
 // reply, or ctx's error when ctx ends first, or context.DeadlineExceeded
 // when timeout (if not zero) passes first. The timeout is a timer the call
 // reuses, where a context with a deadline would cost a few allocations per
@@ -183,6 +185,10 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			cmds = append(cmds, nil) // its caller is gone: not sent
 			continue
 		}
+		if c.script == nil {
+			cmds = append(cmds, pipe.Do(ctx, c.args...))
+			continue
+		}
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
 	}
 	if pipe.Len() > 0 {
@@ -194,7 +200,7 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			continue
 		}
 		v, err := cmds[i].Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err != nil && c.script != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// Redis lost its scripts (a restart, SCRIPT FLUSH): EVAL loads it
 			v, err = c.script.Eval(ctx, b.client, c.keys, c.args...).Result()
 		}

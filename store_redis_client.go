@@ -110,12 +110,15 @@ type redisClient struct {
 	// completed or released, so a client whose last configuration was
 	// cleaned up stays open for the requests that configuration is still
 	// finishing.
-	claims    atomic.Int64
-	closing   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	mu        sync.Mutex
-	drain     *time.Timer // guarded by mu
+	claims atomic.Int64
+	// setGetUnsupported is set once Redis rejects SET with NX and GET
+	// (Redis < 7.0): claims then use the claim script alone.
+	setGetUnsupported atomic.Bool
+	closing           atomic.Bool
+	closeOnce         sync.Once
+	closeErr          error
+	mu                sync.Mutex
+	drain             *time.Timer // guarded by mu
 }
 
 // redisDrainMax bounds how long a client outlives its last configuration

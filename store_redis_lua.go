@@ -47,7 +47,8 @@ func luaQuote(s string) string {
 }
 
 var (
-	// ARGV: owner, lease.
+	// ARGV: owner, lease. The claim of a key that holds something other
+	// than a record (see store_redis_claim.go).
 	// Returns -1 when claimed, -2 when claimed over a corrupt value, the
 	// PTTL (>= 0) of an in-flight key, or the record of a completed key.
 	redisClaimScript = luaScript(luaKeyState + `
