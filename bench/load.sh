@@ -24,7 +24,7 @@
 #      single-threaded Node `http` server (node >= 18, standard library only) that parses and
 #      stringifies the JSON body a few times per request, started twice: once with its own
 #      in-app Redis guard (SET NX, then SET of the answer; GET on a duplicate) on the run's
-#      redis-server, once without. In rounds (3 by default) of Q R M P Qr Rr, with wrk -c50:
+#      redis-server, once without. In rounds (3 by default) of Q R M P Qr Rr Qk Rk, with wrk -c50:
 #        Q   reverse_proxy alone -> the application with its own guard (the in-app design)
 #        R   webhook_idempotency (Redis store) -> the application without the guard
 #        M   the same with the memory store
@@ -32,8 +32,11 @@
 #            the ceiling R can approach, since R's application does exactly P's work)
 #        Qr  replays of one completed key through Q (the application's guard answers them)
 #        Rr  replays of one completed key through R (the module answers them)
-#      and reports R/Q, M/Q, P/Q, Rr/Qr and p99 of R, M and Q, with every round, and how many
-#      connections Caddy opened to the application per 1000 requests (from its GET /stats);
+#        Qk, Rk  Q and R with `keepalive_idle_conns_per_host 256` (reverse_proxy keeps at most 32
+#            idle connections per upstream by default; a request on a new connection to a
+#            single-threaded application waits far longer, see BENCHMARKS.md)
+#      and reports R/Q, M/Q, P/Q, R/P, Rr/Qr, Rk/Qk and the p99 ratios, with every round, and
+#      how many connections Caddy opened to the application per 1000 requests (its GET /stats);
 #   6. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
 #      handler is `respond {"ok":true}`, not reverse_proxy, so the fill takes less time), stores
 #      1,000,000 unique keys with wrk -t2 -c64 and reports VmRSS (from /proc/<pid>/status) and
@@ -46,7 +49,7 @@
 # Needs: go, curl, redis-server and redis-cli, wrk (Debian package `wrk`; installed with
 # apt-get when missing and running as root, otherwise the script says so and stops).
 # Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
-# stopped on exit. Takes about 6 minutes.
+# stopped on exit. Takes about 7 minutes.
 #
 # Knobs (environment): BENCH_DURATION (seconds per scenario, default 3), BENCH_WARMUP
 # (default 1), BENCH_ROUNDS (default 3), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
@@ -169,7 +172,7 @@ if [ "$APP" != 0 ]; then
 fi
 
 PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
-PQS=$(free_port) PRS=$(free_port) PMS=$(free_port) PPS=$(free_port)
+PQS=$(free_port) PRS=$(free_port) PMS=$(free_port) PPS=$(free_port) PQK=$(free_port) PRK=$(free_port)
 cat >"$OUT/Caddyfile" <<EOF
 {
 	admin 127.0.0.1:$PADMIN
@@ -251,13 +254,33 @@ http://127.0.0.1:$PMS {
 http://127.0.0.1:$PPS {
 	reverse_proxy 127.0.0.1:$PP
 }
+
+# Qk and Rk: Q and R with room for 256 idle connections to the application (default 32)
+http://127.0.0.1:$PQK {
+	reverse_proxy 127.0.0.1:$PQ {
+		transport http {
+			keepalive_idle_conns_per_host 256
+		}
+	}
+}
+http://127.0.0.1:$PRK {
+	webhook_idempotency {
+		source bench-rk
+		store redis redis://127.0.0.1:$PR
+	}
+	reverse_proxy 127.0.0.1:$PP {
+		transport http {
+			keepalive_idle_conns_per_host 256
+		}
+	}
+}
 EOF
 fi
 "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE"; do wait_port "$p" caddy "$CPID"; done
-[ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS"; do wait_port "$p" caddy "$CPID"; done
+[ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS" "$PQK" "$PRK"; do wait_port "$p" caddy "$CPID"; done
 
 # ---- scenarios ---------------------------------------------------------------------------
 to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
@@ -382,7 +405,7 @@ done
 
 # ---- in front of a slow application ------------------------------------------------------
 if [ "$APP" != 0 ]; then
-	say "the application (bench/app/app.js, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS, $ROUNDS rounds of Q R M P Qr Rr, ${WARMUP}s warm-up + ${APP_DURATION}s per scenario"
+	say "the application (bench/app/app.js, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS, $ROUNDS rounds of Q R M P Qr Rr Qk Rk, ${WARMUP}s warm-up + ${APP_DURATION}s per scenario"
 	complete_key "$PQS" "$REPLAY_KEY"
 	complete_key "$PRS" "$REPLAY_KEY"
 	for r in $(seq 1 "$ROUNDS"); do
@@ -395,6 +418,8 @@ if [ "$APP" != 0 ]; then
 		measure_app "P.$r" "$PPS" unique.lua "$PP"
 		measure_app "Qr.$r" "$PQS" replay.lua "$PQ"
 		measure_app "Rr.$r" "$PRS" replay.lua "$PP"
+		measure_app "Qk.$r" "$PQK" unique.lua "$PQ"
+		measure_app "Rk.$r" "$PRK" unique.lua "$PP"
 	done
 fi
 
@@ -505,11 +530,11 @@ fi
 	echo "Redis, replays (E, last round):        ${RT[E.$ROUNDS]}"
 	if [ "$APP" != 0 ]; then
 		echo
-		echo "in front of the application (bench/app/app.js, single-threaded Node, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS --latency, $ROUNDS rounds of Q R M P Qr Rr, ${WARMUP}s warm-up + ${APP_DURATION}s each"
+		echo "in front of the application (bench/app/app.js, single-threaded Node, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS --latency, $ROUNDS rounds of Q R M P Qr Rr Qk Rk, ${WARMUP}s warm-up + ${APP_DURATION}s each"
 		echo
 		printf '| %-52s | %8s | %8s | %8s | %-24s | %-18s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run' 'p99 ms by run'
 		printf '|%s|%s:|%s:|%s:|%s|%s|\n' "$(printf -- '-%.0s' {1..54})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})" "$(printf -- '-%.0s' {1..20})"
-		for s in Q R M P Qr Rr; do
+		for s in Q R M P Qr Rr Qk Rk; do
 			case $s in
 			Q) d='Q reverse_proxy -> app with its own guard, new keys' ;;
 			R) d='R webhook_idempotency, Redis -> app, new keys' ;;
@@ -517,6 +542,8 @@ fi
 			P) d='P reverse_proxy -> app, no deduplication' ;;
 			Qr) d='Qr replays, answered by the app guard' ;;
 			Rr) d='Rr replays, answered by webhook_idempotency (Redis)' ;;
+			Qk) d='Qk = Q, keepalive_idle_conns_per_host 256' ;;
+			Rk) d='Rk = R, keepalive_idle_conns_per_host 256' ;;
 			esac
 			rps=() p50=() p99=() conns=() bad=0
 			for r in $(seq 1 "$ROUNDS"); do
@@ -528,7 +555,7 @@ fi
 		done
 		echo
 		echo "ratios: the median over the rounds of X/Y, measured in the same round:"
-		for pair in R/Q:1.30 M/Q:0 P/Q:0 Rr/Qr:6.00; do
+		for pair in R/Q:1.30 M/Q:0 P/Q:0 R/P:0 Rr/Qr:6.00 Rk/Qk:0; do
 			x=${pair%%/*} rest=${pair#*/} y=${rest%%:*} t=${pair##*:}
 			ratios=()
 			for r in $(seq 1 "$ROUNDS"); do
@@ -538,16 +565,18 @@ fi
 				if (t > 0) printf "%s = %.2f (target >= %.2f: %s; rounds: %s)\n", n, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)), all
 				else printf "%s = %.2f (rounds: %s)\n", n, r, all }'
 		done
-		for x in R M; do
+		for pair in R/Q M/Q P/Q R/P Rk/Qk; do
+			x=${pair%/*} y=${pair#*/}
 			ratios=()
 			for r in $(seq 1 "$ROUNDS"); do
-				ratios+=("$(awk -v x="${P99[$x.$r]}" -v y="${P99[Q.$r]}" 'BEGIN { printf "%.3f", x / y }')")
+				ratios+=("$(awk -v x="${P99[$x.$r]}" -v y="${P99[$y.$r]}" 'BEGIN { printf "%.3f", x / y }')")
 			done
-			awk -v x="$x" -v r="$(median "${ratios[@]}")" -v all="${ratios[*]}" 'BEGIN {
-				printf "p99(%s)/p99(Q) = %.2f (target <= 1.00: %s; rounds: %s)\n", x, r, (r <= 1 ? "met" : sprintf("missed by %.0f%%", (r - 1) * 100)), all }'
+			awk -v x="$x" -v y="$y" -v r="$(median "${ratios[@]}")" -v all="${ratios[*]}" 'BEGIN {
+				if (x == "R" && y == "Q") printf "p99(%s)/p99(%s) = %.2f (target <= 1.00: %s; rounds: %s)\n", x, y, r, (r <= 1 ? "met" : sprintf("missed by %.0f%%", (r - 1) * 100)), all
+				else printf "p99(%s)/p99(%s) = %.2f (rounds: %s)\n", x, y, r, all }'
 		done
-		echo "connections the application accepted per 1000 requests (Caddy keeps at most 32 idle per upstream by default), by round:"
-		for s in Q R M P; do echo "  $s: ${CONNS_BY[$s]}"; done
+		echo "connections the application accepted per 1000 requests (reverse_proxy keeps at most 32 idle per upstream by default), by round:"
+		for s in Q R M P Qk Rk; do echo "  $s: ${CONNS_BY[$s]}"; done
 		echo "Redis, new deliveries (R, last round): ${RT[R.$ROUNDS]}"
 	fi
 	if [ "$FILL_KEYS" -gt 0 ]; then
