@@ -30,10 +30,8 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 			s.client.claims.Add(1)
 			return claimResult{State: stateClaimed}, nil
 		case err == nil:
-			if rec, ok := v.(string); ok {
-				if _, derr := decodeRecord([]byte(rec)); derr == nil {
-					return claimResult{State: stateCompleted, Record: []byte(rec)}, nil
-				}
+			if res, ok := keyStateResult(v); ok && res.State == stateCompleted {
+				return res, nil
 			}
 		case redis.HasErrorPrefix(err, "syntax error"):
 			s.client.setGetUnsupported.Store(true)
