@@ -173,7 +173,20 @@ fi
 
 PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
 PQS=$(free_port) PRS=$(free_port) PMS=$(free_port) PPS=$(free_port) PQK=$(free_port) PRK=$(free_port)
-cat >"$OUT/Caddyfile" <<EOF
+site() { # comment port upstream [store [source [idle connections]]]: one site of the Caddyfile
+	printf '\n# %s\nhttp://127.0.0.1:%s {\n' "$1" "$2"
+	if [ -n "${4:-}" ]; then
+		printf '\twebhook_idempotency {\n\t\tsource %s\n\t\tstore %s\n\t}\n' "$5" "$4"
+	fi
+	if [ -n "${6:-}" ]; then
+		printf '\treverse_proxy 127.0.0.1:%s {\n\t\ttransport http {\n\t\t\tkeepalive_idle_conns_per_host %s\n\t\t}\n\t}\n}\n' "$3" "$6"
+	else
+		printf '\treverse_proxy 127.0.0.1:%s\n}\n' "$3"
+	fi
+}
+REDIS="redis redis://127.0.0.1:$PR"
+{
+	cat <<EOF
 {
 	admin 127.0.0.1:$PADMIN
 	persist_config off
@@ -182,100 +195,21 @@ cat >"$OUT/Caddyfile" <<EOF
 		output discard
 	}
 }
-
-# A: reverse_proxy alone
-http://127.0.0.1:$PA {
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# B: new deliveries, memory store
-http://127.0.0.1:$PB {
-	webhook_idempotency {
-		source bench-b
-		store memory
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# C: new deliveries, Redis store
-http://127.0.0.1:$PC {
-	webhook_idempotency {
-		source bench-c
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# D: replays of one completed key, memory store
-http://127.0.0.1:$PD {
-	webhook_idempotency {
-		source bench-d
-		store memory
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# E: replays of one completed key, Redis store
-http://127.0.0.1:$PE {
-	webhook_idempotency {
-		source bench-e
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
 EOF
-if [ "$APP" != 0 ]; then
-	cat >>"$OUT/Caddyfile" <<EOF
-
-# Q (and Qr): reverse_proxy alone, the application deduplicates by itself
-http://127.0.0.1:$PQS {
-	reverse_proxy 127.0.0.1:$PQ
-}
-
-# R (and Rr): webhook_idempotency, Redis store, the application without its guard
-http://127.0.0.1:$PRS {
-	webhook_idempotency {
-		source bench-r
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PP
-}
-
-# M: webhook_idempotency, memory store, the application without its guard
-http://127.0.0.1:$PMS {
-	webhook_idempotency {
-		source bench-m
-		store memory
-	}
-	reverse_proxy 127.0.0.1:$PP
-}
-
-# P: reverse_proxy alone, the application without its guard: no deduplication
-http://127.0.0.1:$PPS {
-	reverse_proxy 127.0.0.1:$PP
-}
-
-# Qk and Rk: Q and R with room for 256 idle connections to the application (default 32)
-http://127.0.0.1:$PQK {
-	reverse_proxy 127.0.0.1:$PQ {
-		transport http {
-			keepalive_idle_conns_per_host 256
-		}
-	}
-}
-http://127.0.0.1:$PRK {
-	webhook_idempotency {
-		source bench-rk
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PP {
-		transport http {
-			keepalive_idle_conns_per_host 256
-		}
-	}
-}
-EOF
-fi
+	site "A: reverse_proxy alone" "$PA" "$PU"
+	site "B: new deliveries, memory store" "$PB" "$PU" memory bench-b
+	site "C: new deliveries, Redis store" "$PC" "$PU" "$REDIS" bench-c
+	site "D: replays of one completed key, memory store" "$PD" "$PU" memory bench-d
+	site "E: replays of one completed key, Redis store" "$PE" "$PU" "$REDIS" bench-e
+	if [ "$APP" != 0 ]; then
+		site "Q (and Qr): reverse_proxy alone, the application deduplicates by itself" "$PQS" "$PQ"
+		site "R (and Rr): webhook_idempotency, Redis store, the application without its guard" "$PRS" "$PP" "$REDIS" bench-r
+		site "M: webhook_idempotency, memory store, the application without its guard" "$PMS" "$PP" memory bench-m
+		site "P: reverse_proxy alone, the application without its guard: no deduplication" "$PPS" "$PP"
+		site "Qk: Q with room for 256 idle connections to the application (default 32)" "$PQK" "$PQ" "" "" 256
+		site "Rk: R with room for 256 idle connections to the application" "$PRK" "$PP" "$REDIS" bench-rk 256
+	fi
+} >"$OUT/Caddyfile"
 "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
