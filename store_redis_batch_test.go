@@ -24,7 +24,7 @@ func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "evalsha" { // not a connection's handshake
+		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "incrby") { // not a connection's handshake
 			p.pipelines.Add(1)
 			p.commands.Add(int64(len(cmds)))
 		}
@@ -34,7 +34,8 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 var batchTestScript = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 
-// Concurrent calls share pipelines, and each gets its own reply.
+// Concurrent calls, scripts and plain commands, share pipelines, and each
+// gets its own reply.
 func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 	srv := startRedis(t)
 	client := srv.client(t)
@@ -51,7 +52,14 @@ func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 			key := fmt.Sprintf("batch:%d", g)
 			for i := 1; i <= calls; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				v, err := b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1})
+				// half the callers send a plain command, half a script
+				var v any
+				var err error
+				if g%2 == 0 {
+					v, err = b.run(ctx, 0, nil, nil, []any{"incrby", key, g + 1})
+				} else {
+					v, err = b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1})
+				}
 				cancel()
 				if err != nil {
 					errs <- err

@@ -420,6 +420,25 @@ EOF
 fi
 
 # ---- report ------------------------------------------------------------------------------
+declare -A DESC=(
+	[A]='reverse_proxy alone' [B]='+ webhook_idempotency, memory, new keys'
+	[C]='+ webhook_idempotency, Redis, new keys' [D]='replay of one completed key, memory'
+	[E]='replay of one completed key, Redis'
+	[Q]='reverse_proxy -> app with its own guard, new keys' [R]='webhook_idempotency, Redis -> app, new keys'
+	[M]='webhook_idempotency, memory -> app, new keys' [P]='reverse_proxy -> app, no deduplication'
+	[Qr]='replays, answered by the app guard' [Rr]='replays, answered by webhook_idempotency (Redis)'
+	[Qk]='= Q, keepalive_idle_conns_per_host 256' [Rk]='= R, keepalive_idle_conns_per_host 256'
+)
+dashes() { printf -- '-%.0s' $(seq 1 "$1"); }
+table_head() { # width of the scenario column, then the names of the columns after p99
+	local w=$1 c
+	shift
+	printf "| %-${w}s | %8s | %8s | %8s |" scenario 'req/s' 'p50 ms' 'p99 ms'
+	for c in "$@"; do printf ' %-24s |' "$c"; done
+	printf '\n|%s|%s:|%s:|%s:|' "$(dashes $((w + 2)))" "$(dashes 9)" "$(dashes 9)" "$(dashes 9)"
+	for c in "$@"; do printf '%s|' "$(dashes 26)"; done
+	echo
+}
 {
 	echo
 	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the end)"
@@ -427,16 +446,9 @@ fi
 	echo
 	echo "per scenario: the median of its runs (req/s, p50, p99; A ran before each scenario in each round) and every run's req/s"
 	echo
-	printf '| %-42s | %8s | %8s | %8s | %-24s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run'
-	printf '|%s|%s:|%s:|%s:|%s|\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})"
+	table_head 42 'req/s by run'
 	for s in A B C D E; do
-		case $s in
-		A) d='A reverse_proxy alone' ;;
-		B) d='B + webhook_idempotency, memory, new keys' ;;
-		C) d='C + webhook_idempotency, Redis, new keys' ;;
-		D) d='D replay of one completed key, memory' ;;
-		E) d='E replay of one completed key, Redis' ;;
-		esac
+		d="$s ${DESC[$s]}"
 		rps=() p50=() p99=() bad=0
 		for r in $(seq 1 "$ROUNDS"); do
 			runs=("$s.$r")
@@ -466,25 +478,15 @@ fi
 		echo
 		echo "in front of the application (bench/app/app.js, single-threaded Node, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS --latency, $ROUNDS rounds of Q R M P Qr Rr Qk Rk, ${WARMUP}s warm-up + ${APP_DURATION}s each"
 		echo
-		printf '| %-52s | %8s | %8s | %8s | %-24s | %-18s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run' 'p99 ms by run'
-		printf '|%s|%s:|%s:|%s:|%s|%s|\n' "$(printf -- '-%.0s' {1..54})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})" "$(printf -- '-%.0s' {1..20})"
+		table_head 52 'req/s by run' 'p99 ms by run'
 		for s in Q R M P Qr Rr Qk Rk; do
-			case $s in
-			Q) d='Q reverse_proxy -> app with its own guard, new keys' ;;
-			R) d='R webhook_idempotency, Redis -> app, new keys' ;;
-			M) d='M webhook_idempotency, memory -> app, new keys' ;;
-			P) d='P reverse_proxy -> app, no deduplication' ;;
-			Qr) d='Qr replays, answered by the app guard' ;;
-			Rr) d='Rr replays, answered by webhook_idempotency (Redis)' ;;
-			Qk) d='Qk = Q, keepalive_idle_conns_per_host 256' ;;
-			Rk) d='Rk = R, keepalive_idle_conns_per_host 256' ;;
-			esac
+			d="$s ${DESC[$s]}"
 			rps=() p50=() p99=() conns=() bad=0
 			for r in $(seq 1 "$ROUNDS"); do
 				rps+=("${RPS[$s.$r]}") p50+=("${P50[$s.$r]}") p99+=("${P99[$s.$r]}") conns+=("${CONN1K[$s.$r]}")
 				bad=$((bad + BAD[$s.$r]))
 			done
-			printf '| %-52s | %8s | %8s | %8s | %-24s | %-18s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")" "${p99[*]}"
+			printf '| %-52s | %8s | %8s | %8s | %-24s | %-24s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")" "${p99[*]}"
 			CONNS_BY[$s]="${conns[*]}"
 		done
 		echo
