@@ -74,11 +74,10 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 }
 
 // run runs script with keys and args (with a nil script, the command args)
-// in the next batch and returns its
-// reply, or ctx's error when ctx ends first, or context.DeadlineExceeded
-// when timeout (if not zero) passes first. The timeout is a timer the call
-// reuses, where a context with a deadline would cost a few allocations per
-// call.
+// in the next batch and returns its reply, or ctx's error when ctx ends
+// first, or context.DeadlineExceeded when timeout (if not zero) passes
+// first. The timeout is a timer the call reuses, where a context with a
+// deadline would cost a few allocations per call.
 func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args []any) (any, error) {
 	c := redisCallPool.Get().(*redisCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
@@ -217,6 +216,7 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 	return cmds
 }
 
+// btoi is 1 for true, 0 for false.
 func btoi(b bool) int {
 	if b {
 		return 1
