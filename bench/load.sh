@@ -110,10 +110,16 @@ trap 'exit 130' INT TERM
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 TAKEN=" "
+# Listening ports come from below the kernel's range of ephemeral ports
+# (net.ipv4.ip_local_port_range), where outgoing connections on a busy machine
+# would otherwise take a port between its check here and its bind.
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+PORT_LOW=10000 PORT_SPAN=$((EPHEMERAL_LOW - 10000))
+if [ "$PORT_SPAN" -lt 2000 ]; then PORT_LOW=20000 PORT_SPAN=30000; fi
 free_port() {
 	local i p
 	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((PORT_LOW + RANDOM % PORT_SPAN))
 		case $TAKEN in *" $p "*) continue ;; esac
 		if ! port_busy "$p"; then
 			TAKEN="$TAKEN$p "
