@@ -1,4 +1,4 @@
-# make test   installs redis-server when missing (and possible), then runs every test
+# make test   installs redis-server and chromium when missing (and possible), then runs every test
 # make run    runs Caddy with Caddyfile.example on the embedded store
 # make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
 # make xcaddy builds ./bin/caddy-xcaddy with xcaddy from this checkout and checks
@@ -8,10 +8,12 @@
 
 GO ?= go
 
-.PHONY: test run build xcaddy lint bench redis-server
+.PHONY: test run build xcaddy lint bench redis-server chromium
 
-test: redis-server
+test: redis-server chromium
 	$(GO) test -race -count=1 ./...
+	@# allocation ceilings: the race detector makes sync.Pool drop items
+	$(GO) test -count=1 -run 'Alloc' ./...
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example
@@ -56,6 +58,19 @@ redis-server:
 	else \
 		echo "redis-server is missing and cannot be installed here (needs root and apt-get):" >&2; \
 		echo "install Redis >= 7 (redis-server and redis-cli on PATH) and run make test again" >&2; \
+		exit 1; \
+	fi
+# The console tests drive a real headless Chromium (Debian's chromium).
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "chromium is missing: installing Debian's chromium with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || { \
+			echo "installing chromium with apt-get failed: install chromium and run make test again" >&2; exit 1; }; \
+	else \
+		echo "chromium is missing and cannot be installed here (needs root and apt-get):" >&2; \
+		echo "install chromium (on PATH as chromium) and run make test again" >&2; \
 		exit 1; \
 	fi
 bench: redis-server ; @GO=$(GO) bash bench/load.sh

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func init() {
@@ -17,25 +19,30 @@ func init() {
 }
 
 // AdminAPI is a module that adds the /webhook_idempotency/ endpoints to
-// Caddy's admin API (docs/inbox.md): the number of pending, scheduled and dead
-// events of each inbox running in this process, the list of a source's
-// dead-lettered events, and their redelivery. Caddy loads it by itself;
-// it has no configuration.
+// Caddy's admin API (docs/admin.md): every source of the running
+// configuration with its counts, a key's state and forgetting it, the
+// archive (search, one event, redelivery, export), the inbox's dead
+// letters (list, redelivery, discard) and the console. Caddy loads it by
+// itself; it has no configuration.
 //
-//	GET  /webhook_idempotency/                              every inbox's counts
-//	GET  /webhook_idempotency/<source>                      one inbox's counts
-//	GET  /webhook_idempotency/<source>/dead?start=&count=   dead-lettered events
-//	POST /webhook_idempotency/<source>/dead/<id>/redeliver  deliver a dead event again
+//	GET    /webhook_idempotency/                                every source
+//	GET    /webhook_idempotency/console                         the console
+//	GET    /webhook_idempotency/<source>                        one source
+//	GET    /webhook_idempotency/<source>/keys/<key>             a key's state
+//	DELETE /webhook_idempotency/<source>/keys/<key>             forget a key
+//	GET    /webhook_idempotency/<source>/events[?…]             search the archive
+//	GET    /webhook_idempotency/<source>/events/export[?…]      the archive as NDJSON
+//	GET    /webhook_idempotency/<source>/events/<id>            one archived event
+//	POST   /webhook_idempotency/<source>/events/<id>/redeliver  redeliver it
+//	POST   /webhook_idempotency/<source>/events/redeliver?…     redeliver a filtered set
+//	GET    /webhook_idempotency/<source>/dead[?start=&count=]   dead letters
+//	POST   /webhook_idempotency/<source>/dead/<id>/redeliver    redeliver one
+//	POST   /webhook_idempotency/<source>/dead/redeliver         redeliver all
+//	DELETE /webhook_idempotency/<source>/dead/<id>              discard one
 type AdminAPI struct{}
 
 // adminPrefix is the path every route of AdminAPI starts with.
 const adminPrefix = "/webhook_idempotency/"
-
-// Paging of the dead-letter list.
-const (
-	defaultDeadCount = 100
-	maxDeadCount     = 1000
-)
 
 // CaddyModule returns the Caddy module information.
 func (AdminAPI) CaddyModule() caddy.ModuleInfo {
@@ -55,152 +62,256 @@ func (a AdminAPI) Routes() []caddy.AdminRoute {
 	}
 }
 
-// inboxStatus is one inbox's counts, as the admin API reports them.
-type inboxStatus struct {
-	Source string `json:"source"`
-	inboxCounts
-}
+// adminHandler serves one route for one source.
+type adminHandler func(w http.ResponseWriter, r *http.Request, src *adminSource) error
 
-// redelivered is the answer to a redelivery: the event's new stream id.
-type redelivered struct {
-	ID string `json:"id"`
-}
+// adminMethods maps each method a route allows to its handler.
+type adminMethods map[string]adminHandler
 
-// handle routes a request by its path: /, /<source>, /<source>/dead and
-// /<source>/dead/<id>/redeliver under the prefix. Path segments are
-// unescaped, so a source or id may be percent-encoded.
+// handle routes a request by its path. Path segments are unescaped, so a
+// source, key or id may be percent-encoded (a key with a '/' must be).
 func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), adminPrefix)
 	if !ok {
-		return apiError(http.StatusNotFound, errors.New("not found"))
+		return errNotFound
 	}
 	if rest == "" {
-		if err := allowMethod(w, r, http.MethodGet); err != nil {
+		if err := allowMethods(w, r, http.MethodGet); err != nil {
 			return err
 		}
-		return a.handleList(w, r)
+		return handleSources(w, r)
 	}
 	segs := strings.Split(rest, "/")
 	for i, s := range segs {
 		v, err := url.PathUnescape(s)
 		if err != nil || v == "" {
-			return apiError(http.StatusNotFound, errors.New("not found"))
+			return errNotFound
 		}
 		segs[i] = v
 	}
-	var method string
-	var serve func(http.ResponseWriter, *http.Request, *inbox) error
-	switch {
-	case len(segs) == 1:
-		method, serve = http.MethodGet, a.handleCounts
-	case len(segs) == 2 && segs[1] == "dead":
-		method, serve = http.MethodGet, a.handleDead
-	case len(segs) == 4 && segs[1] == "dead" && segs[3] == "redeliver":
-		method, serve = http.MethodPost, func(w http.ResponseWriter, r *http.Request, ib *inbox) error {
-			return a.handleRedeliver(w, r, ib, segs[2])
+	if segs[0] == "console" && len(segs) <= 2 {
+		if err := allowMethods(w, r, http.MethodGet); err != nil {
+			return err
 		}
-	default:
-		return apiError(http.StatusNotFound, errors.New("not found"))
+		return serveConsole(w, r, segs[1:])
 	}
-	if err := allowMethod(w, r, method); err != nil {
+	methods := sourceRoute(segs[1:])
+	if methods == nil {
+		return errNotFound
+	}
+	allowed := make([]string, 0, len(methods))
+	for m := range methods {
+		allowed = append(allowed, m)
+	}
+	if err := allowMethods(w, r, allowed...); err != nil {
 		return err
 	}
-	ib, err := runningInbox(segs[0])
+	src, err := findSource(segs[0])
 	if err != nil {
 		return err
 	}
-	return serve(w, r, ib)
+	return methods[r.Method](w, r, src)
 }
 
-// handleList reports the counts of every inbox running in this process,
-// sorted by source.
-func (AdminAPI) handleList(w http.ResponseWriter, r *http.Request) error {
-	running := runningInboxes()
-	out := make([]inboxStatus, 0, len(running))
-	for _, ib := range running {
+// sourceRoute returns the handlers of a path under /<source>.
+func sourceRoute(p []string) adminMethods {
+	n := len(p)
+	switch {
+	case n == 0:
+		return adminMethods{http.MethodGet: handleSource}
+	case n == 2 && p[0] == "keys":
+		key := p[1]
+		return adminMethods{
+			http.MethodGet:    func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleKey(w, r, s, key) },
+			http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleForget(w, r, s, key) },
+		}
+	case p[0] == "events":
+		return eventsRoute(p[1:])
+	case p[0] == "dead":
+		return deadRoute(p[1:])
+	}
+	return nil
+}
+
+// eventsRoute returns the handlers of a path under /<source>/events.
+func eventsRoute(p []string) adminMethods {
+	switch {
+	case len(p) == 0:
+		return adminMethods{http.MethodGet: handleEvents}
+	case len(p) == 1 && p[0] == "export":
+		return adminMethods{http.MethodGet: handleExport}
+	case len(p) == 1 && p[0] == "redeliver":
+		return adminMethods{http.MethodPost: handleRedeliverEvents}
+	case len(p) == 1:
+		id := p[0]
+		return adminMethods{http.MethodGet: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleEvent(w, r, s, id) }}
+	case len(p) == 2 && p[1] == "redeliver":
+		id := p[0]
+		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleRedeliverEvent(w, r, s, id)
+		}}
+	}
+	return nil
+}
+
+// deadRoute returns the handlers of a path under /<source>/dead.
+func deadRoute(p []string) adminMethods {
+	switch {
+	case len(p) == 0:
+		return adminMethods{http.MethodGet: handleDead}
+	case len(p) == 1 && p[0] == "redeliver":
+		return adminMethods{http.MethodPost: handleRedeliverAllDead}
+	case len(p) == 1:
+		id := p[0]
+		return adminMethods{http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleDiscardDead(w, r, s, id)
+		}}
+	case len(p) == 2 && p[1] == "redeliver":
+		id := p[0]
+		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
+			return handleRedeliverDead(w, r, s, id)
+		}}
+	}
+	return nil
+}
+
+// adminSource is a source of the running configuration and its handlers
+// (usually one; several routes may share a source deliberately).
+type adminSource struct {
+	name     string
+	handlers []*Handler
+}
+
+// findSource returns a source of the running configuration, or a 404.
+func findSource(name string) (*adminSource, error) {
+	hs := sourceHandlers(name)
+	if len(hs) == 0 {
+		return nil, apiError(http.StatusNotFound, fmt.Errorf("no webhook_idempotency route for source %q in the running configuration", name))
+	}
+	return &adminSource{name: name, handlers: hs}, nil
+}
+
+// inbox returns the source's inbox, or a 404 error.
+func (s *adminSource) inbox() (*inbox, error) {
+	for _, h := range s.handlers {
+		if h.inbox != nil {
+			return h.inbox, nil
+		}
+	}
+	return nil, apiError(http.StatusNotFound, fmt.Errorf("source %q has no inbox", s.name))
+}
+
+// archive returns the source's archive, or a 404 error.
+func (s *adminSource) archive() (*archive, error) {
+	for _, h := range s.handlers {
+		if h.archive != nil {
+			return h.archive, nil
+		}
+	}
+	return nil, apiError(http.StatusNotFound, fmt.Errorf("source %q has no archive (configure 'archive' on its route)", s.name))
+}
+
+// sourceStatus is a source as the admin API reports it.
+type sourceStatus struct {
+	Source string `json:"source"`
+	// Store is the store module of the source's first route.
+	Store string `json:"store"`
+	// Routes is the number of handlers with this source.
+	Routes int `json:"routes"`
+	// Results counts requests by result since this Caddy process started.
+	Results map[string]int64 `json:"results"`
+	// Inbox tells whether a route of the source has an inbox; its counts
+	// (pending, scheduled, dead) follow when it has.
+	Inbox bool `json:"inbox"`
+	*inboxCounts
+	// Archive is the number of archived events, when the source has an
+	// archive.
+	Archive *archiveStatus `json:"archive,omitempty"`
+}
+
+// archiveStatus is an archive as the admin API reports it.
+type archiveStatus struct {
+	Events      int64  `json:"events"`
+	Retention   string `json:"retention"`
+	MaxEvents   int    `json:"max_events"`
+	Bodies      bool   `json:"bodies"`
+	RedeliverTo string `json:"redeliver_to,omitempty"`
+}
+
+// status reads a source's counts.
+func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
+	h := s.handlers[0]
+	st := sourceStatus{
+		Source:  s.name,
+		Store:   h.store.store.(caddy.Module).CaddyModule().ID.Name(),
+		Routes:  len(s.handlers),
+		Results: make(map[string]int64, len(allResults)),
+	}
+	for i, res := range allResults {
+		var m dto.Metric
+		if err := h.metrics.requests[i].Write(&m); err == nil {
+			st.Results[res] = int64(m.GetCounter().GetValue())
+		}
+	}
+	if ib, err := s.inbox(); err == nil {
 		c, err := ib.counts(r.Context())
 		if err != nil {
-			return storeError(ib.source, err)
+			return st, storeError(s.name, err)
 		}
-		out = append(out, inboxStatus{Source: ib.source, inboxCounts: c})
+		st.Inbox, st.inboxCounts = true, &c
+	}
+	if a, err := s.archive(); err == nil {
+		n, err := a.backend.size(r.Context())
+		if err != nil {
+			return st, storeError(s.name, err)
+		}
+		st.Archive = &archiveStatus{
+			Events: n, Retention: a.retention.String(), MaxEvents: a.maxEvents,
+			Bodies: a.bodies, RedeliverTo: a.redeliverTo,
+		}
+	}
+	return st, nil
+}
+
+// handleSources reports every source of the running configuration, sorted.
+func handleSources(w http.ResponseWriter, r *http.Request) error {
+	out := []sourceStatus{}
+	for _, name := range runningSourceNames() {
+		src, err := findSource(name)
+		if err != nil {
+			continue // the configuration changed meanwhile
+		}
+		st, err := src.status(r)
+		if err != nil {
+			return err
+		}
+		out = append(out, st)
 	}
 	return writeJSON(w, out)
 }
 
-// handleCounts reports one inbox's counts.
-func (AdminAPI) handleCounts(w http.ResponseWriter, r *http.Request, ib *inbox) error {
-	c, err := ib.counts(r.Context())
+// handleSource reports one source.
+func handleSource(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+	st, err := src.status(r)
 	if err != nil {
-		return storeError(ib.source, err)
+		return err
 	}
-	return writeJSON(w, inboxStatus{Source: ib.source, inboxCounts: c})
+	return writeJSON(w, st)
 }
 
-// handleDead lists dead-lettered events, oldest first: up to `count`
-// (default 100, at most 1000) from the stream id `start` on, inclusive
-// ("-", the default, for the first).
-func (AdminAPI) handleDead(w http.ResponseWriter, r *http.Request, ib *inbox) error {
-	q := r.URL.Query()
-	count := int64(defaultDeadCount)
-	if v := q.Get("count"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 || n > maxDeadCount {
-			return apiError(http.StatusBadRequest, fmt.Errorf("invalid count %q: want a number from 1 to %d", v, maxDeadCount))
-		}
-		count = n
-	}
-	start := "-"
-	if v := q.Get("start"); v != "" && v != "-" {
-		if !validStreamID(v) {
-			return apiError(http.StatusBadRequest, fmt.Errorf("invalid start %q: want a stream id such as 1712345678901-0", v))
-		}
-		start = v
-	}
-	events, err := ib.deadEvents(r.Context(), start, count)
-	if err != nil {
-		return storeError(ib.source, err)
-	}
-	if events == nil {
-		events = []deadEvent{}
-	}
-	return writeJSON(w, events)
-}
+// errNotFound answers a path the API does not have.
+var errNotFound = apiError(http.StatusNotFound, errors.New("not found"))
 
-// handleRedeliver moves a dead-lettered event back into the inbox stream,
-// where it is delivered again with a fresh retry schedule.
-func (AdminAPI) handleRedeliver(w http.ResponseWriter, r *http.Request, ib *inbox, id string) error {
-	// a whole id: <ms> alone would name every event of that millisecond
-	if !validStreamID(id) || !strings.Contains(id, "-") {
-		return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.source))
-	}
-	newID, err := ib.redeliver(r.Context(), id)
-	if errors.Is(err, errNoDeadEvent) {
-		return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.source))
-	}
-	if err != nil {
-		return storeError(ib.source, err)
-	}
-	return writeJSON(w, redelivered{ID: newID})
-}
-
-// runningInbox returns the inbox running in this process for source, or a
-// 404 error.
-func runningInbox(source string) (*inbox, error) {
-	ib := inboxFor(source)
-	if ib == nil {
-		return nil, apiError(http.StatusNotFound, fmt.Errorf("no inbox running for source %q", source))
-	}
-	return ib, nil
-}
-
-// allowMethod returns a 405 error, with the Allow header set, unless the
-// request's method is method.
-func allowMethod(w http.ResponseWriter, r *http.Request, method string) error {
-	if r.Method == method {
+// allowMethods returns a 405 error, with the Allow header set, unless the
+// request's method is one of methods.
+func allowMethods(w http.ResponseWriter, r *http.Request, methods ...string) error {
+	if slices.Contains(methods, r.Method) {
 		return nil
 	}
-	w.Header().Set("Allow", method)
-	return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: use %s", r.Method, method))
+	slices.Sort(methods)
+	allow := strings.Join(methods, ", ")
+	w.Header().Set("Allow", allow)
+	return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: use %s", r.Method, allow))
 }
 
 // validStreamID reports whether s is a Redis stream id: <ms> or <ms>-<seq>.
@@ -217,9 +328,9 @@ func validStreamID(s string) bool {
 	return true
 }
 
-// storeError is the 503 error of a failed Redis call.
+// storeError is the 503 error of a failed store call.
 func storeError(source string, err error) error {
-	return apiError(http.StatusServiceUnavailable, fmt.Errorf("redis unavailable for the inbox of source %q: %v", source, err))
+	return apiError(http.StatusServiceUnavailable, fmt.Errorf("store unavailable for source %q: %v", source, err))
 }
 
 // apiError builds the error Caddy's admin server renders as JSON.

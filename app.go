@@ -3,7 +3,9 @@ package webhookidempotency
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -30,6 +32,7 @@ type App struct {
 	// and stops one configuration's modules one after another.
 	presetSources map[string]bool
 	inboxes       []*inbox
+	handlers      []*Handler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -52,11 +55,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Start starts the inbox workers of this configuration's handlers.
+// Start starts the inbox workers of this configuration's handlers and
+// makes its sources the ones the admin API shows.
 func (a *App) Start() error {
 	for _, ib := range a.inboxes {
 		ib.start()
 	}
+	running.Store(&runningSources{app: a, handlers: a.handlers})
 	return nil
 }
 
@@ -64,6 +69,9 @@ func (a *App) Start() error {
 // the inboxes stop side by side, so a reload waits for one delivery
 // timeout at most.
 func (a *App) Stop() error {
+	if cur := running.Load(); cur != nil && cur.app == a {
+		running.CompareAndSwap(cur, nil)
+	}
 	var wg sync.WaitGroup
 	for _, ib := range a.inboxes {
 		wg.Go(ib.stop)
@@ -82,6 +90,55 @@ func (a *App) addInbox(ib *inbox) error {
 	}
 	a.inboxes = append(a.inboxes, ib)
 	return nil
+}
+
+// addHandler records a handler of this configuration, for the admin API.
+func (a *App) addHandler(h *Handler) {
+	a.handlers = append(a.handlers, h)
+}
+
+// The handlers of the running configuration, for the admin API: a reload
+// starts the new configuration, which takes over, before it stops the old
+// one, which then leaves the new one's in place.
+var running atomic.Pointer[runningSources]
+
+// runningSources is the handlers of one running configuration.
+type runningSources struct {
+	app      *App
+	handlers []*Handler
+}
+
+// sourceHandlers returns the running handlers of a source, in the order of
+// the configuration.
+func sourceHandlers(source string) []*Handler {
+	rs := running.Load()
+	if rs == nil {
+		return nil
+	}
+	var out []*Handler
+	for _, h := range rs.handlers {
+		if h.Source == source {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// runningSourceNames returns the sources of the running configuration,
+// sorted.
+func runningSourceNames() []string {
+	rs := running.Load()
+	if rs == nil {
+		return nil
+	}
+	var names []string
+	for _, h := range rs.handlers {
+		if !slices.Contains(names, h.Source) {
+			names = append(names, h.Source)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // claimPresetSource records a preset whose name a handler took as its

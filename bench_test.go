@@ -2,14 +2,22 @@ package webhookidempotency
 
 import (
 	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -28,6 +36,10 @@ type benchResponseWriter struct {
 func (w *benchResponseWriter) Header() http.Header         { return w.h }
 func (w *benchResponseWriter) WriteHeader(status int)      { w.status = status }
 func (w *benchResponseWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// SetReadDeadline lets the handler bound the body's arrival, as a server's
+// ResponseWriter does (http.ResponseController).
+func (w *benchResponseWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (w *benchResponseWriter) reset() {
 	clear(w.h)
@@ -72,25 +84,53 @@ func newBenchHandler(b *testing.B, h *Handler) *Handler {
 }
 
 // benchRequest builds a reusable request whose body is reset per iteration.
+// A signed request is a JSON body `{"id":"<key>","pad":"xx…"}` of the given
+// size with a `github` signature: each new key gets a body of its own,
+// signed again (an identical signed body under a new key is a replay, see
+// guard.go). The signing reuses its buffers, so it allocates nothing.
 type benchRequest struct {
 	r    *http.Request
 	body *bytes.Reader
 	data []byte
+
+	signed  bool
+	mac     hash.Hash
+	sig     []byte // "sha256=" and the hex HMAC
+	lastKey string
 }
 
 func newBenchRequest(size int, signed bool) *benchRequest {
 	data := bytes.Repeat([]byte("x"), size)
-	br := &benchRequest{data: data, body: bytes.NewReader(data)}
+	br := &benchRequest{data: data, body: bytes.NewReader(data), signed: signed}
 	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), nil, nil)
 	if signed {
-		r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(benchSecret, string(data)))
+		br.mac = hmac.New(sha256.New, []byte(benchSecret))
+		br.sig = make([]byte, len("sha256=")+64)
+		copy(br.sig, "sha256=")
+		r.Header["X-Hub-Signature-256"] = []string{""}
 	}
 	br.r = r
 	return br
 }
 
 func (br *benchRequest) reset(key string) *http.Request {
+	if br.signed && key != br.lastKey {
+		br.lastKey = key
+		// {"id":"<key>","pad":"xxx…"}, the key's bytes padded with x
+		n := copy(br.data, `{"id":"`)
+		n += copy(br.data[n:], key)
+		n += copy(br.data[n:], `","pad":"`)
+		for ; n < len(br.data)-2; n++ {
+			br.data[n] = 'x'
+		}
+		copy(br.data[len(br.data)-2:], `"}`)
+		br.mac.Reset()
+		br.mac.Write(br.data)
+		var sum [sha256.Size]byte
+		hex.Encode(br.sig[len("sha256="):], br.mac.Sum(sum[:0]))
+		br.r.Header["X-Hub-Signature-256"][0] = unsafe.String(&br.sig[0], len(br.sig))
+	}
 	br.body.Reset(br.data)
 	br.r.Body = io.NopCloser(br.body)
 	br.r.ContentLength = int64(len(br.data))
@@ -155,10 +195,11 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 }
 
 // memoryBenchHandler makes the handlers of the memory store benchmarks;
-// with signed, they verify `github` signatures.
-func memoryBenchHandler(signed bool) func(b *testing.B) *Handler {
+// with signed, they verify `github` signatures, keyed as key says (nil:
+// the default, `header:Idempotency-Key body`).
+func memoryBenchHandler(signed bool, key ...string) func(b *testing.B) *Handler {
 	return func(b *testing.B) *Handler {
-		h := &Handler{}
+		h := &Handler{Key: key}
 		if signed {
 			h.Verify = &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}}
 		}
@@ -171,9 +212,18 @@ func BenchmarkServeHTTPMemory(b *testing.B) {
 }
 
 // BenchmarkServeHTTPMemorySigned is BenchmarkServeHTTPMemory with `github`
-// verification (HMAC-SHA256 of the body in X-Hub-Signature-256).
+// verification (HMAC-SHA256 of the body in X-Hub-Signature-256). The
+// Idempotency-Key header is not signed, so each new key is claimed with its
+// guard (guard.go); a new delivery's time includes signing its body.
 func BenchmarkServeHTTPMemorySigned(b *testing.B) {
 	benchServeHTTP(b, benchSizes[:2], true, memoryBenchHandler(true))
+}
+
+// BenchmarkServeHTTPMemorySignedUnguarded is BenchmarkServeHTTPMemorySigned
+// keyed on the signed body's `json:id`, which needs no guard: the
+// difference is what the guard costs.
+func BenchmarkServeHTTPMemorySignedUnguarded(b *testing.B) {
+	benchServeHTTP(b, benchSizes[:2], true, memoryBenchHandler(true, "json:id", "body"))
 }
 
 // BenchmarkServeHTTPRedis is BenchmarkServeHTTPMemory on the redis store,
@@ -185,6 +235,30 @@ func BenchmarkServeHTTPRedis(b *testing.B) {
 	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
 	benchServeHTTP(b, benchSizes, false, func(b *testing.B) *Handler {
 		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
+	})
+}
+
+// BenchmarkServeHTTPRedisSigned is BenchmarkServeHTTPRedis with `github`
+// verification: the key (the unsigned Idempotency-Key) and its guard are
+// claimed, completed and replayed in one round trip each, as a key alone
+// is; BenchmarkServeHTTPRedisSignedUnguarded keys on the signed `json:id`.
+func BenchmarkServeHTTPRedisSigned(b *testing.B) {
+	benchRedisSigned(b)
+}
+
+func BenchmarkServeHTTPRedisSignedUnguarded(b *testing.B) {
+	benchRedisSigned(b, "json:id", "body")
+}
+
+func benchRedisSigned(b *testing.B, key ...string) {
+	srv := startRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	benchServeHTTP(b, benchSizes[:2], true, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{
+			StoreRaw: json.RawMessage(store),
+			Key:      key,
+			Verify:   &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}},
+		})
 	})
 }
 
@@ -258,6 +332,39 @@ func BenchmarkServeHTTPRedisParallel(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkBodyDeadline is the body's deadline, bounded by the server's
+// read timeout, on a request whose context is built as net/http and Caddy
+// build it (the server at the root, under the connection's and the
+// request's contexts and Caddy's seven values): "lookup" finds the server
+// in the context on every request, "kept" uses the bound the handler kept
+// from its first request.
+func BenchmarkBodyDeadline(b *testing.B) {
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, &http.Server{ReadTimeout: time.Minute})
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{})
+	ctx = context.WithValue(ctx, caddyhttp.ConnCtxKey, nil)
+	ctx, cancelConn := context.WithCancel(ctx)
+	defer cancelConn()
+	ctx, cancelRequest := context.WithCancel(ctx)
+	defer cancelRequest()
+	for _, key := range []caddy.CtxKey{caddy.ReplacerCtxKey, caddyhttp.ServerCtxKey, caddyhttp.VarsCtxKey,
+		"route_group", caddyhttp.OriginalRequestCtxKey, caddyhttp.ExtraLogFieldsCtxKey, caddyhttp.ErrorCtxKey} {
+		ctx = context.WithValue(ctx, key, nil)
+	}
+	h := &Handler{BodyTimeout: caddy.Duration(10 * time.Second), bodyWait: new(atomic.Int64)}
+	rs := &requestState{h: h, r: httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)}
+	for _, kept := range []bool{false, true} {
+		b.Run(map[bool]string{false: "lookup", true: "kept"}[kept], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !kept {
+					h.bodyWait.Store(0)
+				}
+				_ = rs.bodyDeadline()
+			}
 		})
 	}
 }

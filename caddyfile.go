@@ -48,15 +48,27 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		source        <label>
 //		provider      <name>
 //		secret        <secret>...
+//		public_key    <key>...
+//		private_key   <pem>
+//		jwks_url      <url>
+//		jwks_file     <path>
+//		decrypt
 //		verify        <scheme> | off {
-//			secret     <secret>...
-//			header     <name>
-//			algorithm  sha1|sha256|sha512
-//			encoding   hex|base64
-//			prefix     <string>
-//			tolerance  <duration>
-//			url        <public url>
+//			secret      <secret>...
+//			header      <name>
+//			algorithm   sha1|sha256|sha512
+//			encoding    hex|base64
+//			prefix      <string>
+//			tolerance   <duration>
+//			url         <public url>
+//			public_key  <key>...
+//			padding     pkcs1|pss
+//			private_key <pem>
+//			jwks_url    <url>
+//			jwks_file   <path>
 //		}
+//		verify_token  <token>
+//		handshake     on | off
 //		header        <name>
 //		key           <key source>...
 //		ttl           <duration>
@@ -65,6 +77,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cache_status  <code or class>...
 //		mismatch      replay | reject
 //		max_body      <size>
+//		body_timeout  <duration>
 //		max_response  <size>
 //		methods       <method>...
 //		fail          open | closed
@@ -72,6 +85,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			...
 //		}
 //		inbox         [<deliver_to>] {
+//			...
+//		}
+//		archive       [<retention>] {
 //			...
 //		}
 //	}
@@ -91,6 +107,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("option '%s' on the directive line needs a value", name)
 			} else if name == "verify" {
 				err = h.parseVerify(d, []string{d.Val()}, true)
+			} else if name == "archive" {
+				err = h.parseArchive(d, true)
 			} else {
 				err = h.parseOption(d, name, []string{d.Val()}, &keySet, &headerSet)
 			}
@@ -125,6 +143,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Inbox = new(InboxConfig)
 			err = h.Inbox.unmarshalCaddyfile(d)
+		case "archive":
+			err = h.parseArchive(d, false)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
@@ -144,14 +164,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var inlineOptions = map[string]bool{
 	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
 	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
-	"mismatch": true, "max_body": true, "max_response": true, "methods": true,
-	"fail": true, "store": true,
+	"mismatch": true, "max_body": true, "body_timeout": true, "max_response": true, "methods": true,
+	"fail": true, "store": true, "public_key": true, "verify_token": true, "handshake": true,
+	"private_key": true, "jwks_url": true, "jwks_file": true, "archive": true,
 }
 
 // blockOptions are the subdirectives of the block: the inline options and
 // inbox.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"inbox": true}
+	m := map[string]bool{"inbox": true, "decrypt": true}
 	for k := range inlineOptions {
 		m[k] = true
 	}
@@ -188,6 +209,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.Verify = new(VerifyConfig)
 		}
 		h.Verify.Secrets = append(h.Verify.Secrets, args...)
+	case "private_key", "jwks_url", "jwks_file", "decrypt":
+		return h.parseKeyMaterial(d, name, what, args)
 	case "header":
 		v, err := oneValue(d, what, args)
 		if err != nil {
@@ -213,7 +236,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		}
 		*keySet = true
 		h.Key = append(h.Key, args...)
-	case "ttl", "lease":
+	case "ttl", "lease", "body_timeout":
 		v, err := oneValue(d, what, args)
 		if err != nil {
 			return err
@@ -222,10 +245,13 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 		if err != nil {
 			return d.Errf("invalid %s '%s': %v", name, v, err)
 		}
-		if name == "ttl" {
+		switch name {
+		case "ttl":
 			h.TTL = dur
-		} else {
+		case "lease":
 			h.Lease = dur
+		default:
+			h.BodyTimeout = dur
 		}
 	case "in_flight":
 		if err := someValues(d, what, args); err != nil {
@@ -289,82 +315,20 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			return d.Errf("%v", err)
 		}
 		h.Fail = v
+	case "public_key", "verify_token", "handshake":
+		return h.parseKeyOption(d, name, args)
 	}
 	return nil
 }
 
-// parseVerify parses `verify <scheme>|off { ... }`; inline, there is no
-// block.
-func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool) error {
-	if len(args) > 1 {
-		return d.Errf("verify takes one scheme, got %d arguments", len(args))
+// parseArchive parses `archive [<retention>] { ... }`; inline, only the
+// retention is given and there is no block.
+func (h *Handler) parseArchive(d *caddyfile.Dispenser, inline bool) error {
+	if h.Archive != nil {
+		return d.Err("archive given twice")
 	}
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
-	v := h.Verify
-	if len(args) == 1 {
-		if !knownScheme(args[0]) {
-			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token or off", args[0])
-		}
-		v.Scheme = args[0]
-	}
-	if inline {
-		return nil
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "verify '" + name + "'"
-		sub := d.RemainingArgs()
-		if name == "secret" {
-			if err := someValues(d, what, sub); err != nil {
-				return err
-			}
-			v.Secrets = append(v.Secrets, sub...)
-			continue
-		}
-		val, err := oneValue(d, what, sub)
-		if err != nil && verifyValueOptions[name] {
-			return err
-		}
-		switch name {
-		case "header":
-			v.Header = val
-		case "algorithm":
-			switch val {
-			case "sha1", "sha256", "sha512":
-			default:
-				return d.Errf("invalid algorithm '%s': want sha1, sha256 or sha512", val)
-			}
-			v.Algorithm = val
-		case "encoding":
-			if val != "hex" && val != "base64" {
-				return d.Errf("invalid encoding '%s': want hex or base64", val)
-			}
-			v.Encoding = val
-		case "prefix":
-			v.Prefix = val
-		case "tolerance":
-			dur, err := parsePositiveDuration(val)
-			if err != nil {
-				return d.Errf("invalid tolerance '%s': %v", val, err)
-			}
-			v.Tolerance = dur
-		case "url":
-			if err := checkHTTPURL(val); err != nil {
-				return d.Errf("invalid url '%s': %v", val, err)
-			}
-			v.URL = val
-		default:
-			return d.Errf("unrecognized verify subdirective '%s'", name)
-		}
-	}
-	return nil
-}
-
-// verifyValueOptions are the verify subdirectives that take one value.
-var verifyValueOptions = map[string]bool{
-	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,
+	h.Archive = new(ArchiveConfig)
+	return h.Archive.unmarshalCaddyfile(d, inline)
 }
 
 // parseStore parses `store <module> [args] [{ ... }]` with the store

@@ -40,7 +40,7 @@ func TestCaddyfileInboxParse(t *testing.T) {
 			want:  Handler{Source: "orders", StoreRaw: json.RawMessage(`{"module":"redis"}`), Inbox: &InboxConfig{DeliverTo: "http://app:3000/hooks"}},
 		},
 		{
-			name: "the example of SPEC §7",
+			name: "the example of docs/inbox.md",
 			input: `webhook_idempotency stripe {
 				secret {env.STRIPE_WEBHOOK_SECRET}
 				store redis redis://localhost:6379

@@ -45,6 +45,38 @@ func TestCaddyfileParse(t *testing.T) {
 			want:  Handler{Source: "stripe", Key: []string{"header:stripe-signature", "body"}, TTL: dur(24 * time.Hour)},
 		},
 		{
+			name: "stone with its key material at the top and in verify",
+			input: `webhook_idempotency stone private_key {file./run/secrets/stone.pem} {
+				decrypt
+				verify {
+					jwks_url https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys
+				}
+			}`,
+			want: Handler{Provider: "stone", Verify: &VerifyConfig{
+				PrivateKey: "{file./run/secrets/stone.pem}",
+				JWKSURL:    "https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys",
+				Decrypt:    true,
+			}},
+		},
+		{
+			name:  "evolution and asaas take a secret inline",
+			input: `webhook_idempotency asaas secret {env.ASAAS_TOKEN}`,
+			want:  Handler{Provider: "asaas", Verify: &VerifyConfig{Secrets: []string{"{env.ASAAS_TOKEN}"}}},
+		},
+		{
+			name: "generic jwt",
+			input: `webhook_idempotency {
+				source internal
+				verify jwt {
+					header    X-Token
+					prefix    "JWT "
+					tolerance 1m
+					secret    {env.JWT_KEY}
+				}
+			}`,
+			want: Handler{Source: "internal", Verify: &VerifyConfig{Scheme: "jwt", Header: "X-Token", Prefix: "JWT ", Tolerance: dur(time.Minute), Secrets: []string{"{env.JWT_KEY}"}}},
+		},
+		{
 			name:  "bare directive",
 			input: `webhook_idempotency`,
 			want:  Handler{},
@@ -82,12 +114,12 @@ func TestCaddyfileParse(t *testing.T) {
 		},
 		{
 			name:  "every single-value option inline",
-			input: `webhook_idempotency source s provider slack secret a verify off key json:event_id ttl 1h lease 10s in_flight proceed cache_status 2xx mismatch reject max_body 512KB max_response 2048 methods post fail closed store memory`,
+			input: `webhook_idempotency source s provider slack secret a verify off key json:event_id ttl 1h lease 10s in_flight proceed cache_status 2xx mismatch reject max_body 512KB body_timeout 30s max_response 2048 methods post fail closed store memory`,
 			want: Handler{
 				Source: "s", Provider: "slack", Verify: &VerifyConfig{Scheme: "off", Secrets: []string{"a"}},
 				Key: []string{"json:event_id"}, TTL: dur(time.Hour), Lease: dur(10 * time.Second),
 				InFlight: "proceed", CacheStatus: []string{"2xx"}, Mismatch: "reject",
-				MaxBody: 512000, MaxResponse: 2048, Methods: []string{"POST"}, Fail: "closed",
+				MaxBody: 512000, BodyTimeout: dur(30 * time.Second), MaxResponse: 2048, Methods: []string{"POST"}, Fail: "closed",
 				StoreRaw: memoryStore,
 			},
 		},
@@ -113,6 +145,7 @@ func TestCaddyfileParse(t *testing.T) {
 				cache_status  200 201 4xx
 				mismatch      reject
 				max_body      1MiB
+				body_timeout  5s
 				max_response  512KB
 				methods       POST put
 				fail          closed
@@ -135,6 +168,7 @@ func TestCaddyfileParse(t *testing.T) {
 				CacheStatus: []string{"200", "201", "4xx"},
 				Mismatch:    "reject",
 				MaxBody:     1 << 20,
+				BodyTimeout: dur(5 * time.Second),
 				MaxResponse: 512000,
 				Methods:     []string{"POST", "PUT"},
 				Fail:        "closed",
@@ -295,7 +329,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"inline value missing before block", "webhook_idempotency source {\n}", "option 'source' on the directive line needs a value, at Testfile:1"},
 		{"inline store missing type", "webhook_idempotency store", "store needs a type: memory or redis, at Testfile:1"},
 		{"inline bad duration", "webhook_idempotency source a ttl 1x", `invalid ttl '1x': time: unknown unit "x" in duration "1x", at Testfile:1`},
-		{"inline bad verify scheme", "webhook_idempotency verify sha", "unknown verify scheme 'sha': want a provider name, hmac, token or off, at Testfile:1"},
+		{"inline bad verify scheme", "webhook_idempotency verify sha", "unknown verify scheme 'sha': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:1"},
 
 		// the block
 		{"unknown subdirective", "webhook_idempotency {\n\tsource a\n\tbogus 1\n}", "unrecognized subdirective 'bogus', at Testfile:3"},
@@ -331,6 +365,9 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"ttl bad", "webhook_idempotency {\n\tttl forever\n}", `invalid ttl 'forever': time: invalid duration "forever", at Testfile:2`},
 		{"ttl zero", "webhook_idempotency {\n\tttl 0s\n}", "invalid ttl '0s': must be positive, at Testfile:2"},
 		{"ttl negative", "webhook_idempotency {\n\tttl -1h\n}", "invalid ttl '-1h': must be positive, at Testfile:2"},
+		{"body_timeout missing", "webhook_idempotency {\n\tbody_timeout\n}", "'body_timeout' takes exactly one value, got 0, at Testfile:2"},
+		{"body_timeout bad", "webhook_idempotency {\n\tbody_timeout soon\n}", `invalid body_timeout 'soon': time: invalid duration "soon", at Testfile:2`},
+		{"body_timeout zero", "webhook_idempotency source s body_timeout 0s", "invalid body_timeout '0s': must be positive, at Testfile:1"},
 		{"lease bad", "webhook_idempotency {\n\tlease 30\n}", `invalid lease '30': time: missing unit in duration "30", at Testfile:2`},
 		{"in_flight missing", "webhook_idempotency {\n\tin_flight\n}", "'in_flight' needs at least one value, at Testfile:2"},
 		{"in_flight unknown", "webhook_idempotency {\n\tin_flight queue\n}", "invalid in_flight 'queue': want conflict, wait [<timeout>] or proceed, at Testfile:2"},
@@ -360,7 +397,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"fail unknown", "webhook_idempotency {\n\tfail safe\n}", "invalid fail 'safe': want open or closed, at Testfile:2"},
 
 		// verify
-		{"verify unknown scheme", "webhook_idempotency {\n\tverify sha256\n}", "unknown verify scheme 'sha256': want a provider name, hmac, token or off, at Testfile:2"},
+		{"verify unknown scheme", "webhook_idempotency {\n\tverify sha256\n}", "unknown verify scheme 'sha256': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 		{"verify too many", "webhook_idempotency {\n\tverify hmac token\n}", "verify takes one scheme, got 2 arguments, at Testfile:2"},
 		{"verify unknown subdirective", "webhook_idempotency {\n\tverify hmac {\n\t\tsalt x\n\t}\n}", "unrecognized verify subdirective 'salt', at Testfile:3"},
 		{"verify secret missing", "webhook_idempotency {\n\tverify hmac {\n\t\tsecret\n\t}\n}", "verify 'secret' needs at least one value, at Testfile:3"},

@@ -231,7 +231,7 @@ func TestRedisLeaseRenewalKeepsSlowRequest(t *testing.T) {
 	}
 }
 
-// Keys and TTLs as SPEC §3.4 says, with the store set by the global option.
+// Keys and TTLs as docs/stores.md says, with the store set by the global option.
 func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	srv := startRedis(t)
 	up := newUpstream(t, nil)
@@ -277,7 +277,7 @@ func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	longSum := sha256.Sum256([]byte(long))
 	want := []string{
 		"wh:shop:evt_1",
-		"wh:shop:sha256:" + hex.EncodeToString(longSum[:]),
+		"wh:shop:key-sha256:" + hex.EncodeToString(longSum[:]),
 		"wh:wa:sha256:" + hex.EncodeToString(bodySum[:]),
 	}
 	slices.Sort(keys)

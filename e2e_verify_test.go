@@ -14,7 +14,8 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
-// wantRejected checks a 401 with the JSON reason of SPEC §3.3.
+// wantRejected checks a 401 with its JSON reason (README: Providers and
+// signature verification).
 func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string) {
 	t.Helper()
 	if resp.StatusCode != http.StatusUnauthorized {
@@ -166,4 +167,53 @@ func TestE2EVerifyTwilioForwardedURL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An empty signature header is a missing signature, for every scheme: the
+// same 401 reason whether the header is absent or empty.
+func TestE2EEmptySignatureHeaderIsMissing(t *testing.T) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	startCaddy(t, "", fmt.Sprintf(`:%d {
+	handle /github {
+		webhook_idempotency github {
+			secret s
+		}
+		reverse_proxy %[2]s
+	}
+	handle /shopify {
+		webhook_idempotency shopify {
+			secret s
+		}
+		reverse_proxy %[2]s
+	}
+	handle /stripe {
+		webhook_idempotency stripe {
+			secret whsec_s
+		}
+		reverse_proxy %[2]s
+	}
+	handle /token {
+		webhook_idempotency {
+			source token
+			verify token {
+				header X-Token
+				secret s
+			}
+		}
+		reverse_proxy %[2]s
+	}
+}`, port, up.addr()))
+	for path, header := range map[string]string{
+		"/github": "X-Hub-Signature-256", "/shopify": "X-Shopify-Hmac-Sha256",
+		"/stripe": "Stripe-Signature", "/token": "X-Token",
+	} {
+		resp, body := post(t, siteURL(port)+path, []byte(`{"id":"evt_empty"}`))
+		wantRejected(t, resp, body, "missing signature")
+		resp, body = post(t, siteURL(port)+path, []byte(`{"id":"evt_empty"}`), header, "")
+		if resp.StatusCode != http.StatusUnauthorized || string(body) != `{"error":"missing signature"}` {
+			t.Errorf("%s with an empty %s: %d %s, want 401 missing signature", path, header, resp.StatusCode, body)
+		}
+	}
+	wantCalls(t, up, 0)
 }

@@ -13,11 +13,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 func init() {
@@ -37,13 +40,29 @@ type Handler struct {
 	// A provider preset (see docs/providers.md): `stripe`, `github`,
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone` or `evolution`. It sets the source, the verification scheme
-	// and the default key. Default: none.
+	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
+	// `razorpay`, `woovi` or `hubspot`. It sets the source, the
+	// verification scheme and the default key, and for some providers the
+	// default ttl and in_flight mode. Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
 	Verify *VerifyConfig `json:"verify,omitempty"`
+
+	// The token of Meta's subscription check for the `whatsapp` preset:
+	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
+	// is answered with the challenge when the token matches (compared in
+	// constant time) and with 403 otherwise. Placeholders such as
+	// `{env.X}` are resolved at provision time. Default: none (the check
+	// is passed on to the next handler).
+	VerifyToken string `json:"verify_token,omitempty"`
+
+	// Whether the preset answers its provider's handshake at the edge
+	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
+	// next handler). Only presets with a handshake take it: `whatsapp`,
+	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
 	// `header:<Name>`, `json:<path>`, `query:<name>` or `body` (SHA-256
@@ -51,7 +70,9 @@ type Handler struct {
 	// `["header:Idempotency-Key", "body"]`.
 	Key []string `json:"key,omitempty"`
 
-	// How long a completed response is kept and replayed. Default: 24h.
+	// How long a completed response is kept and replayed. Default: 24h,
+	// or the provider's retry window when it is longer (Stripe: 3d; see
+	// docs/providers.md).
 	TTL caddy.Duration `json:"ttl,omitempty"`
 
 	// How long a claim lasts without being renewed; it is renewed while
@@ -62,7 +83,7 @@ type Handler struct {
 	// What a duplicate of an in-flight key gets: `conflict` (409 with
 	// Retry-After), `wait` (wait for the first request, then replay) or
 	// `proceed` (call the next handler without claiming). Default:
-	// `conflict`.
+	// `conflict`; `wait` for `asaas`.
 	InFlight string `json:"in_flight,omitempty"`
 
 	// How long `wait` waits before answering 409. Default: 10s.
@@ -82,6 +103,12 @@ type Handler struct {
 	// The largest request body accepted, in bytes; larger gets 413.
 	// Default: 5MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
+
+	// How long the request body may take to arrive, from the moment the
+	// handler starts reading it (the earlier of this and the server's own
+	// read timeout applies). A body not received in time gets 408 and
+	// nothing is stored. Default: 10s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
 
 	// The largest response body recorded, in bytes; a larger response is
 	// sent untouched and recorded without its body. Default: 1MiB.
@@ -106,10 +133,21 @@ type Handler struct {
 	// Default: off (the next handler is called).
 	Inbox *InboxConfig `json:"inbox,omitempty"`
 
+	// The archive (docs/archive.md): every delivery that passed
+	// verification and got a key is kept for audit and reprocessing, with
+	// the answer's status and the handling time, on the handler's store.
+	// Default: off.
+	Archive *ArchiveConfig `json:"archive,omitempty"`
+
 	store       *meteredStore
+	archive     *archive
 	inbox       *inbox
 	ownedStore  *MemoryStore // a default store this handler provisioned itself
-	verifier    Verifier
+	verifier    signature.Verifier
+	opener      signature.Opener // a verifier whose content is sealed (stone)
+	decrypt     bool             // hand the opened content on (stone's decrypt)
+	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
+	handshake   *handshakeState  // nil: none answered
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -119,7 +157,8 @@ type Handler struct {
 	rejectDiffs bool
 	logger      *zap.Logger // carries the source
 	metrics     *handlerMetrics
-	sourceValue any // Source, boxed once for the replacer
+	sourceValue any           // Source, boxed once for the replacer
+	bodyWait    *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -136,6 +175,7 @@ const (
 	defaultLease       = 30 * time.Second
 	defaultWaitTimeout = 10 * time.Second
 	defaultMaxBody     = 5 << 20
+	defaultBodyTimeout = 10 * time.Second
 	defaultMaxResponse = 1 << 20
 	defaultKeyPrefix   = "idem"
 )
@@ -162,9 +202,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionOptions(); err != nil {
 		return err
 	}
-	if err := h.provisionVerifier(); err != nil {
+	if err := h.provisionVerifier(ctx); err != nil {
 		return err
 	}
+	if err := h.provisionHandshake(); err != nil {
+		return err
+	}
+	h.markUnsignedKeys()
 	h.warnVerifyConfig()
 
 	app, err := appFor(ctx)
@@ -179,13 +223,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(ctx, app); err != nil {
 		return err
 	}
+	if h.Archive != nil {
+		if h.archive, err = newArchive(h.Archive, h); err != nil {
+			return err
+		}
+	}
 	if h.Inbox != nil {
 		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
 			return err
 		}
 		// workers start and stop with the configuration
-		return app.addInbox(h.inbox)
+		if err := app.addInbox(h.inbox); err != nil {
+			return err
+		}
 	}
+	app.addHandler(h)
 	return nil
 }
 
@@ -203,6 +255,12 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 		}
 		if len(h.Key) == 0 {
 			h.Key = p.defaultKey
+		}
+		if h.TTL == 0 && p.ttl > 0 {
+			h.TTL = caddy.Duration(p.ttl)
+		}
+		if h.InFlight == "" {
+			h.InFlight = p.inFlight
 		}
 	}
 	if h.Source == "" {
@@ -228,6 +286,10 @@ func (h *Handler) provisionOptions() error {
 	}
 	if h.MaxBody == 0 {
 		h.MaxBody = defaultMaxBody
+	}
+	h.bodyWait = new(atomic.Int64)
+	if h.BodyTimeout == 0 {
+		h.BodyTimeout = caddy.Duration(defaultBodyTimeout)
 	}
 	if h.MaxResponse == 0 {
 		h.MaxResponse = defaultMaxResponse
@@ -290,19 +352,28 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 			return err
 		}
 	}
+	if rs, ok := s.(*RedisStore); ok && (h.Inbox != nil || h.failClosed) {
+		rs.requireDurable(h.Source)
+	}
 	prefix := defaultKeyPrefix
 	if p, ok := s.(interface{ KeyPrefix() string }); ok {
 		prefix = p.KeyPrefix()
 	}
 	h.keyPrefix = prefix + ":" + h.Source + ":"
 	h.store = &meteredStore{store: s, m: h.metrics}
+	if h.store.guarded, _ = s.(guardedStore); h.store.guarded == nil {
+		// a store that holds no guard: every key is claimed alone
+		for i := range h.keys {
+			h.keys[i].unsigned = false
+		}
+	}
 	return nil
 }
 
 // Validate checks the configuration.
 func (h *Handler) Validate() error {
-	if h.TTL < 0 || h.Lease < 0 || h.WaitTimeout < 0 {
-		return errors.New("ttl, lease and wait_timeout must not be negative")
+	if h.TTL < 0 || h.Lease < 0 || h.WaitTimeout < 0 || h.BodyTimeout < 0 {
+		return errors.New("ttl, lease, wait_timeout and body_timeout must not be negative")
 	}
 	if h.MaxBody < 0 || h.MaxResponse < 0 {
 		return errors.New("max_body and max_response must not be negative")
@@ -320,6 +391,10 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.stop()
 	}
+	h.releaseStoneKeys()
+	if h.archive != nil {
+		h.archive.stop()
+	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -330,9 +405,13 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
 // of a delivery: methods, body, signature, key, claim, then what the claim
-// found decides the answer.
+// found decides the answer. A provider's handshake is answered on the way
+// (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	if answered, err := rs.queryHandshake(); answered {
+		return err
+	}
 	if !slices.Contains(h.methods, r.Method) {
 		return rs.skip()
 	}
@@ -344,7 +423,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
 	}
+	if answered, err := rs.bodyHandshake(); answered {
+		return err
+	}
 	rs.resolveKey()
+	if h.archive != nil {
+		// every outcome from here on is archived
+		rs.trackStatus()
+		defer rs.archive()
+	}
 	res, err := rs.claim()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)

@@ -488,3 +488,14 @@ func TestHandlerValidateRefusesNegativeTolerance(t *testing.T) {
 		t.Fatalf("Validate with a negative tolerance: %v", err)
 	}
 }
+
+func TestHandlerBodyTimeoutDefaultAndValidate(t *testing.T) {
+	h := newTestHandler(t, &Handler{Source: "bodytimeout"})
+	if h.BodyTimeout != caddy.Duration(10*time.Second) {
+		t.Fatalf("default body_timeout %v, want 10s", time.Duration(h.BodyTimeout))
+	}
+	neg := &Handler{Source: "neg", BodyTimeout: caddy.Duration(-time.Second)}
+	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "body_timeout must not be negative") {
+		t.Fatalf("Validate with a negative body_timeout: %v", err)
+	}
+}

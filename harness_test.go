@@ -176,13 +176,25 @@ func (c *testCaddy) adapt(sites string) []byte {
 }
 
 // reload loads new sites through the admin API, as `caddy reload` does.
+// Every load replaces Caddy's admin server and shuts the old one down
+// while it answers: each load goes out on a new connection (a kept-alive
+// one belongs to the old server), and one that gets no HTTP answer at all
+// (its connection reached the old listener as it closed) is sent again, a
+// few times; loading the same config twice is harmless.
 func (c *testCaddy) reload(sites string) error {
 	cfg := c.adapt(sites)
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", c.adminPort), bytes.NewReader(cfg))
-	req.Header.Set("Content-Type", "application/json")
-	// a reload of an identical config is skipped unless forced
-	req.Header.Set("Cache-Control", "must-revalidate")
-	resp, err := http.DefaultClient.Do(req)
+	var resp *http.Response
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", c.adminPort), bytes.NewReader(cfg))
+		req.Header.Set("Content-Type", "application/json")
+		// a reload of an identical config is skipped unless forced
+		req.Header.Set("Cache-Control", "must-revalidate")
+		if resp, err = newConnectionClient.Do(req); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		return err
 	}

@@ -107,6 +107,7 @@ type inbox struct {
 	consumer    string
 
 	http    *http.Client
+	redact  *redactor   // what the admin API shows of its events is redacted with it
 	logger  *zap.Logger // carries the source
 	metrics *inboxMetrics
 
@@ -251,6 +252,14 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 	}
 	var err error
 	if ib.jitter, err = parseJitter(jitter); err != nil {
+		return nil, err
+	}
+	// the admin API shows events redacted as the archive stores them
+	var rules []string
+	if h.Archive != nil {
+		rules = h.Archive.Redact
+	}
+	if ib.redact, err = h.redactor(rules); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {

@@ -36,18 +36,19 @@ const (
 	fieldFailed     = "failed" // unix milliseconds, dead-lettered events
 )
 
-// accept stores a new event and claims its key as accepted, in one round
-// trip; or reports the key's state, as a claim does. With Redis Cluster the
-// key and the stream live on different nodes: the key is claimed, the event
-// stored, and the key then completed.
-func (ib *inbox) accept(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, error) {
+// accept stores a new event and claims its key (and its guard, unless
+// guard is "") as accepted, in one round trip; or reports the key's state,
+// as a claim does. With Redis Cluster the key and the stream live on
+// different nodes: the key is claimed, the event stored, and the key then
+// completed.
+func (ib *inbox) accept(ctx context.Context, key, guard, owner string, record []byte, event []any) (claimResult, error) {
 	var res claimResult
 	var id string
 	var err error
 	if ib.cluster {
-		res, id, err = ib.acceptCluster(ctx, key, owner, record, event)
+		res, id, err = ib.acceptCluster(ctx, key, guard, owner, record, event)
 	} else {
-		res, id, err = ib.store.claimAndAppend(ctx, key, ib.stream, record, ib.acceptTTL, event)
+		res, id, err = ib.store.claimAndAppend(ctx, key, guard, ib.stream, record, ib.acceptTTL, event)
 	}
 	if err == nil && res.State == stateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
@@ -57,9 +58,9 @@ func (ib *inbox) accept(ctx context.Context, key, owner string, record []byte, e
 	return res, err
 }
 
-func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []byte, event []any) (claimResult, string, error) {
+func (ib *inbox) acceptCluster(ctx context.Context, key, guard, owner string, record []byte, event []any) (claimResult, string, error) {
 	s := ib.store
-	res, err := s.Claim(ctx, key, owner, ib.timeout+defaultRedisTimeout)
+	res, err := s.ClaimGuarded(ctx, key, guard, owner, ib.timeout+defaultRedisTimeout)
 	if err != nil || res.State != stateClaimed {
 		return res, "", err
 	}
@@ -67,10 +68,10 @@ func (ib *inbox) acceptCluster(ctx context.Context, key, owner string, record []
 	id, err := ib.rc.client.XAdd(cctx, &redis.XAddArgs{Stream: ib.stream, Values: event}).Result()
 	cancel()
 	if err != nil {
-		_ = s.Release(completionCtx, key, owner)
+		_ = s.ReleaseGuarded(completionCtx, key, guard, owner)
 		return claimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
 	}
-	if err := s.Complete(completionCtx, key, owner, record, ib.acceptTTL); err != nil {
+	if err := s.CompleteGuarded(completionCtx, key, guard, owner, record, ib.acceptTTL); err != nil {
 		// the event is stored, so it is accepted; only a duplicate arriving
 		// after the lease could be accepted again
 		ib.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
@@ -88,30 +89,7 @@ func (ib *inbox) acceptRecord(bodyHash *[32]byte) []byte {
 // eventFields builds the stream entry of a new event: the request as the
 // application needs it, without hop-by-hop headers.
 func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string) []any {
-	var hdr strings.Builder
-	for name, values := range r.Header {
-		if skipEventHeader(name) {
-			continue
-		}
-		for _, v := range values {
-			hdr.WriteString(name)
-			hdr.WriteString(": ")
-			hdr.WriteString(v)
-			hdr.WriteString("\r\n")
-		}
-	}
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
-	}
-	// the client's address as Caddy determined it (trusted_proxies applied)
-	remote, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	if remote == "" {
-		var err error
-		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
-			remote = r.RemoteAddr
-		}
-	}
+	proto, remote := requestOrigin(r)
 	return []any{
 		fieldSource, source,
 		fieldKey, keyValue,
@@ -121,7 +99,7 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 		fieldHost, r.Host,
 		fieldProto, proto,
 		fieldRemote, remote,
-		fieldHeaders, hdr.String(),
+		fieldHeaders, headerBlock(r.Header, skipEventHeader, nil),
 		fieldBody, body,
 		fieldReceived, strconv.FormatInt(now().UnixMilli(), 10),
 		fieldAttempts, "0",
@@ -129,14 +107,76 @@ func eventFields(r *http.Request, body []byte, source, keyValue, storeKey string
 	}
 }
 
+// requestOrigin returns the request's scheme (http or https) and the
+// client's address as Caddy determined it (trusted_proxies applied).
+func requestOrigin(r *http.Request) (proto, remote string) {
+	proto = "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	remote, _ = caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if remote == "" {
+		var err error
+		if remote, _, err = net.SplitHostPort(r.RemoteAddr); err != nil {
+			remote = r.RemoteAddr
+		}
+	}
+	return proto, remote
+}
+
+// headerBlock writes a request's headers as "Name: value\r\n" lines,
+// leaving out those skip names and redacting those rd redacts (rd may be
+// nil).
+func headerBlock(h http.Header, skip func(string) bool, rd *redactor) string {
+	var b strings.Builder
+	for name, values := range h {
+		if skip(name) {
+			continue
+		}
+		redacted := rd.redactsHeader(name)
+		for _, v := range values {
+			if redacted {
+				v = redactedValue
+			}
+			b.WriteString(name)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	return b.String()
+}
+
+// parseHeaderBlock parses the "Name: value\r\n" lines headerBlock wrote,
+// names kept as written.
+func parseHeaderBlock(lines string) http.Header {
+	h := make(http.Header)
+	for line := range strings.SplitSeq(lines, "\r\n") {
+		if name, value, ok := strings.Cut(line, ": "); ok {
+			h[name] = append(h[name], value)
+		}
+	}
+	return h
+}
+
 // skipEventHeader reports whether a request header is left out of an event:
 // hop-by-hop headers, and the ones a delivery sets itself.
 func skipEventHeader(name string) bool {
 	switch name {
+	case "Webhook-Attempt", "Idempotency-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return skipArchiveHeader(name)
+}
+
+// skipArchiveHeader reports whether a request header is left out of an
+// archived event: hop-by-hop headers, Content-Length and Host (which has a
+// field of its own).
+func skipArchiveHeader(name string) bool {
+	switch name {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Content-Length", "Host", "Webhook-Attempt", "Idempotency-Key",
-		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		"Content-Length", "Host":
 		return true
 	}
 	return false

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// End-to-end tests of inbox mode (SPEC §7, issue 7): a real Redis (or
+// End-to-end tests of inbox mode (docs/inbox.md): a real Redis (or
 // Redis Cluster), a real Caddy (in this process, or a built binary for
 // the crash test) and a real upstream standing in for the application.
 

@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -57,17 +58,19 @@ func (ib *inbox) counts(ctx context.Context) (inboxCounts, error) {
 	}, nil
 }
 
-// deadEvent is one dead-lettered event, as the admin API lists it.
+// deadEvent is one dead-lettered event, as the admin API lists it: its
+// URI and headers with their secrets redacted (redact.go).
 type deadEvent struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`
-	Method     string    `json:"method"`
-	URI        string    `json:"uri"`
-	Attempts   int       `json:"attempts"`
-	LastStatus int       `json:"last_status"`
-	LastError  string    `json:"last_error"`
-	Received   time.Time `json:"received"`
-	Failed     time.Time `json:"failed"`
+	ID         string      `json:"id"`
+	Key        string      `json:"key"`
+	Method     string      `json:"method"`
+	URI        string      `json:"uri"`
+	Headers    http.Header `json:"headers"`
+	Attempts   int         `json:"attempts"`
+	LastStatus int         `json:"last_status"`
+	LastError  string      `json:"last_error"`
+	Received   time.Time   `json:"received"`
+	Failed     time.Time   `json:"failed"`
 }
 
 // deadEvents lists up to count dead-lettered events, oldest first, from
@@ -84,11 +87,13 @@ func (ib *inbox) deadEvents(ctx context.Context, start string, count int64) ([]d
 		ev := m.Values
 		attempts, _ := strconv.Atoi(str(ev[fieldAttempts]))
 		status, _ := strconv.Atoi(str(ev[fieldLastStatus]))
+		uri, header := ib.redact.uri(str(ev[fieldURI])), ib.redact.header(parseHeaderBlock(str(ev[fieldHeaders])))
 		out = append(out, deadEvent{
 			ID:         m.ID,
 			Key:        str(ev[fieldKey]),
 			Method:     str(ev[fieldMethod]),
-			URI:        str(ev[fieldURI]),
+			URI:        uri,
+			Headers:    header,
 			Attempts:   attempts,
 			LastStatus: status,
 			LastError:  str(ev[fieldLastError]),
@@ -116,4 +121,50 @@ func (ib *inbox) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	newID, _ := v.(string)
 	return newID, nil
+}
+
+// redeliverAll moves every event dead-lettered so far back into the
+// stream, a page at a time, and returns how many it moved. Events that die
+// again meanwhile stay dead: the loop ends.
+func (ib *inbox) redeliverAll(ctx context.Context) (int, error) {
+	rctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	newest, err := ib.rc.client.XRevRangeN(rctx, ib.dead, "+", "-", 1).Result()
+	cancel()
+	if err != nil || len(newest) == 0 {
+		return 0, err
+	}
+	last, _ := parseStreamID(newest[0].ID)
+	n := 0
+	for {
+		events, err := ib.deadEvents(ctx, "-", 100)
+		if err != nil || len(events) == 0 {
+			return n, err
+		}
+		for _, ev := range events {
+			if id, _ := parseStreamID(ev.ID); last.less(id) {
+				return n, nil
+			}
+			if _, err := ib.redeliver(ctx, ev.ID); err == nil {
+				n++
+			} else if !errors.Is(err, errNoDeadEvent) {
+				return n, err
+			}
+		}
+	}
+}
+
+// discard deletes a dead-lettered event; it reports whether there was one.
+func (ib *inbox) discard(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	defer cancel()
+	n, err := ib.rc.client.XDel(ctx, ib.dead, id).Result()
+	return n == 1, err
+}
+
+// enqueue appends an event to the stream as a new delivery, with a fresh
+// retry schedule, and returns its id.
+func (ib *inbox) enqueue(ctx context.Context, fields []any) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.callTimeout)
+	defer cancel()
+	return ib.rc.client.XAdd(ctx, &redis.XAddArgs{Stream: ib.stream, Values: fields}).Result()
 }

@@ -239,7 +239,7 @@ func (ib *inbox) deliver(msg redis.XMessage, deliveries int64) {
 		}
 		return
 	}
-	status, derr := ib.post(ev, attempt)
+	status, asked, derr := ib.post(ev, attempt)
 
 	var err error
 	switch {
@@ -260,7 +260,7 @@ func (ib *inbox) deliver(msg redis.XMessage, deliveries int64) {
 			reason = derr.Error()
 		}
 		if n := attempt - base - 1; n < len(ib.retries) {
-			due := now().Add(ib.withJitter(ib.retries[n]))
+			due := now().Add(ib.retryWait(n, asked))
 			err = ib.schedule(msg.ID, attempt, status, reason, due)
 			if err == nil {
 				ib.metrics.retried.Inc()
@@ -286,38 +286,38 @@ func permanentFailure(status int) bool {
 		status != http.StatusTooEarly && status != http.StatusTooManyRequests
 }
 
-// post sends one attempt to deliver_to and returns its status.
-func (ib *inbox) post(ev map[string]any, attempt int) (int, error) {
+// post sends one attempt to deliver_to and returns its status and, for a
+// 429 or 503, the wait its Retry-After asks for (0 when it asks none).
+func (ib *inbox) post(ev map[string]any, attempt int) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ib.timeout)
 	defer cancel()
-	body := str(ev[fieldBody])
-	req, err := http.NewRequestWithContext(ctx, str(ev[fieldMethod]), ib.deliverTo, strings.NewReader(body))
+	req, err := outgoingFromFields(ev).request(ctx, ib.deliverTo)
 	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(str(ev[fieldHeaders]), "\r\n") {
-		if name, value, ok := strings.Cut(line, ": "); ok {
-			req.Header.Add(name, value)
-		}
-	}
-	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = nil // no Go default
+		return 0, 0, err
 	}
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
-	req.Header.Set("Idempotency-Key", str(ev[fieldKey]))
-	req.Header.Set("X-Forwarded-For", str(ev[fieldRemote]))
-	req.Header.Set("X-Forwarded-Host", str(ev[fieldHost]))
-	req.Header.Set("X-Forwarded-Proto", str(ev[fieldProto]))
 	resp, err := ib.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("timeout after %s", ib.timeout)
+			return 0, 0, fmt.Errorf("timeout after %s", ib.timeout)
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	return resp.StatusCode, nil
+	var wait time.Duration
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		wait = retryAfter(resp.Header.Get("Retry-After"), now())
+	}
+	return resp.StatusCode, wait, nil
+}
+
+// retryWait is the wait before retry n: the schedule's step with jitter,
+// or longer when the application asked for more with Retry-After, but
+// never longer than the schedule's last step.
+func (ib *inbox) retryWait(n int, asked time.Duration) time.Duration {
+	wait := ib.withJitter(ib.retries[n])
+	return max(wait, min(asked, ib.retries[len(ib.retries)-1]))
 }
 
 // withJitter varies d at random by up to the jitter fraction either way.

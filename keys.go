@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
 // keyKind is the kind of a key source.
@@ -26,11 +27,28 @@ const (
 type keySource struct {
 	kind keyKind
 	arg  string // header name (canonical), JSON path or query parameter
+
+	// unsigned marks a header or query source that the handler's signature
+	// does not cover while it covers the body: its key is claimed with the
+	// body's (see guard.go).
+	unsigned bool
 }
+
+// bodySource is the body hash as the key.
+var bodySource = keySource{kind: keyBody}
 
 // maxKeyValueLen is the longest key value stored as is; longer values and
 // values that are not printable ASCII are stored as their SHA-256.
 const maxKeyValueLen = 200
+
+// Prefixes of hashed key values. The body's SHA-256 is `sha256:<hex>`; a
+// header, JSON or query value that is hashed is `key-sha256:<hex>`, so no
+// value a sender chooses lands on another delivery's body hash (README:
+// Keys).
+const (
+	bodyHashPrefix  = "sha256:"
+	valueHashPrefix = "key-sha256:"
+)
 
 // parseKeySource parses `header:<Name>`, `json:<path>`, `query:<name>` or
 // `body`.
@@ -124,11 +142,12 @@ func parseKeySources(list []string) ([]keySource, error) {
 }
 
 // resolveKey returns the key value from the first key source that yields a
-// non-empty value, and whether it is the body hash. Values that are too long
-// or not printable ASCII become `sha256:<hex>` of the value; the body source
-// is `sha256:<hex>` of the body. A list that yields nothing falls back to the
-// body hash, so every request has a key.
-func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, fromBody bool) {
+// non-empty value, and that source (bodySource for the body hash). The body
+// source is `sha256:<hex>` of the body; a value that is too long, not
+// printable ASCII or itself starts with a hash prefix becomes
+// `key-sha256:<hex>` of the value. A list that yields nothing falls back to
+// the body hash, so every request has a key.
+func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, from keySource) {
 	for _, ks := range sources {
 		var v string
 		switch ks.kind {
@@ -148,65 +167,44 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 				v = res.Raw
 			}
 		case keyQuery:
-			v = queryValue(r.URL.RawQuery, ks.arg)
+			v = query.Value(r.URL.RawQuery, ks.arg)
 		case keyBody:
-			return hashKey(bodyHash), true
+			return hashKey(bodyHash), bodySource
 		}
 		if v != "" {
-			return sanitizeKeyValue(v), false
+			return sanitizeKeyValue(v), ks
 		}
 	}
-	return hashKey(bodyHash), true
+	return hashKey(bodyHash), bodySource
 }
 
-// queryValue returns the first value of name in a raw query without parsing
-// the whole query into a map.
-func queryValue(rawQuery, name string) string {
-	for rawQuery != "" {
-		var pair string
-		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if k == name {
-			if strings.ContainsAny(v, "%+") {
-				if u, err := url.QueryUnescape(v); err == nil {
-					return u
-				}
-			}
-			return v
-		} else if strings.ContainsAny(k, "%+") {
-			if u, err := url.QueryUnescape(k); err == nil && u == name {
-				if uv, err := url.QueryUnescape(v); err == nil {
-					return uv
-				}
-				return v
-			}
-		}
-	}
-	return ""
-}
-
-// sanitizeKeyValue returns v if it is short printable ASCII, else its hash.
+// sanitizeKeyValue returns v if it is short printable ASCII that does not
+// start with a hash prefix, else `key-sha256:<hex>` of v.
 func sanitizeKeyValue(v string) string {
-	if len(v) > maxKeyValueLen {
-		return hashString(v)
+	if len(v) > maxKeyValueLen || strings.HasPrefix(v, bodyHashPrefix) || strings.HasPrefix(v, valueHashPrefix) {
+		return hashValue(v)
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] > 0x7e {
-			return hashString(v)
+			return hashValue(v)
 		}
 	}
 	return v
 }
 
-func hashString(v string) string {
+// hashValue formats the SHA-256 of a key value as `key-sha256:<hex>`.
+func hashValue(v string) string {
 	sum := sha256.Sum256([]byte(v))
-	return hashKey(&sum)
+	var b [len(valueHashPrefix) + 64]byte
+	copy(b[:], valueHashPrefix)
+	hex.Encode(b[len(valueHashPrefix):], sum[:])
+	return string(b[:])
 }
 
-// hashKey formats a SHA-256 as `sha256:<hex>`.
+// hashKey formats the body's SHA-256 as `sha256:<hex>`.
 func hashKey(sum *[32]byte) string {
-	var b [7 + 64]byte
-	copy(b[:], "sha256:")
-	hex.Encode(b[7:], sum[:])
+	var b [len(bodyHashPrefix) + 64]byte
+	copy(b[:], bodyHashPrefix)
+	hex.Encode(b[len(bodyHashPrefix):], sum[:])
 	return string(b[:])
 }

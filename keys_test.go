@@ -16,8 +16,9 @@ func sha256Key(s string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// validKey reports why v is not a valid key value: non-empty, and either
-// printable ASCII of at most 200 bytes or `sha256:<64 lower-case hex>`.
+// validKey reports why v is not a valid key value: non-empty, printable
+// ASCII of at most 200 bytes, and a `sha256:` or `key-sha256:` prefix only
+// before 64 lower-case hex digits.
 func validKey(v string) string {
 	if v == "" {
 		return "empty"
@@ -30,9 +31,11 @@ func validKey(v string) string {
 			return "not printable ASCII"
 		}
 	}
-	if rest, ok := strings.CutPrefix(v, "sha256:"); ok && len(rest) == 64 {
-		if _, err := hex.DecodeString(rest); err != nil || strings.ToLower(rest) != rest {
-			return "malformed sha256 hex"
+	for _, prefix := range []string{bodyHashPrefix, valueHashPrefix} {
+		if rest, ok := strings.CutPrefix(v, prefix); ok {
+			if _, err := hex.DecodeString(rest); err != nil || len(rest) != 64 || strings.ToLower(rest) != rest {
+				return "malformed " + prefix + " hex"
+			}
 		}
 	}
 	return ""
@@ -111,7 +114,8 @@ func resolve(t *testing.T, keys []string, target string, header http.Header, bod
 		r.Header[k] = vs
 	}
 	sum := sha256.Sum256([]byte(body))
-	return resolveKey(sources, r, []byte(body), &sum)
+	v, from := resolveKey(sources, r, []byte(body), &sum)
+	return v, from.kind == keyBody
 }
 
 func TestResolveKey(t *testing.T) {
@@ -249,19 +253,31 @@ func TestResolveKey(t *testing.T) {
 		},
 		{
 			name: "201 bytes hashed", keys: []string{"header:X-Id"},
-			header: http.Header{"X-Id": {long}}, body: "", want: sha256Key(long),
+			header: http.Header{"X-Id": {long}}, body: "", want: keySHA256(long),
 		},
 		{
 			name: "non-ASCII hashed", keys: []string{"json:id"},
-			body: `{"id":"pedido-ção"}`, want: sha256Key("pedido-ção"),
+			body: `{"id":"pedido-ção"}`, want: keySHA256("pedido-ção"),
 		},
 		{
 			name: "control character hashed", keys: []string{"json:id"},
-			body: `{"id":"a\nb"}`, want: sha256Key("a\nb"),
+			body: `{"id":"a\nb"}`, want: keySHA256("a\nb"),
+		},
+		{
+			name: "a value spelling out a body hash is hashed", keys: []string{"header:X-Id", "body"},
+			header: http.Header{"X-Id": {sha256Key("b")}}, body: "b", want: keySHA256(sha256Key("b")),
+		},
+		{
+			name: "a value spelling out a hashed value is hashed", keys: []string{"json:id"},
+			body: `{"id":"key-sha256:abc"}`, want: keySHA256("key-sha256:abc"),
+		},
+		{
+			name: "a prefix in another case is kept", keys: []string{"query:id"},
+			target: "/hook?id=SHA256:abc", body: "", want: "SHA256:abc",
 		},
 		{
 			name: "DEL hashed", keys: []string{"query:id"},
-			target: "/hook?id=a%7Fb", body: "", want: sha256Key("a\x7fb"),
+			target: "/hook?id=a%7Fb", body: "", want: keySHA256("a\x7fb"),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

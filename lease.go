@@ -12,15 +12,15 @@ import (
 // renewal keeps a claim's lease alive while the request is handled: it
 // renews the lease every third of it, until stopped.
 type renewal struct {
-	h          *Handler
-	key, owner string
-	mu         sync.Mutex
-	timer      *time.Timer
-	stopped    bool
+	h                 *Handler
+	key, guard, owner string
+	mu                sync.Mutex
+	timer             *time.Timer
+	stopped           bool
 }
 
-func (h *Handler) startRenewal(key, owner string) *renewal {
-	rn := &renewal{h: h, key: key, owner: owner}
+func (h *Handler) startRenewal(key, guard, owner string) *renewal {
+	rn := &renewal{h: h, key: key, guard: guard, owner: owner}
 	rn.mu.Lock()
 	rn.timer = time.AfterFunc(time.Duration(h.Lease)/3, rn.fire)
 	rn.mu.Unlock()
@@ -29,7 +29,7 @@ func (h *Handler) startRenewal(key, owner string) *renewal {
 
 func (rn *renewal) fire() {
 	lease := time.Duration(rn.h.Lease)
-	err := rn.h.store.Renew(context.Background(), rn.key, rn.owner, lease)
+	err := rn.h.store.renew(context.Background(), rn.key, rn.guard, rn.owner, lease)
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if rn.stopped {

@@ -13,19 +13,13 @@ import (
 // registered in each configuration's registry, so their values survive
 // config reloads. No label carries an idempotency key.
 var (
-	metricRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "requests_total",
-		Help:      "Requests handled by webhook_idempotency, by source and result.",
-	}, []string{"source", "result"})
+	metricRequests = newCounter("requests_total",
+		"Requests handled by webhook_idempotency, by source and result.",
+		"source", "result")
 
-	metricStoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "webhook_idempotency",
-		Name:      "store_errors_total",
-		Help:      "Failed store calls, by source and operation.",
-	}, []string{"source", "op"})
+	metricStoreErrors = newCounter("store_errors_total",
+		"Failed store calls, by source and operation.",
+		"source", "op")
 
 	metricStoreDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy",
@@ -35,6 +29,10 @@ var (
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op"})
 
+	metricStoreRestarts = newCounter("store_restarts_total",
+		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
+		"address")
+
 	metricInboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
@@ -42,13 +40,21 @@ var (
 		Help:      "Inbox events in Redis, by source and state (pending, scheduled, dead), as last read by this instance.",
 	}, []string{"source", "state"})
 
-	metricInboxDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+	metricInboxDeliveries = newCounter("inbox_deliveries_total",
+		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
+		"source", "outcome")
+)
+
+// newCounter builds a counter of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
-		Name:      "inbox_deliveries_total",
-		Help:      "Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
-	}, []string{"source", "outcome"})
-)
+		Name:      name,
+		Help:      help,
+	}, labels)
+}
 
 // inboxMetrics holds one inbox's resolved series.
 type inboxMetrics struct {
@@ -93,7 +99,7 @@ func (op storeOp) String() string { return storeOpNames[op] }
 // allResults lists every result, so each handler resolves its counters once.
 var allResults = [...]string{
 	resultNew, resultReplayed, resultConflict, resultMismatch, resultInvalidSignature,
-	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped,
+	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped, resultHandshake,
 }
 
 // handlerMetrics holds one handler's resolved collectors, so the hot path
@@ -108,7 +114,8 @@ type handlerMetrics struct {
 // (which may be nil) and resolves the series of one source.
 func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) {
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricInboxEvents, metricInboxDeliveries} {
+		for _, c := range []prometheus.Collector{metricRequests, metricStoreErrors, metricStoreDuration, metricStoreRestarts,
+			metricInboxEvents, metricInboxDeliveries, metricArchiveEvents, metricArchiveErrors, metricArchiveDropped} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -148,10 +155,12 @@ func (m *handlerMetrics) observeStore(op storeOp, start time.Time, err error) {
 }
 
 // meteredStore is a handler's store with every call timed and its failures
-// counted: the one place that observes store calls.
+// counted: the one place that observes store calls. Its claim, complete,
+// release and renew take the key's guard ("" for none: guard.go).
 type meteredStore struct {
 	store
-	m *handlerMetrics
+	guarded guardedStore // the same store, when it holds guards
+	m       *handlerMetrics
 }
 
 // Claim implements store.
@@ -186,12 +195,83 @@ func (s *meteredStore) Renew(ctx context.Context, key, owner string, lease time.
 	return err
 }
 
-// accept accepts an event into an inbox, the claim of inbox mode.
-func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, owner string, record []byte, event []any) (claimResult, error) {
+// claim claims key, with its guard unless guard is "".
+func (s *meteredStore) claim(ctx context.Context, key, guard, owner string, lease time.Duration) (claimResult, error) {
+	if guard == "" {
+		return s.Claim(ctx, key, owner, lease)
+	}
 	start := time.Now()
-	res, err := ib.accept(ctx, key, owner, record, event)
+	res, err := s.guarded.ClaimGuarded(ctx, key, guard, owner, lease)
 	s.m.observeStore(opClaim, start, err)
 	return res, err
+}
+
+// complete completes key, with its guard unless guard is "".
+func (s *meteredStore) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
+	if guard == "" {
+		return s.Complete(ctx, key, owner, record, ttl)
+	}
+	start := time.Now()
+	err := s.guarded.CompleteGuarded(ctx, key, guard, owner, record, ttl)
+	s.m.observeStore(opComplete, start, err)
+	return err
+}
+
+// release releases key, with its guard unless guard is "".
+func (s *meteredStore) release(ctx context.Context, key, guard, owner string) error {
+	if guard == "" {
+		return s.Release(ctx, key, owner)
+	}
+	start := time.Now()
+	err := s.guarded.ReleaseGuarded(ctx, key, guard, owner)
+	s.m.observeStore(opRelease, start, err)
+	return err
+}
+
+// renew renews key, with its guard unless guard is "".
+func (s *meteredStore) renew(ctx context.Context, key, guard, owner string, lease time.Duration) error {
+	if guard == "" {
+		return s.Renew(ctx, key, owner, lease)
+	}
+	start := time.Now()
+	err := s.guarded.RenewGuarded(ctx, key, guard, owner, lease)
+	s.m.observeStore(opRenew, start, err)
+	return err
+}
+
+// recent returns the store's local copy of the record of key or, unless
+// guard is "", of its guard: what a store that keeps one (the redis store,
+// store_redis_recent.go) answers a duplicate with while it cannot claim.
+func (s *meteredStore) recent(key, guard string) ([]byte, bool) {
+	r, ok := s.store.(interface{ recent(string) ([]byte, bool) })
+	if !ok {
+		return nil, false
+	}
+	if rec, ok := r.recent(key); ok {
+		return rec, true
+	}
+	if guard != "" {
+		return r.recent(guard)
+	}
+	return nil, false
+}
+
+// accept accepts an event into an inbox, the claim of inbox mode.
+func (s *meteredStore) accept(ctx context.Context, ib *inbox, key, guard, owner string, record []byte, event []any) (claimResult, error) {
+	start := time.Now()
+	res, err := ib.accept(ctx, key, guard, owner, record, event)
+	s.m.observeStore(opClaim, start, err)
+	return res, err
+}
+
+// completeArchived completes a key, with its guard unless guard is "", as
+// complete does, and appends the archive event e in the same round trip; it
+// returns the completion's error and the append's.
+func (s *meteredStore) completeArchived(ctx context.Context, a *archive, key, guard, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
+	start := time.Now()
+	err, appendErr = a.backend.completeAndAppend(ctx, key, guard, owner, record, ttl, e)
+	s.m.observeStore(opComplete, start, err)
+	return err, appendErr
 }
 
 // Interface guards

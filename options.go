@@ -182,23 +182,29 @@ func parseStatusSet(list []string) (statusSet, error) {
 }
 
 func addStatus(s *statusSet, v string) error {
-	if len(v) == 3 && (v[1] == 'x' || v[1] == 'X') && (v[2] == 'x' || v[2] == 'X') && v[0] >= '1' && v[0] <= '5' {
-		if v[0] == '1' || v[0] == '5' {
-			return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
-		}
+	lo, hi, ok := parseStatusSpec(v)
+	if !ok {
+		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+	}
+	if lo < 200 || lo >= 500 {
+		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
+	}
+	s.addRange(lo, hi)
+	return nil
+}
+
+// parseStatusSpec parses a status code (100-599) or a class (`2xx`, any
+// case) into the codes it covers.
+func parseStatusSpec(v string) (lo, hi int, ok bool) {
+	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
 		class := int(v[0]-'0') * 100
-		s.addRange(class, class+99)
-		return nil
+		return class, class + 99, true
 	}
 	code, err := strconv.Atoi(v)
 	if err != nil || code < 100 || code > 599 {
-		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
+		return 0, 0, false
 	}
-	if code < 200 || code >= 500 {
-		return fmt.Errorf("cache status %q is never recorded: %s", v, statusNeverRecorded)
-	}
-	s.add(code)
-	return nil
+	return code, code, true
 }
 
 // statusNeverRecorded says why 1xx and 5xx answers are refused in
@@ -312,6 +318,48 @@ var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are deli
 func checkDeliverTo(v string) error {
 	if err := checkHTTPURL(v); err != nil {
 		return fmt.Errorf("invalid inbox deliver_to '%s': %v", v, err)
+	}
+	return nil
+}
+
+// The rules of the archive's options, shared by the Caddyfile parser and
+// newArchive.
+
+// parseArchiveRetention parses the archive's retention, a positive
+// duration (`30d` works).
+func parseArchiveRetention(v string) (caddy.Duration, error) {
+	dur, err := parsePositiveDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid archive retention '%s': %v", v, err)
+	}
+	return dur, nil
+}
+
+// parseMaxEvents accepts a positive integer.
+func parseMaxEvents(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid archive max_events '%s': want a positive integer", v)
+	}
+	return n, nil
+}
+
+// parseArchiveBodies parses `bodies on | off`; it reports whether bodies
+// are kept.
+func parseArchiveBodies(v string) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid archive bodies '%s': want on or off", v)
+}
+
+// checkRedeliverTo checks a redeliver_to URL.
+func checkRedeliverTo(v string) error {
+	if err := checkHTTPURL(v); err != nil {
+		return fmt.Errorf("invalid archive redeliver_to '%s': %v", v, err)
 	}
 	return nil
 }

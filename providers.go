@@ -1,23 +1,28 @@
 package webhookidempotency
 
 import (
-	"errors"
+	"crypto"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
-// provider is a preset of SPEC §5: a source name, a verification scheme and
-// a stable default key. This table is the one place that knows providers.
+// provider is a preset (README: Providers): a source name, a verification
+// scheme and a stable default key. This table is the one place that knows
+// providers.
 type provider struct {
 	// defaultKey is the key chain used when the handler sets none; it
 	// always ends with body.
 	defaultKey []string
 
 	// verifier builds the provider's scheme from a config whose secrets
-	// are resolved and whose tolerance is defaulted.
-	verifier func(cfg VerifyConfig) (Verifier, error)
+	// and url are resolved (a zero tolerance is the default).
+	verifier func(cfg VerifyConfig) (signature.Verifier, error)
 
 	// options are the verify subdirectives the scheme takes besides
 	// `secret` and `tolerance`.
@@ -27,6 +32,31 @@ type provider struct {
 	// attempt (signatures over a timestamp): a key taken from one of
 	// them never deduplicates a retry.
 	volatile []string
+
+	// ttl is the default ttl when the provider retries for longer than
+	// the handler's default (docs/providers.md: retries); zero keeps it.
+	ttl time.Duration
+
+	// inFlight is the default in_flight mode; empty keeps the handler's.
+	inFlight string
+	// keys is the key material the scheme verifies with (zero: secrets);
+	// keysOptional, that the scheme works without any.
+	keys         keyMaterial
+	keysOptional bool
+
+	// handshake is the provider's handshake, answered at the edge
+	// (handshake.go); nil when it has none.
+	handshake *handshake
+
+	// signed are the key sources the signature covers besides the body:
+	// `header:<Name>` (a delivery id signed with the body), or `query:*`
+	// when the signed URL carries the query. A header or query key not
+	// listed is claimed with the body's key (guard.go).
+	signed []string
+
+	// bodyUnsigned marks a scheme that signs no body (a shared token sent
+	// as it is, or a signature over ids alone): no key of it is guarded.
+	bodyUnsigned bool
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -36,50 +66,63 @@ const (
 	optHeader verifyOptions = 1 << iota
 	optPrefix
 	optURL
+	optKeyMaterial // private_key, jwks_url, jwks_file, decrypt (stone)
 )
 
 // providers maps each preset name to its preset.
 var providers = map[string]provider{
 	"stripe": {
 		defaultKey: []string{"json:id", "body"},
-		verifier:   newStripeVerifier,
+		verifier:   withTolerance(signature.NewStripe),
 		volatile:   []string{"Stripe-Signature"},
+		ttl:        3 * day, // live mode retries for up to 3 days
 	},
 	"github": {
 		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
-		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 	},
 	"shopify": {
-		defaultKey: []string{"header:X-Shopify-Webhook-Id", "body"},
-		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", encBase64),
+		defaultKey: []string{"header:X-Shopify-Event-Id", "header:X-Shopify-Webhook-Id", "body"},
+		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", signature.Base64),
 	},
 	"slack": {
 		defaultKey: []string{"json:event_id", "body"},
-		verifier:   newSlackVerifier,
+		verifier:   withTolerance(signature.NewSlack),
 		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+		handshake:  &slackURLVerification,
 	},
 	"standard": {
 		defaultKey: []string{"header:webhook-id", "body"},
 		verifier:   standardWebhooks("webhook-"),
 		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		keys:       standardKeys,
+		signed:     []string{"header:webhook-id"},
 	},
 	"svix": {
 		defaultKey: []string{"header:svix-id", "body"},
 		verifier:   standardWebhooks("svix-"),
 		volatile:   []string{"svix-signature", "svix-timestamp"},
+		ttl:        28 * time.Hour, // 8 attempts over 27h35m
+		keys:       standardKeys,
+		signed:     []string{"header:svix-id"},
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
-		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", encHex),
+		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		ttl:        7 * day, // Meta retries for up to 7 days
+		handshake:  &metaSubscription,
 	},
 	"ifood": {
 		defaultKey: []string{"json:id", "body"},
-		verifier:   bodyHMAC("X-IFood-Signature", "", encHex),
+		verifier:   bodyHMAC("X-IFood-Signature", "", signature.Hex),
 	},
 	"mercadopago": {
-		defaultKey: []string{"header:x-request-id", "body"},
-		verifier:   newMercadoPagoVerifier,
-		volatile:   []string{"x-signature"},
+		defaultKey: []string{"json:id", "body"},
+		verifier:   withTolerance(signature.NewMercadoPago),
+		volatile:   []string{"x-signature", "x-request-id"},
+		ttl:        4 * day, // the last retry comes 4 days after the first
+		// the manifest signs data.id, x-request-id and ts, not the body
+		bodyUnsigned: true,
 	},
 	"pagbank": {
 		defaultKey: []string{"body"},
@@ -87,35 +130,102 @@ var providers = map[string]provider{
 	},
 	"paddle": {
 		defaultKey: []string{"json:notification_id", "body"},
-		verifier:   newPaddleVerifier,
+		verifier:   withTolerance(signature.NewPaddle),
 		volatile:   []string{"Paddle-Signature"},
+		ttl:        3 * day, // live: up to 60 retries over 3 days
 	},
 	"twilio": {
 		defaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
-		verifier:   newTwilioVerifier,
+		verifier:   withPublicURL(signature.NewTwilio),
 		options:    optURL,
+		signed:     []string{"query:*"},
 	},
 	"square": {
 		defaultKey: []string{"json:event_id", "body"},
-		verifier:   newSquareVerifier,
+		verifier:   withPublicURL(signature.NewSquare),
 		options:    optURL,
+		ttl:        3 * day, // retried for up to 72 hours
+		signed:     []string{"query:*"},
 	},
 	"gitlab": {
-		defaultKey: []string{"header:Idempotency-Key", "body"},
-		verifier:   newGitLabVerifier,
-		volatile:   []string{"webhook-signature", "webhook-timestamp"},
+		defaultKey:   []string{"header:Idempotency-Key", "body"},
+		verifier:     newGitLabVerifier,
+		volatile:     []string{"webhook-signature", "webhook-timestamp"},
+		bodyUnsigned: true,
 	},
 	"stone": {
+		// built by provisionStone: its key set is fetched and shared
 		defaultKey: []string{"header:x-stone-webhook-event-id", "body"},
-		verifier:   newStoneVerifier,
-		options:    optHeader | optPrefix,
+		options:    optKeyMaterial,
+		ttl:        2 * day, // 50 attempts over the day, at no fixed times
+		// the JWS signs the event (the body key's bytes) but not the
+		// event id header: that key is guarded
 	},
 	"evolution": {
 		defaultKey: []string{"body"},
-		verifier:   func(cfg VerifyConfig) (Verifier, error) { return newTokenVerifier(cfg) },
+		verifier:   newEvolutionVerifier,
 		options:    optHeader | optPrefix,
+		// a token, or a JWT over claims alone: no body is signed
+		bodyUnsigned: true,
+	},
+	"asaas": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   fixedToken("asaas-access-token"),
+		inFlight:   "wait", // Asaas counts a 409 as one of the 15 failures that pause its queue
+		// a shared token: no body is signed
+		bodyUnsigned: true,
+	},
+	"discord": {
+		defaultKey: []string{"json:id", "body"},
+		verifier:   newDiscordVerifier,
+		volatile:   []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
+		keys:       ed25519Keys,
+		handshake:  &discordPing,
+	},
+	"twitch": {
+		defaultKey: []string{"header:Twitch-Eventsub-Message-Id", "body"},
+		verifier:   withTolerance(signature.NewTwitch),
+		volatile:   []string{"Twitch-Eventsub-Message-Signature", "Twitch-Eventsub-Message-Timestamp"},
+		handshake:  &twitchCallbackVerification,
+		// the HMAC covers the message id, the timestamp and the body
+		signed: []string{"header:Twitch-Eventsub-Message-Id"},
+	},
+	"zoom": {
+		defaultKey: []string{"body"},
+		verifier:   withTolerance(signature.NewZoom),
+		volatile:   []string{"x-zm-signature", "x-zm-request-timestamp"},
+		handshake:  &zoomURLValidation,
+	},
+	"linear": {
+		defaultKey: []string{"header:Linear-Delivery", "body"},
+		verifier:   withTolerance(signature.NewLinear),
+		// Linear-Delivery is outside the body's HMAC: that key is guarded
+	},
+	"razorpay": {
+		defaultKey: []string{"header:x-razorpay-event-id", "body"},
+		verifier:   bodyHMAC("X-Razorpay-Signature", "", signature.Hex),
+		// x-razorpay-event-id is outside the body's HMAC: that key is
+		// guarded
+	},
+	"woovi": {
+		defaultKey:   []string{"body"},
+		verifier:     newWooviVerifier,
+		keys:         rsaKeys,
+		keysOptional: true,
+	},
+	"hubspot": {
+		defaultKey: []string{"body"},
+		verifier:   newHubSpotVerifier,
+		options:    optURL,
+		volatile:   []string{"X-HubSpot-Signature-v3", "X-HubSpot-Request-Timestamp"},
+		// v3 signs the method, the URL with its query, the body and the
+		// timestamp
+		signed: []string{"query:*"},
 	},
 }
+
+// day is 24 hours.
+const day = 24 * time.Hour
 
 // checkOptions rejects verify subdirectives the preset's scheme has no
 // use for, rather than silently ignoring them.
@@ -130,6 +240,15 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 	if cfg.URL != "" && p.options&optURL == 0 {
 		bad = append(bad, "url")
 	}
+	if p.options&optKeyMaterial == 0 {
+		bad = append(bad, stoneOptionsUsed(cfg)...)
+	}
+	if len(cfg.PublicKeys) > 0 && p.keys == secretKeys {
+		bad = append(bad, "public_key")
+	}
+	if cfg.Padding != "" {
+		bad = append(bad, "padding")
+	}
 	if cfg.Algorithm != "" {
 		bad = append(bad, "algorithm")
 	}
@@ -137,58 +256,114 @@ func (p provider) checkOptions(cfg VerifyConfig) error {
 		bad = append(bad, "encoding")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("the preset takes no %s (the generic hmac and token schemes do)", strings.Join(bad, ", "))
+		return fmt.Errorf("the preset takes no %s (the generic hmac, token, jwt, ed25519 and rsa schemes do)", strings.Join(bad, ", "))
 	}
 	return nil
 }
 
 // bodyHMAC is the scheme of providers that sign the raw body alone with
 // an HMAC-SHA256 in one header.
-func bodyHMAC(header, prefix string, enc sigEncoding) func(VerifyConfig) (Verifier, error) {
-	return func(cfg VerifyConfig) (Verifier, error) {
-		encoding := "hex"
-		if enc == encBase64 {
-			encoding = "base64"
-		}
-		return newHMACVerifier(VerifyConfig{
-			Scheme:   cfg.Scheme,
-			Secrets:  cfg.Secrets,
-			Header:   header,
-			Prefix:   prefix,
-			Encoding: encoding,
-		})
+func bodyHMAC(header, prefix string, enc signature.Encoding) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return signature.NewHMAC(header, prefix, crypto.SHA256, enc, cfg.Secrets)
 	}
 }
 
-// newStoneVerifier: Stone signs nothing that can be checked with a shared
-// secret (its payload is a JWE/JWS, whose keys are Stone's to publish), so
-// without a secret `stone` verifies nothing and Provision warns about it.
-// With a secret it is the `token` scheme on a header the user names, for
-// setups where a gateway or Stone's endpoint configuration adds one.
-func newStoneVerifier(cfg VerifyConfig) (Verifier, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, nil
+// withTolerance adapts the constructor of a scheme that signs a timestamp.
+func withTolerance(newScheme func([]string, time.Duration) signature.Verifier) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return newScheme(cfg.Secrets, time.Duration(cfg.Tolerance)), nil
 	}
-	if cfg.Header == "" {
-		return nil, errors.New("stone has no signature scheme: with a secret, name the header that carries it (header <name> in the verify block)")
+}
+
+// withPublicURL adapts the constructor of a scheme that signs the public
+// URL.
+func withPublicURL(newScheme func([]string, signature.PublicURL) signature.Verifier) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return newScheme(cfg.Secrets, cfg.publicURL()), nil
 	}
-	return newTokenVerifier(cfg)
+}
+
+// standardWebhooks is the Standard Webhooks scheme for headers named with
+// prefix; public keys join the secrets as `whpk_` keys.
+func standardWebhooks(prefix string) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		public, err := whpkKeys(cfg.PublicKeys)
+		if err != nil {
+			return nil, err
+		}
+		secrets := append(slices.Clip(cfg.Secrets), public...)
+		return signature.NewStandardWebhooks(prefix, secrets, time.Duration(cfg.Tolerance))
+	}
+}
+
+// newDiscordVerifier builds the `discord` scheme.
+func newDiscordVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseEd25519Keys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewDiscord(keys, time.Duration(cfg.Tolerance))
+}
+
+// newWooviVerifier builds the `woovi` scheme: with no public_key, Woovi's
+// published key.
+func newWooviVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	keys, err := parseRSAKeys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewWoovi(keys)
+}
+
+// newHubSpotVerifier builds the `hubspot` scheme, which signs the public
+// URL and a timestamp.
+func newHubSpotVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewHubSpot(cfg.Secrets, cfg.publicURL(), time.Duration(cfg.Tolerance)), nil
+}
+
+// newGitLabVerifier builds the `gitlab` scheme.
+func newGitLabVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewGitLab(cfg.Secrets, time.Duration(cfg.Tolerance))
+}
+
+// newPagBankVerifier builds the `pagbank` scheme.
+func newPagBankVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewPagBank(cfg.Secrets), nil
+}
+
+// newEvolutionVerifier builds the `evolution` scheme: with a header, the
+// token Evolution's instance sends in it (its webhook headers); without,
+// the JWT Evolution sends in Authorization when the headers hold a
+// jwt_key (docs/providers.md: Evolution API).
+func newEvolutionVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Header != "" {
+		return newTokenVerifier(cfg)
+	}
+	return newJWTVerifier(cfg)
+}
+
+// fixedToken is the scheme of providers that send a configured token,
+// as it is, in one header.
+func fixedToken(header string) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		return signature.NewToken(header, "", cfg.Secrets)
+	}
+}
+
+// scheme is the name of the handler's verification scheme: its `verify`
+// scheme, else its preset's.
+func (h *Handler) scheme() string {
+	if h.Verify != nil && h.Verify.Scheme != "" {
+		return h.Verify.Scheme
+	}
+	return h.Provider
 }
 
 // warnVerifyConfig logs, at provision, configurations that work but will
 // not do what their author most likely wants. It never rejects them.
 func (h *Handler) warnVerifyConfig() {
-	if h.logger == nil {
-		return
-	}
-	scheme := h.Provider
-	if h.Verify != nil && h.Verify.Scheme != "" {
-		scheme = h.Verify.Scheme
-	}
-	if scheme == "stone" && h.verifier == nil {
-		h.logger.Warn("stone deliveries are not authenticated: Stone has no shared-secret signature; verify the JWS of the payload in the application or restrict the route to Stone's addresses",
-			zap.String("source", h.Source))
-	}
+	scheme := h.scheme()
 	for _, k := range h.Key {
 		name, ok := strings.CutPrefix(k, "header:")
 		if !ok {
@@ -196,7 +371,6 @@ func (h *Handler) warnVerifyConfig() {
 		}
 		if preset, volatile := volatileHeader(name, scheme); volatile {
 			h.logger.Warn("the key header changes on every delivery attempt (the provider signs each attempt with a new timestamp), so retries will not be deduplicated; key on the provider's stable event id instead",
-				zap.String("source", h.Source),
 				zap.String("header", name),
 				zap.String("provider", preset),
 				zap.Strings("use_instead", providers[preset].defaultKey))

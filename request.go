@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 // requestState is one delivery on its way through the handler. Its steps
@@ -26,11 +28,19 @@ type requestState struct {
 	extra *caddyhttp.ExtraLogFields
 
 	body        *pooledBody // see body.go
+	event       []byte      // the verified content of a sealed delivery (stone.go)
 	bodyHash    [32]byte
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
 	key         string // the store key: <key_prefix>:<source>:<value>
+	guard       string // the key's guard, "" for none (guard.go)
 	owner       string
+
+	// with an archive (archive.go)
+	start    time.Time     // when the handler got the request
+	result   string        // the result, once set
+	status   *statusWriter // learns the answer's status
+	archived bool          // the event was archived
 }
 
 // Results, as in the `{http.webhook_idempotency.result}` placeholder.
@@ -44,6 +54,7 @@ const (
 	resultBypassed         = "bypassed"
 	resultUnavailable      = "unavailable"
 	resultSkipped          = "skipped"
+	resultHandshake        = "handshake"
 )
 
 // Placeholder names.
@@ -75,6 +86,9 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if rs.extra != nil {
 		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
 	}
+	if h.archive != nil {
+		rs.start = now()
+	}
 	return rs
 }
 
@@ -90,6 +104,7 @@ func (rs *requestState) set(name, value string) {
 
 // setResult records the request's result: placeholder, log field, metric.
 func (rs *requestState) setResult(result string) {
+	rs.result = result
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
@@ -104,13 +119,22 @@ func (rs *requestState) skip() error {
 }
 
 // bodyFailed answers a body that could not be read: 413 when it is too
-// large, the error of an earlier handler (such as request_body's 413) as
-// it is, else 400.
+// large, 408 when it did not arrive within body_timeout (the connection,
+// whose body is half read, is then closed), the error of an earlier
+// handler (such as request_body's 413) as it is, else 400. A body that
+// never arrived has no result: it is not a delivery.
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(resultTooLarge)
 		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+	}
+	if errors.Is(err, errBodyTimeout) {
+		if ce := rs.h.logger.Check(zap.DebugLevel, "request body not received in time"); ce != nil {
+			ce.Write(zap.Duration("body_timeout", time.Duration(rs.h.BodyTimeout)))
+		}
+		rs.w.Header().Set("Connection", "close")
+		return writeError(rs.w, http.StatusRequestTimeout, errBodyTimeout.Error(), "")
 	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) {
@@ -121,6 +145,9 @@ func (rs *requestState) bodyFailed(err error) error {
 
 // verify checks the signature on the raw bytes, before any store access.
 func (rs *requestState) verify() error {
+	if rs.h.opener != nil {
+		return rs.open()
+	}
 	if rs.h.verifier == nil {
 		return nil
 	}
@@ -128,11 +155,14 @@ func (rs *requestState) verify() error {
 }
 
 // unauthorized answers a delivery whose signature failed: 401 with the
-// reason.
+// reason; 503 when it cannot be verified yet.
 func (rs *requestState) unauthorized(err error) error {
+	if errors.Is(err, signature.ErrUnavailable) {
+		return rs.stoneUnavailable()
+	}
 	rs.setResult(resultInvalidSignature)
-	reason := errInvalidSignature.Reason
-	var ve *VerificationError
+	reason := signature.ErrInvalid.Reason
+	var ve *signature.Error
 	if errors.As(err, &ve) {
 		reason = ve.Reason
 	}
@@ -145,10 +175,15 @@ func (rs *requestState) unauthorized(err error) error {
 // resolveKey resolves the key (see keys.go) and sets its placeholder.
 func (rs *requestState) resolveKey() {
 	h := rs.h
-	rs.bodyHash = sha256.Sum256(rs.body.buf)
-	rs.keyValue, rs.keyFromBody = resolveKey(h.keys, rs.r, rs.body.buf, &rs.bodyHash)
+	rs.bodyHash = sha256.Sum256(rs.content())
+	var from keySource
+	rs.keyValue, from = resolveKey(h.keys, rs.r, rs.content(), &rs.bodyHash)
+	rs.keyFromBody = from.kind == keyBody
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
+	if from.unsigned {
+		rs.guard = h.guardKey(&rs.bodyHash)
+	}
 	rs.owner = newOwner()
 }
 
@@ -158,10 +193,10 @@ func (rs *requestState) resolveKey() {
 func (rs *requestState) claim() (claimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		event := eventFields(rs.r, rs.body.buf, h.Source, rs.keyValue, rs.key)
-		return h.store.accept(rs.r.Context(), ib, rs.key, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
+		event := eventFields(rs.r, rs.forwarded(), h.Source, rs.keyValue, rs.key)
+		return h.store.accept(rs.r.Context(), ib, rs.key, rs.guard, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
 	}
-	res, err := h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease))
+	res, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease))
 	if err == nil && res.State == stateInFlight && h.inFlight == inFlightWait {
 		res, err = rs.wait(res)
 	}
@@ -189,7 +224,7 @@ func (rs *requestState) wait(res claimResult) (claimResult, error) {
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
 		var err error
-		if res, err = h.store.Claim(rs.r.Context(), rs.key, rs.owner, time.Duration(h.Lease)); err != nil {
+		if res, err = h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease)); err != nil {
 			return res, err
 		}
 	}
@@ -271,7 +306,7 @@ func (rs *requestState) accepted() error {
 func (rs *requestState) process() error {
 	h := rs.h
 	rs.setResult(resultNew)
-	rn := h.startRenewal(rs.key, rs.owner)
+	rn := h.startRenewal(rs.key, rs.guard, rs.owner)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -299,7 +334,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := h.store.Complete(completionCtx, rs.key, rs.owner, rec.record, time.Duration(h.TTL)); cerr != nil {
+		if cerr := rs.complete(rec.record, status); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}
@@ -314,9 +349,26 @@ func (rs *requestState) process() error {
 	return err
 }
 
+// complete records the answer under the key; with an archive, the event is
+// appended in the same round trip.
+func (rs *requestState) complete(record []byte, status int) error {
+	h := rs.h
+	if h.archive == nil {
+		return h.store.complete(completionCtx, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL))
+	}
+	rs.archived = true
+	e := rs.archiveEntry(resultNew, status)
+	// a call that times out may still be sent after the request is done
+	// with its pooled body: the event keeps a copy
+	e.ownBody()
+	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL), e)
+	h.archive.appended(1, appendErr)
+	return err
+}
+
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release() {
-	err := rs.h.store.Release(completionCtx, rs.key, rs.owner)
+	err := rs.h.store.release(completionCtx, rs.key, rs.guard, rs.owner)
 	if err != nil && !errors.Is(err, errNotOwner) {
 		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
 			zap.String("key", rs.key), zap.Error(err))
@@ -324,9 +376,17 @@ func (rs *requestState) release() {
 }
 
 // storeFailed applies the `fail` policy: 503, or the next handler without
-// deduplication.
+// deduplication. A claim that failed for a delivery this instance recorded
+// lately is answered from its local copy of the record instead (docs/stores.md).
 func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h := rs.h
+	if op == opClaim && h.inbox == nil {
+		if rec, ok := h.store.recent(rs.key, rs.guard); ok {
+			h.logger.Warn("store error; answering a duplicate with this instance's copy of its record",
+				zap.Stringer("op", op), zap.String("key", rs.key), zap.Error(err))
+			return rs.replay(rec)
+		}
+	}
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
 		rs.setResult(resultUnavailable)

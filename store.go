@@ -41,6 +41,20 @@ type store interface {
 	Renew(ctx context.Context, key, owner string, lease time.Duration) error
 }
 
+// guardedStore is a store that holds a delivery's key together with a
+// second key, its guard: the key of the delivery's signed bytes alone,
+// which a replay of those bytes under another unsigned id also hits (see
+// guard.go). Each method acts on both keys, owner-checked, in one round
+// trip; Claim claims both or neither and reports the state of whichever
+// is taken (the key's first). With a guard of "", each is the plain
+// method of the key alone.
+type guardedStore interface {
+	ClaimGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) (claimResult, error)
+	CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error
+	ReleaseGuarded(ctx context.Context, key, guard, owner string) error
+	RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error
+}
+
 // claimState is the state of a key as seen by Claim.
 type claimState uint8
 

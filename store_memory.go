@@ -23,11 +23,14 @@ func init() {
 // MemoryStore is the embedded, in-process store: it suits a single Caddy
 // instance. Its records live in one process-wide table that survives config
 // reloads; keys expire after their TTL or lease, and the table holds at most
-// MaxEntries keys, evicting the completed keys closest to expiry first (an
+// max_entries keys, evicting the completed keys closest to expiry first (an
 // in-flight key is never evicted).
 type MemoryStore struct {
-	// The largest number of keys kept. The most recently provisioned
-	// configuration's value applies to the shared table. Default: 100000.
+	// The largest number of keys the table keeps. The table is shared by
+	// every handler that uses the memory store, so it holds the largest
+	// max_entries any of them sets: one handler's value never lowers
+	// another's, and a store that sets none lowers nothing. Default:
+	// 100000 (when no store in use sets one).
 	MaxEntries int `json:"max_entries,omitempty"`
 
 	table    *memoryTable
@@ -52,6 +55,7 @@ const memoryPoolKey = "memory"
 
 // Provision attaches the store to the process-wide table.
 func (m *MemoryStore) Provision(ctx caddy.Context) error {
+	explicit := m.MaxEntries
 	if m.MaxEntries == 0 {
 		m.MaxEntries = defaultMaxEntries
 	}
@@ -62,7 +66,7 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 		return err
 	}
 	m.table = val.(*memoryTable)
-	m.table.setMaxEntries(m.MaxEntries)
+	m.table.addBound(m, explicit)
 	return nil
 }
 
@@ -83,6 +87,7 @@ func (m *MemoryStore) Cleanup() error {
 		return nil
 	}
 	m.released = true
+	m.table.removeBound(m)
 	_, err := memoryPool.Delete(memoryPoolKey)
 	return err
 }
@@ -114,10 +119,14 @@ const memoryShards = 64
 type memoryTable struct {
 	seed       maphash.Seed
 	shards     [memoryShards]memoryShard
-	perShard   atomic.Int64
+	count      atomic.Int64 // keys in every shard, expired ones until removed
+	maxEntries atomic.Int64
 	evicted    atomic.Uint64
 	logger     *zap.Logger
 	lastWarned atomic.Int64
+
+	boundsMu sync.Mutex
+	bounds   map[*MemoryStore]int // the max_entries of every store in use; 0: none set
 
 	janitor sync.Once
 	stop    chan struct{}
@@ -141,8 +150,8 @@ type memoryShard struct {
 //
 // A completed key's record usually shares one allocation with the key the
 // map holds (see packRecord), and a string, unlike a slice, carries no
-// capacity: an entry is three words, where an owner string, a record slice
-// and the expiry took six, and key and record are one allocation, not two.
+// capacity: an entry is three words (BENCHMARKS.md gives the bytes per
+// key).
 type memoryEntry struct {
 	record  string
 	expires int64
@@ -168,13 +177,12 @@ const packMax = 32 << 10
 // allocation of exactly their length (the handler's recorder encodes into
 // a buffer with room to spare, 256 bytes beyond the announced body, which a
 // stored key would otherwise keep for its whole TTL). A longer record is
-// kept where it is, not copied, as before.
+// kept where it is, not copied.
 //
 // The returned strings view bytes that nothing writes to once they are
 // returned, which is what unsafe.String requires. A long record kept where
-// it is stays the caller's buffer, as every record did before this store
-// copied them: the handler does not modify a record once it has handed it
-// to Complete.
+// it is stays the caller's buffer: the handler does not modify a record
+// once it has handed it to Complete.
 func packRecord(key string, record []byte) (string, string) {
 	if len(record) > packMax && cap(record)-len(record) <= len(record)/8 {
 		return key, unsafe.String(unsafe.SliceData(record), len(record))
@@ -199,6 +207,7 @@ func newMemoryTable(logger *zap.Logger) *memoryTable {
 	t := &memoryTable{
 		seed:   maphash.MakeSeed(),
 		logger: logger,
+		bounds: make(map[*MemoryStore]int),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -210,67 +219,44 @@ func newMemoryTable(logger *zap.Logger) *memoryTable {
 	return t
 }
 
+// setMaxEntries sets the table's bound.
 func (t *memoryTable) setMaxEntries(n int) {
-	per := (int64(n) + memoryShards - 1) / memoryShards
-	t.perShard.Store(max(per, 1))
+	t.maxEntries.Store(int64(max(n, 1)))
+}
+
+func (t *memoryTable) shardIndex(key string) uint64 {
+	return maphash.String(t.seed, key) % memoryShards
 }
 
 func (t *memoryTable) shard(key string) *memoryShard {
-	return &t.shards[maphash.String(t.seed, key)%memoryShards]
+	return &t.shards[t.shardIndex(key)]
 }
 
 func (t *memoryTable) claim(key, owner string, lease time.Duration) claimResult {
 	t.janitor.Do(t.startJanitor)
 	nowNano := now().UnixNano()
-	s := t.shard(key)
+	i := t.shardIndex(key)
+	s := &t.shards[i]
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	rounds := 0 // evictions still to make for this key
 	if e, ok := s.m[key]; ok && e.expires > nowNano {
+		defer s.mu.Unlock()
 		if !s.inFlight(key, e) {
 			return claimResult{State: stateCompleted, Record: recordBytes(e.record)}
 		}
 		return claimResult{State: stateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
-	} else if !ok && int64(len(s.m)) >= t.perShard.Load() {
-		t.evict(s, nowNano)
+	} else if !ok && t.count.Add(1) > t.maxEntries.Load() {
+		// the table is full: make room in this shard first, under the
+		// lock already held (see store_memory_bound.go)
+		rounds = t.evict(s, nowNano, evictRounds)
 	}
 	s.m[key] = memoryEntry{expires: nowNano + int64(lease)}
 	s.owners[key] = owner
+	s.mu.Unlock()
+	if rounds > 0 {
+		t.evictElsewhere(i, nowNano, rounds)
+	}
 	return claimResult{State: stateClaimed}
-}
-
-// evict makes room in a full shard: it drops expired keys among a sample,
-// or else the sampled completed key closest to expiry. Go's randomised map
-// iteration order makes the sample random. A sample of in-flight keys only
-// does not stop the search: it goes on until it finds an expired or a
-// completed key, so the shard grows past its bound only when every key in
-// it is in flight. Called with s.mu held.
-func (t *memoryTable) evict(s *memoryShard, nowNano int64) {
-	const sample = 16
-	var victim string
-	var victimExpires int64
-	seen, dropped := 0, 0
-	for k, e := range s.m {
-		if e.expires <= nowNano {
-			s.remove(k, e)
-			dropped++
-		} else if !s.inFlight(k, e) && (victim == "" || e.expires < victimExpires) {
-			victim, victimExpires = k, e.expires
-		}
-		if seen++; seen >= sample && (dropped > 0 || victim != "") {
-			break
-		}
-	}
-	if dropped > 0 || victim == "" {
-		return
-	}
-	delete(s.m, victim)
-	t.evicted.Add(1)
-	// warn at most once a minute: an evicted key no longer deduplicates
-	if last := t.lastWarned.Load(); nowNano-last > int64(time.Minute) && t.lastWarned.CompareAndSwap(last, nowNano) {
-		t.logger.Warn("memory store is full: evicting completed keys before their TTL; raise max_entries or use the redis store",
-			zap.Int64("max_entries", t.perShard.Load()*memoryShards),
-			zap.Uint64("evicted_total", t.evicted.Load()))
-	}
 }
 
 // owned returns the key's entry if owner still holds a live claim on it.
@@ -285,11 +271,12 @@ func (s *memoryShard) owned(key, owner string, nowNano int64) (memoryEntry, bool
 }
 
 // remove deletes key, whose entry is e. Called with s.mu held.
-func (s *memoryShard) remove(key string, e memoryEntry) {
+func (t *memoryTable) remove(s *memoryShard, key string, e memoryEntry) {
 	delete(s.m, key)
 	if e.record == "" {
 		delete(s.owners, key)
 	}
+	t.count.Add(-1)
 }
 
 func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Duration) error {
@@ -317,7 +304,7 @@ func (t *memoryTable) release(key, owner string) error {
 	if !ok {
 		return errNotOwner
 	}
-	s.remove(key, e)
+	t.remove(s, key, e)
 	return nil
 }
 
@@ -377,7 +364,7 @@ func (t *memoryTable) sweep(s *memoryShard) {
 	n := 0
 	for k, e := range s.m {
 		if e.expires <= nowNano {
-			s.remove(k, e)
+			t.remove(s, k, e)
 		}
 		if n++; n%memorySweepBatch == 0 {
 			s.mu.Unlock()

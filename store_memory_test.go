@@ -362,7 +362,7 @@ func shardLen(tbl *memoryTable, key string) int {
 func TestMemoryBoundedEvictsCompletedClosestToExpiry(t *testing.T) {
 	useFakeClock(t)
 	tbl := newTestTable(t)
-	tbl.setMaxEntries(2 * memoryShards) // two keys per shard
+	tbl.setMaxEntries(2)
 
 	keys := sameShardKeys(tbl, "bounded-", 3)
 	mustClaim(t, tbl, keys[0], "a", time.Minute, stateClaimed)
@@ -386,13 +386,13 @@ func TestMemoryBoundedEvictsCompletedClosestToExpiry(t *testing.T) {
 func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
 	useFakeClock(t)
 	tbl := newTestTable(t)
-	tbl.setMaxEntries(2 * memoryShards)
+	tbl.setMaxEntries(2)
 
 	keys := sameShardKeys(tbl, "inflight-", 3)
 	for _, k := range keys {
 		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 	}
-	// a full shard of in-flight keys grows rather than drop a claim
+	// a full table of in-flight keys grows rather than drop a claim
 	for _, k := range keys {
 		mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
 	}
@@ -400,36 +400,112 @@ func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
 
 func TestMemoryBoundedFindsCompletedAmongManyInFlight(t *testing.T) {
 	useFakeClock(t)
-	const perShard = 64
-	// Each round fills one shard with in-flight keys and a single completed
-	// key; the next claim must evict the completed one wherever it sits,
-	// not only when a random sample happens to include it.
+	const bound = 64
+	// Each round fills the table, in one shard, with in-flight keys and a
+	// single completed key; the next claim must evict the completed one
+	// wherever it sits, not only when a random sample happens to include it.
 	for round := range 20 {
 		tbl := newTestTable(t)
-		tbl.setMaxEntries(perShard * memoryShards)
-		keys := sameShardKeys(tbl, fmt.Sprintf("many-%d-", round), perShard+1)
-		for _, k := range keys[:perShard-1] {
+		tbl.setMaxEntries(bound)
+		keys := sameShardKeys(tbl, fmt.Sprintf("many-%d-", round), bound+1)
+		for _, k := range keys[:bound-1] {
 			mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
 		}
-		done := keys[perShard-1]
+		done := keys[bound-1]
 		mustClaim(t, tbl, done, "a", time.Minute, stateClaimed)
 		if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		mustClaim(t, tbl, keys[perShard], "a", time.Minute, stateClaimed)
-		if n := shardLen(tbl, done); n != perShard {
-			t.Fatalf("round %d: shard holds %d keys, want %d (the completed key evicted)", round, n, perShard)
+		mustClaim(t, tbl, keys[bound], "a", time.Minute, stateClaimed)
+		if n := shardLen(tbl, done); n != bound {
+			t.Fatalf("round %d: shard holds %d keys, want %d (the completed key evicted)", round, n, bound)
 		}
-		for _, k := range keys[:perShard-1] {
+		for _, k := range keys[:bound-1] {
 			mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
 		}
+	}
+}
+
+// The bound is the table's: a full table whose new key lands in a shard of
+// in-flight keys only evicts a completed key of another shard.
+func TestMemoryBoundEvictsFromAnotherShard(t *testing.T) {
+	useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(2)
+	inflight := sameShardKeys(tbl, "busy-", 2)
+	done := "done-0"
+	for i := 1; tbl.shard(done) == tbl.shard(inflight[0]); i++ {
+		done = fmt.Sprintf("done-%d", i)
+	}
+	mustClaim(t, tbl, done, "a", time.Minute, stateClaimed)
+	if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tbl, inflight[0], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, inflight[1], "a", time.Minute, stateClaimed) // over the bound
+	if n := tbl.len(); n != 2 {
+		t.Fatalf("table holds %d keys, want 2", n)
+	}
+	mustClaim(t, tbl, inflight[0], "b", time.Minute, stateInFlight)
+	mustClaim(t, tbl, inflight[1], "b", time.Minute, stateInFlight)
+	mustClaim(t, tbl, done, "b", time.Minute, stateClaimed) // it was evicted
+}
+
+// The table's count of keys follows every way a key comes and goes, and a
+// lowered bound is reached as new keys arrive.
+func TestMemoryCountFollowsKeysAndLoweredBound(t *testing.T) {
+	clock := useFakeClock(t)
+	tbl := newTestTable(t)
+	tbl.setMaxEntries(1000)
+	wantCount := func(when string) {
+		t.Helper()
+		if c, n := tbl.count.Load(), tbl.len(); c != int64(n) {
+			t.Fatalf("%s: count %d, table holds %d keys", when, c, n)
+		}
+	}
+	for i := range 300 {
+		k := fmt.Sprintf("count-%d", i)
+		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		switch i % 3 {
+		case 0:
+			if err := tbl.complete(k, "a", []byte("r"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			if err := tbl.release(k, "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wantCount("after claims, completions and releases")
+	clock.advance(2 * time.Minute) // the claims left in flight expire
+	mustClaim(t, tbl, "count-2", "b", time.Minute, stateClaimed)
+	for i := range tbl.shards {
+		tbl.sweep(&tbl.shards[i])
+	}
+	wantCount("after the sweep")
+	if n := tbl.len(); n != 101 {
+		t.Fatalf("table holds %d keys, want 101", n)
+	}
+
+	tbl.setMaxEntries(50)
+	for i := range 60 {
+		k := fmt.Sprintf("lowered-%d", i)
+		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		if err := tbl.complete(k, "a", []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCount("after lowering the bound")
+	if n := tbl.len(); n > 50 {
+		t.Fatalf("table holds %d keys 60 claims after its bound was lowered to 50", n)
 	}
 }
 
 func TestMemoryBoundedDropsExpiredFirst(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
-	tbl.setMaxEntries(2 * memoryShards)
+	tbl.setMaxEntries(2)
 
 	keys := sameShardKeys(tbl, "expired-", 3)
 	mustClaim(t, tbl, keys[0], "a", time.Second, stateClaimed) // will die

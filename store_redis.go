@@ -25,10 +25,11 @@ func init() {
 // addresses Sentinels that name the master.
 //
 // Every idempotency key is one Redis key, `<key_prefix>:<source>:<value>`,
-// so Redis Cluster needs no cross-slot operation. Claiming an absent or a
-// completed key is one round trip, a SET with NX and GET (see
-// store_redis_claim.go); completion, release and lease renewal are
-// owner-checked Lua scripts. Clients are shared across config reloads.
+// so Redis Cluster needs no cross-slot operation. Claiming is one round
+// trip: a SET with NX and GET for an absent or a completed key, a Lua
+// script for a key and its guard (see store_redis_claim.go); completion,
+// release and lease renewal are owner-checked Lua scripts. Clients are
+// shared across config reloads.
 type RedisStore struct {
 	// A `redis://` or `rediss://` URL, e.g.
 	// `redis://user:password@host:6379/0`. Its host is the first address;
@@ -179,24 +180,34 @@ func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	return s.completeThen(ctx, key, "", owner, record, ttl, nil)
+}
+
+// completeThen completes key and, unless guard is "", its guard (see
+// store_redis_guard.go), with then, when not nil, sent in the same
+// pipeline (see redisThen).
+func (s *RedisStore) completeThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then *redisThen) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "complete", redisCompleteScript, key, owner, record, redisMillis(ttl))
+	err := s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillis(ttl))
+	s.keepRecent(err, record, ttl, key, guard)
+	return err
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	defer s.client.claimDone()
-	return s.ownerOp(ctx, "release", redisReleaseScript, key, owner)
+	return s.ownerOp(ctx, "release", redisReleaseScript, nil, []string{key}, owner)
 }
 
 // Renew implements Store.
 func (s *RedisStore) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.ownerOp(ctx, "renew", redisRenewScript, key, owner, redisMillis(lease))
+	return s.ownerOp(ctx, "renew", redisRenewScript, nil, []string{key}, owner, redisMillis(lease))
 }
 
-// ownerOp runs an owner-checked script that answers 1 or 0.
-func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	v, err := s.run(ctx, op, script, []string{key}, args...)
+// ownerOp runs an owner-checked script that answers 1 or 0 for keys[0],
+// with then (if any) in the same pipeline.
+func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) error {
+	v, err := s.runThen(ctx, op, script, then, keys, args...)
 	if err != nil {
 		return err
 	}
@@ -210,25 +221,23 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 // the batcher, or with a nil script the command args. EVALSHA falls back to
 // EVAL when Redis does not know the script. A nil reply is (nil, nil).
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
-	c := s.client
-	if c == nil {
-		return nil, fmt.Errorf("redis store: %s: store is not provisioned", op)
+	return s.runThen(ctx, op, script, nil, keys, args...)
+}
+
+// runThen is run with then, when not nil, sent in the same pipeline; when
+// the call is not sent, then's error says why.
+func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) (any, error) {
+	c, err := s.callable(op, then)
+	if err != nil {
+		return nil, err
 	}
-	if !c.breaker.allow() {
-		return nil, errRedisBreakerOpen
-	}
-	v, err := c.batch.run(ctx, s.timeout, script, keys, args)
+	v, err := c.batch.run(ctx, s.timeout, script, keys, args, then)
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil // a nil reply
 	}
-	if err != nil {
-		if ctx.Err() == nil && !redisAnswerError(err) {
-			// the caller is still there: Redis failed or timed out
-			c.breaker.failure()
-		}
-		return nil, fmt.Errorf("redis store: %s: %w", op, err)
+	if err = s.settle(ctx, op, err); err != nil {
+		return nil, err
 	}
-	c.breaker.success()
 	return v, nil
 }
 
@@ -258,15 +267,20 @@ func (s *RedisStore) streamKeys(source string) (stream, retry, dead string) {
 // callTimeout is the bound of one call.
 func (s *RedisStore) callTimeout() time.Duration { return s.timeout }
 
-// claimAndAppend completes an absent key with record, kept for ttl, and
-// appends the event's fields and values to stream, in one round trip; or
-// reports the key's state, as Claim does. It returns the appended event's
-// id. key and stream must be on one node (not Redis Cluster).
-func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, record []byte, ttl time.Duration, event []any) (claimResult, string, error) {
+// claimAndAppend completes an absent key (and its guard, unless guard is
+// "") with record, kept for ttl, and appends the event's fields and values
+// to stream, in one round trip; or reports the key's state, as Claim does.
+// It returns the appended event's id. The keys and stream must be on one
+// node (not Redis Cluster).
+func (s *RedisStore) claimAndAppend(ctx context.Context, key, guard, stream string, record []byte, ttl time.Duration, event []any) (claimResult, string, error) {
 	args := make([]any, 0, 2+len(event))
 	args = append(args, record, redisMillis(ttl))
 	args = append(args, event...)
-	v, err := s.run(ctx, "claim", redisClaimAppendScript, []string{key, stream}, args...)
+	keys := []string{key, stream}
+	if guard != "" {
+		keys = append(keys, guard)
+	}
+	v, err := s.run(ctx, "claim", redisClaimAppendScript, keys, args...)
 	if err != nil {
 		return claimResult{}, "", err
 	}
@@ -278,11 +292,6 @@ func (s *RedisStore) claimAndAppend(ctx context.Context, key, stream string, rec
 		return res, "", nil
 	}
 	return claimResult{}, "", fmt.Errorf("redis store: accept: unexpected reply %T", v)
-}
-
-// redisMillis converts a duration to whole milliseconds, at least 1.
-func redisMillis(d time.Duration) string {
-	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
@@ -368,14 +377,6 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// redisRedactURL hides the password of a URL for error messages.
-func redisRedactURL(u string) string {
-	if at := strings.LastIndexByte(u, '@'); at >= 0 {
-		return "…@" + u[at+1:]
-	}
-	return u
 }
 
 // Interface guards

@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -38,10 +39,27 @@ type redisCall struct {
 	script   *redis.Script
 	keys     []string
 	args     []any
+	then     *redisThen // sent right after this call, in the same pipeline
 	val      any
 	err      error
 	done     chan struct{} // buffered: the worker never waits for the caller
 	timer    *time.Timer   // the caller's timeout, reused with the call
+
+	// the follow-up's commands and reply, copied to then by run
+	thenCmds []*redis.Cmd
+	thenVal  any
+	thenErr  error
+}
+
+// redisThen is commands that ride in the pipeline of a call, right after
+// it, such as an archive append with the completion of its key. Their keys
+// may be on another Redis Cluster slot: the pipeline sends each command to
+// its node. The first command's reply, and the first error of any, are set
+// when the call returns.
+type redisThen struct {
+	cmds [][]any
+	val  any
+	err  error
 }
 
 // Batching limits. A few workers let a batch go out while another waits
@@ -77,10 +95,15 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 // in the next batch and returns its reply, or ctx's error when ctx ends
 // first, or context.DeadlineExceeded when timeout (if not zero) passes
 // first. The timeout is a timer the call reuses, where a context with a
-// deadline would cost a few allocations per call.
-func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args []any) (any, error) {
+// deadline would cost a few allocations per call. then, when not nil, is
+// sent right after the call in the same pipeline; its reply is set before
+// run returns (its error says why when the call was not sent).
+func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args []any, then *redisThen) (any, error) {
+	if then != nil {
+		then.err = errRedisNotSent
+	}
 	c := redisCallPool.Get().(*redisCall)
-	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	c.ctx, c.script, c.keys, c.args, c.then = ctx, script, keys, args, then
 	var expired <-chan time.Time
 	if timeout > 0 {
 		c.deadline = time.Now().Add(timeout)
@@ -104,9 +127,15 @@ func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *r
 	case <-ctx.Done():
 		// a worker may still hold c and finish it: it is not reused
 		c.timer.Stop()
+		if then != nil {
+			then.err = ctx.Err()
+		}
 		return nil, ctx.Err()
 	case <-expired:
 		// as above
+		if then != nil {
+			then.err = context.DeadlineExceeded
+		}
 		return nil, context.DeadlineExceeded
 	case <-b.stop:
 		// the workers finish every call they took, then stop; a call still
@@ -120,14 +149,23 @@ func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *r
 		}
 	}
 	v, err := c.val, c.err
+	c.settleThen()
 	c.recycle() // the worker is done with it
 	return v, err
+}
+
+// settleThen gives the call's follow-up, if it was sent, its reply.
+func (c *redisCall) settleThen() {
+	if c.then != nil && c.thenCmds != nil {
+		c.then.val, c.then.err = c.thenVal, c.thenErr
+	}
 }
 
 // recycle puts a call no worker holds back in the pool.
 func (c *redisCall) recycle() {
 	c.timer.Stop()
-	c.ctx, c.deadline, c.script, c.keys, c.args, c.val, c.err = nil, time.Time{}, nil, nil, nil, nil, nil
+	c.ctx, c.deadline, c.script, c.keys, c.args, c.then, c.val, c.err = nil, time.Time{}, nil, nil, nil, nil, nil, nil
+	c.thenCmds, c.thenVal, c.thenErr = nil, nil, nil
 	redisCallPool.Put(c)
 }
 
@@ -141,6 +179,10 @@ func (c *redisCall) gone(now time.Time) error {
 	}
 	return nil
 }
+
+// errRedisNotSent is the error of a follow-up call whose first call was
+// not sent.
+var errRedisNotSent = errors.New("not sent: the call it follows was not sent")
 
 func (c *redisCall) finish(v any, err error) {
 	c.val, c.err = v, err
@@ -197,6 +239,12 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			continue
 		}
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+		if t := c.then; t != nil {
+			c.thenCmds = make([]*redis.Cmd, len(t.cmds))
+			for j, args := range t.cmds {
+				c.thenCmds[j] = pipe.Do(ctx, args...)
+			}
+		}
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -206,14 +254,28 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 			c.finish(nil, c.gone(now))
 			continue
 		}
-		v, err := cmds[i].Result()
-		if err != nil && c.script != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis lost its scripts (a restart, SCRIPT FLUSH): EVAL loads it
-			v, err = c.script.Eval(ctx, b.client, c.keys, c.args...).Result()
+		v, err := b.result(ctx, cmds[i], c.script, c.keys, c.args)
+		if c.thenCmds != nil {
+			c.thenVal, c.thenErr = c.thenCmds[0].Result()
+			for _, cmd := range c.thenCmds[1:] {
+				if err := cmd.Err(); err != nil && c.thenErr == nil {
+					c.thenErr = err
+				}
+			}
 		}
 		c.finish(v, err)
 	}
 	return cmds
+}
+
+// result is the reply of a command sent in a pipeline. When Redis lost a
+// script (a restart, SCRIPT FLUSH), EVAL loads the script and runs it.
+func (b *redisBatcher) result(ctx context.Context, cmd *redis.Cmd, script *redis.Script, keys []string, args []any) (any, error) {
+	v, err := cmd.Result()
+	if err != nil && script != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = script.Eval(ctx, b.client, keys, args...).Result()
+	}
+	return v, err
 }
 
 // btoi is 1 for true, 0 for false.

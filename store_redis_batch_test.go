@@ -56,9 +56,9 @@ func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 				var v any
 				var err error
 				if g%2 == 0 {
-					v, err = b.run(ctx, 0, nil, nil, []any{"incrby", key, g + 1})
+					v, err = b.run(ctx, 0, nil, nil, []any{"incrby", key, g + 1}, nil)
 				} else {
-					v, err = b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1})
+					v, err = b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1}, nil)
 				}
 				cancel()
 				if err != nil {
@@ -100,7 +100,7 @@ func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		v, err := b.run(ctx, 0, batchTestScript, []string{"alone"}, []any{5})
+		v, err := b.run(ctx, 0, batchTestScript, []string{"alone"}, []any{5}, nil)
 		if err != nil || v != want {
 			t.Fatalf("call %d: %v, %v; want %d", i+1, v, err, want)
 		}
@@ -119,12 +119,12 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	for range 200 {
-		if _, err := b.run(gone, 0, batchTestScript, []string{"abandoned"}, []any{1}); !errors.Is(err, context.Canceled) {
+		if _, err := b.run(gone, 0, batchTestScript, []string{"abandoned"}, []any{1}, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("call of a caller that gave up: %v, want context.Canceled", err)
 		}
 	}
 	// a live call after them: every earlier one was dropped or sent by now
-	if v, err := b.run(ctx, 0, batchTestScript, []string{"abandoned"}, []any{1}); err != nil || v != int64(1) {
+	if v, err := b.run(ctx, 0, batchTestScript, []string{"abandoned"}, []any{1}, nil); err != nil || v != int64(1) {
 		t.Fatalf("calls of callers that had given up reached Redis: INCRBY gave %v (%v), want 1", v, err)
 	}
 
@@ -142,7 +142,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 				timeout = 0
 			}
 			start := time.Now()
-			_, err := b.run(cctx, timeout, batchTestScript, []string{"hung"}, []any{1})
+			_, err := b.run(cctx, timeout, batchTestScript, []string{"hung"}, []any{1}, nil)
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("call %d with Redis hung: %v, want the caller's deadline", i, err)
 			}
@@ -155,7 +155,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	srv.resume()
 
 	b.close()
-	if _, err := b.run(ctx, 0, batchTestScript, []string{"closed"}, []any{1}); !errors.Is(err, redis.ErrClosed) {
+	if _, err := b.run(ctx, 0, batchTestScript, []string{"closed"}, []any{1}, nil); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("call on a closed batcher: %v, want redis.ErrClosed", err)
 	}
 }

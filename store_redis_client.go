@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,8 @@ type redisClient struct {
 	client  redis.UniversalClient
 	batch   *redisBatcher // the request path's script calls go through it
 	breaker *breaker
+	recent  *recentRecords // store_redis_recent.go
+	health  *redisHealth   // store_redis_health.go
 	logger  *zap.Logger
 
 	// claims counts the keys claimed through this client and not yet
@@ -151,7 +154,14 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		// the server name comes from each node's address
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	c := &redisClient{client: redis.NewUniversalClient(opts), logger: logger}
+	node := conn.addrs[0]
+	if conn.masterName != "" {
+		node = "master " + conn.masterName
+	}
+	health := newRedisHealth(node, conn.timeout, logger)
+	opts.OnConnect = health.onConnect
+	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), health: health, logger: logger}
+	health.start(c.client)
 	// the requests' script calls go out in shared pipelines
 	c.batch = newRedisBatcher(c.client, conn.timeout)
 	c.breaker = newBreaker(func(ctx context.Context) error {
@@ -170,6 +180,43 @@ func (c *redisClient) checkReachable(timeout time.Duration) {
 			zap.Error(err))
 		c.breaker.open()
 	}
+}
+
+// callable returns the client a call goes through, or why none may be
+// made: the store is not provisioned, or the breaker is open. The
+// follow-up then (nil for none) that would ride with the call gets that
+// error too: it is not sent either.
+func (s *RedisStore) callable(op string, then *redisThen) (*redisClient, error) {
+	c := s.client
+	var err error
+	if c == nil {
+		err = fmt.Errorf("redis store: %s: store is not provisioned", op)
+	} else if !c.breaker.allow() {
+		err = errRedisBreakerOpen
+	}
+	if err != nil {
+		if then != nil {
+			then.err = err
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// settle tells the breaker how a call made for ctx went, and returns its
+// error with the operation named. An error Redis answered to a claim
+// (redisAnswerError) is an answer: Redis is up.
+func (s *RedisStore) settle(ctx context.Context, op string, err error) error {
+	if err == nil || redisAnswerError(err) {
+		s.client.breaker.success()
+	} else if ctx.Err() == nil {
+		// the caller is still there: Redis failed or timed out
+		s.client.breaker.failure()
+	}
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redis store: %s: %w", op, err)
 }
 
 // Destruct stops the breaker's probe when the last configuration using the
@@ -206,8 +253,22 @@ func (c *redisClient) close() {
 		}
 		c.mu.Unlock()
 		c.batch.close()
+		c.health.close()
 		c.closeErr = c.client.Close()
 	})
+}
+
+// redisMillis converts a duration to whole milliseconds, at least 1.
+func redisMillis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// redisRedactURL hides the password of a URL for error messages.
+func redisRedactURL(u string) string {
+	if at := strings.LastIndexByte(u, '@'); at >= 0 {
+		return "…@" + u[at+1:]
+	}
+	return u
 }
 
 // Interface guards

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,8 +16,10 @@ import (
 // the owner token. Anything else is corrupt or foreign: it is logged and
 // overwritten by the next claim.
 //
-// The scripts take the key as KEYS[1] and durations in milliseconds. They
-// are written with `$IN_FLIGHT`, `$RECORD_VERSION` and `$RECORD_MIN_LEN`,
+// The scripts take the key as KEYS[1] and durations in milliseconds; the
+// claim, completion, release and renewal scripts take the key's guard as
+// KEYS[2] when it has one (guard.go), and act on both, answering for the
+// key. They are written with `$IN_FLIGHT`, `$RECORD_VERSION` and `$RECORD_MIN_LEN`,
 // which luaScript replaces with the Go constants, so the Lua and the Go
 // side cannot disagree on the layout.
 
@@ -47,16 +50,28 @@ func luaQuote(s string) string {
 }
 
 var (
-	// ARGV: owner, lease. The claim of a key that holds something other
-	// than a record (see store_redis_claim.go).
-	// Returns -1 when claimed, -2 when claimed over a corrupt value, the
-	// PTTL (>= 0) of an in-flight key, or the record of a completed key.
+	// ARGV: owner, lease. The claim of a key and its guard, or of a key
+	// that holds something other than a record (see store_redis_claim.go).
+	// Claims every key when none is taken. Returns -1 when claimed, -2
+	// when claimed over a corrupt value, or, for the first key taken and
+	// claiming none, the PTTL (>= 0) of a key in flight or the record of a
+	// completed key.
 	redisClaimScript = luaScript(luaKeyState + `
-local r, foreign = keyState(KEYS[1], ARGV[1], ARGV[2])
-if r then
-	return r
+local mine, foreign = 0, false
+for i = 1, #KEYS do
+	local r, f = keyState(KEYS[i], ARGV[1], ARGV[2])
+	if r == -1 then
+		mine = mine + 1
+	elseif r then
+		return r
+	end
+	foreign = foreign or f
 end
-redis.call('SET', KEYS[1], $IN_FLIGHT .. ARGV[1], 'PX', ARGV[2])
+if mine < #KEYS then
+	for i = 1, #KEYS do
+		redis.call('SET', KEYS[i], $IN_FLIGHT .. ARGV[1], 'PX', ARGV[2])
+	end
+end
 if foreign then
 	return -2
 end
@@ -64,60 +79,86 @@ return -1
 `)
 
 	// ARGV: owner, lease, the corrupt value seen.
-	// Claims a key whose value Lua could not tell from a record but Go
-	// could not decode, if it still holds that value. Returns 1 when
-	// claimed, 0 otherwise.
+	// Claims keys, one of which held a value Lua could not tell from a
+	// record but Go could not decode, if each still holds that value or
+	// nothing. Returns 1 when claimed, 0 otherwise.
 	redisReclaimScript = luaScript(`
-if redis.pcall('GET', KEYS[1]) == ARGV[3] then
-	redis.call('SET', KEYS[1], $IN_FLIGHT .. ARGV[1], 'PX', ARGV[2])
-	return 1
+for i = 1, #KEYS do
+	local v = redis.pcall('GET', KEYS[i])
+	if v and v ~= ARGV[3] then
+		return 0
+	end
 end
-return 0
+for i = 1, #KEYS do
+	redis.call('SET', KEYS[i], $IN_FLIGHT .. ARGV[1], 'PX', ARGV[2])
+end
+return 1
 `)
 
-	// ARGV: owner, record, ttl. Returns 1 when completed (or already
-	// completed with this record, a retried call), 0 when not the owner.
+	// ARGV: owner, record, ttl. Completes every key the owner holds.
+	// Returns 1 when the first key is completed (or already completed with
+	// this record, a retried call), 0 when it is not the owner's.
 	redisCompleteScript = luaScript(`
-local v = redis.pcall('GET', KEYS[1])
-if v == $IN_FLIGHT .. ARGV[1] then
-	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-	return 1
+local done = 0
+for i = 1, #KEYS do
+	local v = redis.pcall('GET', KEYS[i])
+	if v == $IN_FLIGHT .. ARGV[1] then
+		redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[3])
+		if i == 1 then done = 1 end
+	elseif i == 1 and v == ARGV[2] then
+		done = 1
+	end
 end
-if v == ARGV[2] then
-	return 1
-end
-return 0
+return done
 `)
 
-	// ARGV: owner. Returns 1 when released, 0 when not the owner.
+	// ARGV: owner. Releases every key the owner holds. Returns 1 when the
+	// first key is released, 0 when it is not the owner's.
 	redisReleaseScript = luaScript(`
-if redis.pcall('GET', KEYS[1]) == $IN_FLIGHT .. ARGV[1] then
-	redis.call('DEL', KEYS[1])
-	return 1
+local done = 0
+for i = 1, #KEYS do
+	if redis.pcall('GET', KEYS[i]) == $IN_FLIGHT .. ARGV[1] then
+		redis.call('DEL', KEYS[i])
+		if i == 1 then done = 1 end
+	end
 end
-return 0
+return done
 `)
 
-	// ARGV: owner, lease. Returns 1 when renewed, 0 when not the owner.
+	// ARGV: owner, lease. Renews every key the owner holds. Returns 1 when
+	// the first key is renewed, 0 when it is not the owner's.
 	redisRenewScript = luaScript(`
-if redis.pcall('GET', KEYS[1]) == $IN_FLIGHT .. ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	return 1
+local done = 0
+for i = 1, #KEYS do
+	if redis.pcall('GET', KEYS[i]) == $IN_FLIGHT .. ARGV[1] then
+		redis.call('PEXPIRE', KEYS[i], ARGV[2])
+		if i == 1 then done = 1 end
+	end
 end
-return 0
+return done
 `)
 
-	// KEYS: idempotency key, stream. ARGV: record, ttl, the event's
-	// fields and values. Claims the key with the record and appends the
-	// event in one step. Returns what redisClaimScript returns for a key
-	// in flight or completed, or {id} of the appended event.
+	// KEYS: idempotency key, stream[, guard]. ARGV: record, ttl, the
+	// event's fields and values. Claims the key (and its guard) with the
+	// record and appends the event in one step. Returns what
+	// redisClaimScript returns for a key in flight or completed, or {id}
+	// of the appended event.
 	redisClaimAppendScript = luaScript(luaKeyState + `
 local r = keyState(KEYS[1], '', 0)
 if r then
 	return r
 end
+if KEYS[3] then
+	r = keyState(KEYS[3], '', 0)
+	if r then
+		return r
+	end
+end
 local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if KEYS[3] then
+	redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+end
 return {id}
 `)
 )
@@ -151,6 +192,23 @@ local function keyState(key, owner, lease)
 	return nil, true
 end
 `
+
+// keyStateResult reads the reply of luaKeyState for a key this caller did
+// not claim: a decodable record, or the PTTL of a key in flight.
+func keyStateResult(v any) (claimResult, bool) {
+	switch v := v.(type) {
+	case int64:
+		if v >= 0 {
+			return claimResult{State: stateInFlight, LeaseLeft: time.Duration(v) * time.Millisecond}, true
+		}
+	case string:
+		rec := []byte(v)
+		if _, err := decodeRecord(rec); err == nil {
+			return claimResult{State: stateCompleted, Record: rec}, true
+		}
+	}
+	return claimResult{}, false
+}
 
 // errRedisBreakerOpen is returned while the breaker is open.
 var errRedisBreakerOpen = errors.New("redis store unreachable (circuit breaker open)")

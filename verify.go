@@ -1,28 +1,26 @@
 package webhookidempotency
 
 import (
-	"crypto/hmac"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
+	"crypto"
 	"errors"
 	"fmt"
-	"hash"
 	"net/http"
+	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
-// VerifyConfig configures signature verification (SPEC §3.3, §5).
+// VerifyConfig configures signature verification (README: Providers and
+// signature verification).
 type VerifyConfig struct {
 	// The verification scheme: a provider preset name (`stripe`,
-	// `github`, …), `hmac` or `token` for the generic schemes, or `off`.
+	// `github`, …), `hmac`, `token`, `jwt`, `ed25519` or `rsa` for the
+	// generic schemes, or `off`.
 	// Default: the handler's provider, if any; else no verification.
 	Scheme string `json:"scheme,omitempty"`
 
@@ -31,69 +29,79 @@ type VerifyConfig struct {
 	// `{file./run/secrets/x}` are resolved at provision time.
 	Secrets []string `json:"secrets,omitempty"`
 
+	// Public keys to verify with, for the schemes that check a signature
+	// made with a private key: `discord`, `woovi`, `ed25519`, `rsa`, and
+	// the `v1a` signatures of `standard` and `svix`. Each is PEM, base64 or
+	// hex (Standard Webhooks' `whpk_…` too); a signature valid under any of
+	// them is accepted (rotation). Placeholders such as
+	// `{file./etc/keys/x.pem}` are resolved at provision time, and a key
+	// that does not parse is a provision error. Default: none; `woovi`:
+	// Woovi's published key.
+	PublicKeys []string `json:"public_keys,omitempty"`
+
 	// The header that carries the signature or token. Default: the
-	// scheme's own header; required for `hmac`, `token` and `evolution`.
+	// scheme's own header (`Authorization` for `jwt`); required for
+	// `hmac`, `token`, `ed25519` and `rsa`. With `evolution`, a header
+	// selects the token mode (default: Evolution's JWT in `Authorization`).
 	Header string `json:"header,omitempty"`
 
-	// The HMAC hash for `hmac`: `sha1`, `sha256` or `sha512`.
-	// Default: `sha256`.
+	// The hash: for `hmac`, `sha1`, `sha256` or `sha512`; for `rsa`,
+	// `sha256` or `sha512`. Default: `sha256`.
 	Algorithm string `json:"algorithm,omitempty"`
 
-	// How the `hmac` signature is written: `hex` or `base64`.
-	// Default: `hex`.
+	// How the signature of `hmac`, `ed25519` or `rsa` is written: `hex`
+	// or `base64`. Default: `hex`; `base64` for `rsa`.
 	Encoding string `json:"encoding,omitempty"`
+
+	// The padding of `rsa` signatures: `pkcs1` (PKCS #1 v1.5) or `pss`.
+	// Default: `pkcs1`.
+	Padding string `json:"padding,omitempty"`
 
 	// A prefix in front of the `hmac` signature or the `token`, such as
 	// `sha256=` or `Bearer `. When set, a header value without it is
-	// rejected. Default: none.
+	// rejected. Default: none (`Bearer `, in any case, for `jwt`).
 	Prefix string `json:"prefix,omitempty"`
 
 	// How far a signed timestamp may be from the current time, for the
-	// schemes that sign one. Default: 5m.
+	// schemes that sign one; for `jwt`, the leeway on `exp`, `nbf` and
+	// `iat`. Default: 5m; for `mercadopago`, no check.
 	Tolerance caddy.Duration `json:"tolerance,omitempty"`
 
 	// The public URL the provider signs, for schemes that sign the URL
-	// (`twilio`, `square`). The query string of the request is appended
+	// (`twilio`, `square`, `hubspot`). The query string of the request is appended
 	// unless this URL has one. Placeholders such as `{env.X}` are
 	// resolved at provision time. Default: reconstructed from the
 	// request: its Host and path, `https` when it came over TLS, and
 	// `X-Forwarded-Proto`/`X-Forwarded-Host` only when the server marks
 	// the request as coming from one of its `trusted_proxies`.
 	URL string `json:"url,omitempty"`
+
+	// The partner application's RSA private key, PEM (PKCS #1 or #8),
+	// for `stone`: the pair of the public key registered with Stone,
+	// usually `{file./run/secrets/stone.pem}`. Placeholders are resolved
+	// at provision, where a key that does not parse is an error.
+	// Required for `stone`.
+	PrivateKey string `json:"private_key,omitempty"`
+
+	// The URL of Stone's signing key set, fetched at provision, cached,
+	// refreshed hourly and shared across reloads (docs/providers.md:
+	// Stone). Default: Stone's production discovery URL,
+	// `https://api.openbank.stone.com.br/api/v1/discovery/keys`.
+	JWKSURL string `json:"jwks_url,omitempty"`
+
+	// A file holding Stone's signing key set, instead of jwks_url.
+	// Default: none.
+	JWKSFile string `json:"jwks_file,omitempty"`
+
+	// Hand the verified event JSON to the next handler as the body,
+	// instead of Stone's encrypted envelope, with `Content-Type:
+	// application/json` and its Content-Length. Default: false (the
+	// raw body is passed on).
+	Decrypt bool `json:"decrypt,omitempty"`
 }
-
-// Verifier checks the signature of a request on its raw body. It must not
-// modify the request or the body, and must compare in constant time.
-type Verifier interface {
-	// Verify returns nil when the request is authentic, or a
-	// *VerificationError saying why not.
-	Verify(r *http.Request, body []byte) error
-}
-
-// VerificationError is a failed verification; Reason goes to the client.
-type VerificationError struct {
-	// Reason is a short phrase safe to show the sender.
-	Reason string
-}
-
-func (e *VerificationError) Error() string { return e.Reason }
-
-// The reasons of SPEC §3.3.
-var (
-	errMissingSignature = &VerificationError{Reason: "missing signature"}
-	errInvalidSignature = &VerificationError{Reason: "invalid signature"}
-	errStaleTimestamp   = &VerificationError{Reason: "timestamp outside tolerance"}
-)
-
-// defaultTolerance is the default timestamp tolerance.
-const defaultTolerance = 5 * time.Minute
-
-// maxSignatures caps how many signatures of one request are considered, so
-// that a header listing thousands of them costs no more than sixteen.
-const maxSignatures = 16
 
 // verifySchemes lists the generic schemes besides the provider presets.
-var verifySchemes = map[string]bool{"hmac": true, "token": true, "off": true}
+var verifySchemes = map[string]bool{"hmac": true, "token": true, "jwt": true, "ed25519": true, "rsa": true, "off": true}
 
 // knownScheme reports whether name is a verification scheme.
 func knownScheme(name string) bool {
@@ -101,382 +109,9 @@ func knownScheme(name string) bool {
 	return isProvider || verifySchemes[name]
 }
 
-// newVerifier builds the verifier of a scheme; cfg has its secrets resolved
-// and its tolerance defaulted. Errors never contain a secret.
-func newVerifier(cfg VerifyConfig) (Verifier, error) {
-	if cfg.Tolerance <= 0 {
-		cfg.Tolerance = caddy.Duration(defaultTolerance)
-	}
-	if cfg.URL != "" {
-		u, err := caddy.NewReplacer().ReplaceOrErr(cfg.URL, true, true)
-		if err != nil {
-			return nil, fmt.Errorf("resolving url: %v", err)
-		}
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return nil, fmt.Errorf("url %q is not an absolute http(s) URL", u)
-		}
-		cfg.URL = u
-	}
-	switch cfg.Scheme {
-	case "hmac":
-		return newHMACVerifier(cfg)
-	case "token":
-		return newTokenVerifier(cfg)
-	}
-	p, ok := providers[cfg.Scheme]
-	if !ok || p.verifier == nil {
-		return nil, fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
-	}
-	if err := p.checkOptions(cfg); err != nil {
-		return nil, err
-	}
-	return p.verifier(cfg)
-}
-
-// HMACVerifier is the generic `hmac` scheme: an HMAC of the raw body,
-// written in one header in hex or base64, optionally after a prefix.
-type HMACVerifier struct {
-	header   string
-	prefix   string
-	encoding sigEncoding
-	keys     keyring
-}
-
-// newHMACVerifier builds the `hmac` scheme.
-func newHMACVerifier(cfg VerifyConfig) (*HMACVerifier, error) {
-	if cfg.Header == "" {
-		return nil, errors.New("a header is required (header <name> in the verify block)")
-	}
-	newHash, err := hashFunc(cfg.Algorithm)
-	if err != nil {
-		return nil, err
-	}
-	enc := encHex
-	switch cfg.Encoding {
-	case "", "hex":
-	case "base64":
-		enc = encBase64
-	default:
-		return nil, fmt.Errorf("invalid encoding %q: want hex or base64", cfg.Encoding)
-	}
-	if cfg.URL != "" {
-		return nil, errors.New("hmac signs no url (the twilio and square schemes do)")
-	}
-	return &HMACVerifier{
-		header:   http.CanonicalHeaderKey(cfg.Header),
-		prefix:   cfg.Prefix,
-		encoding: enc,
-		keys:     newHMACKeyring(newHash, rawSecrets(cfg.Secrets)),
-	}, nil
-}
-
-// Verify implements Verifier.
-func (v *HMACVerifier) Verify(r *http.Request, body []byte) error {
-	values := r.Header[v.header]
-	if len(values) == 0 {
-		return errMissingSignature
-	}
-	var sigs sigSet
-	for _, val := range values {
-		val = strings.TrimSpace(val)
-		if v.prefix != "" {
-			var ok bool
-			if val, ok = strings.CutPrefix(val, v.prefix); !ok {
-				continue
-			}
-		}
-		if !sigs.add(v.encoding, val) {
-			break
-		}
-	}
-	if !v.keys.match(nil, body, &sigs) {
-		return errInvalidSignature
-	}
-	return nil
-}
-
-// TokenVerifier is the generic `token` scheme: a header whose value is a
-// shared secret, compared in constant time (and without revealing its
-// length, as both sides are hashed first).
-type TokenVerifier struct {
-	header string
-	prefix string
-	tokens tokenSet
-}
-
-// newTokenVerifier builds the `token` scheme.
-func newTokenVerifier(cfg VerifyConfig) (*TokenVerifier, error) {
-	if cfg.Header == "" {
-		return nil, errors.New("a header is required (header <name> in the verify block)")
-	}
-	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
-		return nil, errors.New("a token takes no algorithm, encoding or url")
-	}
-	return &TokenVerifier{header: http.CanonicalHeaderKey(cfg.Header), prefix: cfg.Prefix, tokens: newTokenSet(cfg.Secrets)}, nil
-}
-
-// Verify implements Verifier.
-func (v *TokenVerifier) Verify(r *http.Request, _ []byte) error {
-	val := headerValue(r.Header, v.header)
-	if val == "" {
-		return errMissingSignature
-	}
-	if v.prefix != "" {
-		var ok bool
-		if val, ok = strings.CutPrefix(val, v.prefix); !ok {
-			return errInvalidSignature
-		}
-	}
-	if !v.tokens.match(val) {
-		return errInvalidSignature
-	}
-	return nil
-}
-
-// headerValue is the first value of a header given by its canonical name;
-// unlike http.Header.Get it does not allocate to canonicalize the name.
-func headerValue(h http.Header, canonical string) string {
-	if v := h[canonical]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-// hashFunc maps an `algorithm` value to its hash.
-func hashFunc(name string) (func() hash.Hash, error) {
-	switch name {
-	case "", "sha256":
-		return sha256.New, nil
-	case "sha1":
-		return sha1.New, nil
-	case "sha512":
-		return sha512.New, nil
-	}
-	return nil, fmt.Errorf("invalid algorithm %q: want sha1, sha256 or sha512", name)
-}
-
-// rawSecrets returns the secrets as the bytes they are written with.
-func rawSecrets(secrets []string) [][]byte {
-	keys := make([][]byte, len(secrets))
-	for i, s := range secrets {
-		keys[i] = []byte(s)
-	}
-	return keys
-}
-
-// sigEncoding is how a signature is written in a header.
-type sigEncoding uint8
-
-const (
-	encHex sigEncoding = iota
-	encBase64
-)
-
-// sigSet holds the decoded signatures of one request, at most
-// maxSignatures of them, without allocating.
-type sigSet struct {
-	n    int
-	seen int
-	size [maxSignatures]uint8
-	sig  [maxSignatures][sha512.Size]byte
-}
-
-// add decodes one signature; undecodable ones are skipped (they cannot
-// match). It reports false once maxSignatures candidates were seen, so
-// callers stop parsing.
-func (s *sigSet) add(enc sigEncoding, v string) bool {
-	if s.seen >= maxSignatures {
-		return false
-	}
-	s.seen++
-	// copying into an array on the stack decodes without allocating
-	var src [2 * sha512.Size]byte
-	if len(v) > len(src) {
-		return true
-	}
-	copy(src[:], v)
-	var n int
-	var err error
-	switch enc {
-	case encHex:
-		if len(v)%2 != 0 {
-			return true
-		}
-		n, err = hex.Decode(s.sig[s.n][:], src[:len(v)])
-	case encBase64:
-		// room for the longest input taken, which may decode to more
-		// than a signature (and then cannot match)
-		var tmp [len(src) * 3 / 4]byte
-		n, err = base64.StdEncoding.Decode(tmp[:], src[:len(v)])
-		if err == nil && n <= sha512.Size {
-			copy(s.sig[s.n][:], tmp[:n])
-		} else {
-			err = errInvalidSignature
-		}
-	}
-	if err != nil || n == 0 {
-		return true
-	}
-	s.size[s.n] = uint8(n)
-	s.n++
-	return true
-}
-
-// macKey computes one secret's MAC. Hash states are pooled: Verify runs
-// concurrently, and a keyed HMAC state is expensive to rebuild.
-type macKey struct {
-	pool sync.Pool // of *macState
-	pre  []byte    // written after every reset (the token of a keyed digest)
-}
-
-// macState is a pooled hash state and room for its sum.
-type macState struct {
-	h   hash.Hash
-	sum [sha512.Size]byte
-}
-
-// keyring holds one macKey per secret (rotation).
-type keyring []*macKey
-
-// newHMACKeyring precomputes an HMAC key per secret.
-func newHMACKeyring(newHash func() hash.Hash, secrets [][]byte) keyring {
-	kr := make(keyring, len(secrets))
-	for i, secret := range secrets {
-		secret := secret
-		kr[i] = &macKey{pool: sync.Pool{New: func() any {
-			return &macState{h: hmac.New(newHash, secret)}
-		}}}
-	}
-	return kr
-}
-
-// newDigestKeyring builds keys that hash `{secret}{sep}{message}` with a
-// plain digest instead of an HMAC (PagBank).
-func newDigestKeyring(newHash func() hash.Hash, secrets []string, sep string) keyring {
-	kr := make(keyring, len(secrets))
-	for i, secret := range secrets {
-		kr[i] = &macKey{
-			pool: sync.Pool{New: func() any { return &macState{h: newHash()} }},
-			pre:  []byte(secret + sep),
-		}
-	}
-	return kr
-}
-
-// match reports whether the MAC of msg followed by body, under any key,
-// equals any of sigs. Every comparison is constant-time.
-func (kr keyring) match(msg, body []byte, sigs *sigSet) bool {
-	if sigs.n == 0 {
-		return false
-	}
-	for _, k := range kr {
-		st := k.pool.Get().(*macState)
-		st.h.Reset()
-		if len(k.pre) > 0 {
-			st.h.Write(k.pre)
-		}
-		st.h.Write(msg)
-		st.h.Write(body)
-		sum := st.h.Sum(st.sum[:0])
-		ok := 0
-		for i := 0; i < sigs.n; i++ {
-			ok |= subtle.ConstantTimeCompare(sum, sigs.sig[i][:sigs.size[i]])
-		}
-		k.pool.Put(st)
-		if ok == 1 {
-			return true
-		}
-	}
-	return false
-}
-
-// tokenSet holds the SHA-256 of each accepted token; comparing digests in
-// constant time does not reveal a token's length.
-type tokenSet [][sha256.Size]byte
-
-func newTokenSet(secrets []string) tokenSet {
-	ts := make(tokenSet, len(secrets))
-	for i, s := range secrets {
-		ts[i] = sha256.Sum256([]byte(s))
-	}
-	return ts
-}
-
-// match reports whether v is one of the tokens.
-func (ts tokenSet) match(v string) bool {
-	got := sha256.Sum256([]byte(v))
-	ok := 0
-	for i := range ts {
-		ok |= subtle.ConstantTimeCompare(got[:], ts[i][:])
-	}
-	return ok == 1
-}
-
-// scratchPool holds buffers for the signed message that precedes the body
-// (`{t}.`, `v0:{ts}:`, …).
-var scratchPool = sync.Pool{New: func() any {
-	b := make([]byte, 0, 512)
-	return &b
-}}
-
-func getScratch() *[]byte { return scratchPool.Get().(*[]byte) }
-
-func putScratch(b *[]byte) {
-	if cap(*b) > 64<<10 {
-		return // do not keep a buffer a huge URL grew
-	}
-	*b = (*b)[:0]
-	scratchPool.Put(b)
-}
-
-// checkTimestamp parses a Unix timestamp in seconds (or milliseconds, when
-// millis is set and the value is that large) and checks it against the
-// tolerance.
-func checkTimestamp(v string, tolerance time.Duration, millis bool) error {
-	ts, ok := parseUint(v)
-	if !ok {
-		return errInvalidSignature
-	}
-	var t time.Time
-	if millis && ts >= 1e12 {
-		t = time.UnixMilli(int64(ts))
-	} else {
-		t = time.Unix(int64(ts), 0)
-	}
-	d := now().Sub(t)
-	if d > tolerance || d < -tolerance {
-		return errStaleTimestamp
-	}
-	return nil
-}
-
-// parseUint parses a decimal number of at most 15 digits (seconds or
-// milliseconds for millennia), without signs or spaces.
-func parseUint(v string) (uint64, bool) {
-	if len(v) == 0 || len(v) > 15 {
-		return 0, false
-	}
-	var n uint64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n, true
-}
-
-// Interface guards
-var (
-	_ Verifier = (*HMACVerifier)(nil)
-	_ Verifier = (*TokenVerifier)(nil)
-	_ error    = (*VerificationError)(nil)
-)
-
 // provisionVerifier builds the verifier from the provider and the verify
 // block, resolving secret placeholders.
-func (h *Handler) provisionVerifier() error {
+func (h *Handler) provisionVerifier(ctx caddy.Context) error {
 	cfg := VerifyConfig{}
 	if h.Verify != nil {
 		cfg = *h.Verify
@@ -496,6 +131,12 @@ func (h *Handler) provisionVerifier() error {
 	if !knownScheme(cfg.Scheme) {
 		return fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
 	}
+	if err := checkStoneOptions(cfg.Scheme, cfg); err != nil {
+		return err
+	}
+	if cfg.Scheme == "stone" {
+		return h.provisionStone(ctx, cfg)
+	}
 	repl := caddy.NewReplacer()
 	secrets := make([]string, 0, len(cfg.Secrets))
 	for i, s := range cfg.Secrets {
@@ -509,11 +150,8 @@ func (h *Handler) provisionVerifier() error {
 		secrets = append(secrets, v)
 	}
 	cfg.Secrets = secrets
-	if len(cfg.Secrets) == 0 && cfg.Scheme != "stone" {
-		return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
-	}
-	if cfg.Tolerance == 0 {
-		cfg.Tolerance = caddy.Duration(defaultTolerance)
+	if err := checkKeyMaterial(cfg); err != nil {
+		return err
 	}
 	v, err := newVerifier(cfg)
 	if err != nil {
@@ -521,4 +159,182 @@ func (h *Handler) provisionVerifier() error {
 	}
 	h.verifier = v
 	return nil
+}
+
+// newVerifier builds the verifier of a scheme; cfg has its secrets
+// resolved. A tolerance of zero is the default (5m). Errors never contain a
+// secret.
+func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.URL != "" {
+		u, err := caddy.NewReplacer().ReplaceOrErr(cfg.URL, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("resolving url: %v", err)
+		}
+		if err := checkHTTPURL(u); err != nil {
+			return nil, fmt.Errorf("invalid url '%s': %v", u, err)
+		}
+		cfg.URL = u
+	}
+	var err error
+	if cfg.PublicKeys, err = resolvePublicKeys(cfg.PublicKeys); err != nil {
+		return nil, err
+	}
+	switch cfg.Scheme {
+	case "hmac":
+		return newHMACVerifier(cfg)
+	case "token":
+		return newTokenVerifier(cfg)
+	case "jwt":
+		return newJWTVerifier(cfg)
+	case "ed25519":
+		return newEd25519Verifier(cfg)
+	case "rsa":
+		return newRSAVerifier(cfg)
+	}
+	p, ok := providers[cfg.Scheme]
+	if !ok || p.verifier == nil {
+		return nil, fmt.Errorf("unknown verify scheme %q", cfg.Scheme)
+	}
+	if err := p.checkOptions(cfg); err != nil {
+		return nil, err
+	}
+	return p.verifier(cfg)
+}
+
+// newHMACVerifier builds the generic `hmac` scheme.
+func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Header == "" {
+		return nil, errors.New("a header is required (header <name> in the verify block)")
+	}
+	h, err := hashFunc(cfg.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := parseEncoding(cfg.Encoding)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.URL != "" {
+		return nil, errors.New("hmac signs no url (the twilio, square and hubspot schemes do)")
+	}
+	if cfg.Padding != "" {
+		return nil, errors.New("hmac takes no padding")
+	}
+	return signature.NewHMAC(cfg.Header, cfg.Prefix, h, enc, cfg.Secrets)
+}
+
+// newTokenVerifier builds the generic `token` scheme.
+func newTokenVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Header == "" {
+		return nil, errors.New("a header is required (header <name> in the verify block)")
+	}
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" || cfg.Padding != "" {
+		return nil, errors.New("a token takes no algorithm, encoding, padding or url")
+	}
+	return signature.NewToken(cfg.Header, cfg.Prefix, cfg.Secrets)
+}
+
+// newJWTVerifier builds the generic `jwt` scheme: HS256, in
+// `Authorization: Bearer` unless a header and prefix are given.
+func newJWTVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
+		return nil, errors.New("a jwt takes no algorithm (HS256 only), encoding or url")
+	}
+	return signature.NewJWT(cfg.Header, cfg.Prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
+}
+
+// hashFunc maps an `algorithm` value to its hash.
+func hashFunc(name string) (crypto.Hash, error) {
+	switch name {
+	case "", "sha256":
+		return crypto.SHA256, nil
+	case "sha1":
+		return crypto.SHA1, nil
+	case "sha512":
+		return crypto.SHA512, nil
+	}
+	return 0, fmt.Errorf("invalid algorithm '%s': want sha1, sha256 or sha512", name)
+}
+
+// parseEncoding maps an `encoding` value to how a signature is written.
+func parseEncoding(name string) (signature.Encoding, error) {
+	switch name {
+	case "", "hex":
+		return signature.Hex, nil
+	case "base64":
+		return signature.Base64, nil
+	}
+	return 0, fmt.Errorf("invalid encoding '%s': want hex or base64", name)
+}
+
+// publicURL is the URL the schemes that sign one (`twilio`, `square`,
+// `hubspot`) check: cfg.URL, resolved at provision, else the request's.
+func (cfg VerifyConfig) publicURL() signature.PublicURL {
+	configured := cfg.URL
+	return func(dst []byte, r *http.Request) []byte {
+		return appendPublicURL(dst, r, configured)
+	}
+}
+
+// appendPublicURL appends the public URL of r: the configured one (with
+// the request's query string when it has none), else the URL rebuilt from
+// the request. X-Forwarded-Proto and X-Forwarded-Host are honoured only
+// when the server marked the request as coming from a trusted proxy
+// (`trusted_proxies`); otherwise any client could choose the URL that is
+// checked.
+func appendPublicURL(dst []byte, r *http.Request, configured string) []byte {
+	uri := requestURI(r)
+	if configured != "" {
+		dst = append(dst, configured...)
+		if !strings.Contains(configured, "?") {
+			if _, query, ok := strings.Cut(uri, "?"); ok {
+				dst = append(append(dst, '?'), query...)
+			}
+		}
+		return dst
+	}
+	scheme, host := "http", r.Host
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		if p := firstListItem(r.Header.Get("X-Forwarded-Proto")); p == "http" || p == "https" {
+			scheme = p
+		}
+		if h := firstListItem(r.Header.Get("X-Forwarded-Host")); h != "" {
+			host = h
+		}
+	}
+	dst = append(append(append(dst, scheme...), "://"...), host...)
+	return append(dst, uri...)
+}
+
+// requestURI is the path and query the client asked for, before any
+// rewrite.
+func requestURI(r *http.Request) string {
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.RequestURI != "" {
+		return originForm(orig.RequestURI)
+	}
+	if r.RequestURI != "" {
+		return originForm(r.RequestURI)
+	}
+	return r.URL.RequestURI()
+}
+
+// originForm returns the path and query of a request target, which a
+// client may send in absolute form (`http://host/path?query`).
+func originForm(uri string) string {
+	if strings.HasPrefix(uri, "/") {
+		return uri
+	}
+	if u, err := url.ParseRequestURI(uri); err == nil {
+		return u.RequestURI()
+	}
+	return uri
+}
+
+// firstListItem is the first element of a comma-separated header value.
+func firstListItem(v string) string {
+	first, _, _ := strings.Cut(v, ",")
+	return strings.TrimSpace(first)
 }

@@ -1,4 +1,4 @@
-package webhookidempotency
+package signature_test
 
 import (
 	"bytes"
@@ -8,40 +8,26 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// benchBody is a 2 KB delivery of the shape each scheme expects.
-func benchBody(scheme string) []byte {
-	if scheme == "twilio" {
-		b := "To=%2B18005551212&From=%2B14158675309&MessageSid=SM1&Body="
-		return []byte(b + strings.Repeat("a", 2048-len(b)))
-	}
-	b := `{"id":"evt_1","data":{"id":"abc123"},"pad":"`
-	return []byte(b + strings.Repeat("x", 2048-len(b)-2) + `"}`)
-}
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // BenchmarkVerify measures one valid delivery per scheme, 2 KB body,
 // verifier with one secret.
 func BenchmarkVerify(b *testing.B) {
-	for _, c := range presetCases() {
-		b.Run(c.scheme, func(b *testing.B) {
-			cfg := c.cfg
-			cfg.Scheme, cfg.Secrets = c.scheme, []string{c.secrets[0]}
-			v, err := newVerifier(cfg)
+	for _, c := range sigtest.Cases() {
+		b.Run(c.Label(), func(b *testing.B) {
+			v, err := newScheme(c, 0, []string{c.Secrets[0]})
 			if err != nil {
 				b.Fatal(err)
 			}
-			c.body = string(benchBody(c.scheme))
-			target := c.target
-			if target == "" {
-				target = "/hook"
-			}
-			d := newDelivery(target, []byte(c.body), time.Now())
-			c.sign(b, c.secrets[0], d)
-			if err := v.Verify(d.req, d.body); err != nil {
+			c.Body = string(sigtest.BenchBody(c.Scheme))
+			d := c.Delivery(b, c.Secrets[0], time.Now())
+			if err := v.Verify(d.Req, d.Body); err != nil {
 				b.Fatalf("benchmark delivery rejected: %v", err)
 			}
-			r, body := d.req, d.body
+			r, body := d.Req, d.Body
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -58,7 +44,7 @@ func BenchmarkVerify(b *testing.B) {
 // against: one HMAC-SHA256 of the same 2 KB body with the standard library,
 // the key set up once, plus a constant-time comparison.
 func BenchmarkVerifyBaseline(b *testing.B) {
-	body := benchBody("stripe")
+	body := sigtest.BenchBody("stripe")
 	mac := hmac.New(sha256.New, []byte("whsec_baseline"))
 	want := make([]byte, 0, sha256.Size)
 	mac.Write(body)
@@ -79,10 +65,10 @@ func BenchmarkVerifyBaseline(b *testing.B) {
 // BenchmarkVerifyRejectForged measures the cost of turning a forged
 // delivery away, the path a flood takes.
 func BenchmarkVerifyRejectForged(b *testing.B) {
-	v, _ := newVerifier(VerifyConfig{Scheme: "stripe", Secrets: []string{"whsec_a", "whsec_b"}, Tolerance: 300e9})
-	body := benchBody("stripe")
+	v := signature.NewStripe([]string{"whsec_a", "whsec_b"}, 5*time.Minute)
+	body := sigtest.BenchBody("stripe")
 	r, _ := http.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-	r.Header.Set("Stripe-Signature", "t="+unix(time.Now())+strings.Repeat(",v1="+strings.Repeat("ab", 32), 16))
+	r.Header.Set("Stripe-Signature", "t="+sigtest.Unix(time.Now())+strings.Repeat(",v1="+strings.Repeat("ab", 32), 16))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		if v.Verify(r, body) == nil {

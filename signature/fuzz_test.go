@@ -1,4 +1,4 @@
-package webhookidempotency
+package signature
 
 import (
 	"strings"
@@ -39,10 +39,10 @@ func fuzzTimestamped(f *testing.F, seeds []string, parse func(string) (string, s
 			if sigs.seen == 0 {
 				t.Fatalf("accepted %q without a signature", h)
 			}
-		} else if err != errMissingSignature && err != errInvalidSignature {
+		} else if err != ErrMissing && err != ErrInvalid {
 			t.Fatalf("unexpected error %v", err)
 		}
-		if h == "" && err != errMissingSignature {
+		if h == "" && err != ErrMissing {
 			t.Fatalf("empty header: %v", err)
 		}
 	})
@@ -82,10 +82,17 @@ func FuzzParseStandardSignatures(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, h string) {
-		sigs := parseStandardSignatures(h)
-		checkSigSet(t, &sigs)
-		if !strings.Contains(h, "v1,") && sigs.seen != 0 {
-			t.Fatalf("%q: took %d signatures without a v1", h, sigs.seen)
+		symmetric, asymmetric := parseStandardSignatures(h)
+		checkSigSet(t, &symmetric)
+		checkSigSet(t, &asymmetric)
+		if !strings.Contains(h, "v1,") && symmetric.seen != 0 {
+			t.Fatalf("%q: took %d signatures without a v1", h, symmetric.seen)
+		}
+		if !strings.Contains(h, "v1a,") && asymmetric.seen != 0 {
+			t.Fatalf("%q: took %d signatures without a v1a", h, asymmetric.seen)
+		}
+		if asymmetric.seen > maxAsymmetric {
+			t.Fatalf("%q: took %d v1a signatures, cap %d", h, asymmetric.seen, maxAsymmetric)
 		}
 	})
 }

@@ -1,0 +1,186 @@
+package webhookidempotency
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// The memory store's archive: a ring of events per source, in the process,
+// shared across config reloads and lost on restart (docs/archive.md).
+
+// archiveRings shares each source's ring across config reloads.
+var archiveRings = caddy.NewUsagePool()
+
+// archiveRing holds a source's most recent events, oldest first from
+// start, in a buffer that grows up to max and then wraps around.
+type archiveRing struct {
+	mu    sync.Mutex
+	buf   []ringEvent
+	start int // index of the oldest event
+	n     int // events held
+	max   int
+	last  streamID
+}
+
+type ringEvent struct {
+	id streamID
+	e  *archiveEntry
+}
+
+// Destruct implements caddy.Destructor: the events go with the last
+// configuration that uses the ring.
+func (r *archiveRing) Destruct() error { return nil }
+
+// at returns the i-th oldest event. Called with r.mu held.
+func (r *archiveRing) at(i int) *ringEvent { return &r.buf[(r.start+i)%len(r.buf)] }
+
+// setMax changes the bound, keeping the newest events.
+func (r *archiveRing) setMax(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n == r.max {
+		return
+	}
+	keep := min(r.n, n)
+	buf := make([]ringEvent, keep, max(keep, min(n, 1024)))
+	for i := range keep {
+		buf[i] = *r.at(r.n - keep + i)
+	}
+	r.buf, r.start, r.n, r.max = buf, 0, keep, n
+}
+
+// add appends an event, dropping the oldest when the ring is full and
+// those older than retention.
+func (r *archiveRing) add(e *archiveEntry, retention time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ms := uint64(max(e.received.UnixMilli(), 0))
+	id := streamID{ms: ms}
+	if !r.last.less(id) {
+		id = streamID{r.last.ms, r.last.seq + 1}
+	}
+	r.last = id
+	r.trim(retention)
+	switch {
+	case r.n < len(r.buf):
+		*r.at(r.n) = ringEvent{id, e}
+		r.n++
+	case len(r.buf) < r.max:
+		if r.start != 0 { // make the buffer linear again before it grows
+			buf := make([]ringEvent, r.n, max(2*r.n, 16))
+			for i := range r.n {
+				buf[i] = *r.at(i)
+			}
+			r.buf, r.start = buf, 0
+		}
+		r.buf = append(r.buf, ringEvent{id, e})
+		r.n++
+	default: // full: the newest replaces the oldest
+		*r.at(0) = ringEvent{id, e}
+		r.start = (r.start + 1) % len(r.buf)
+	}
+}
+
+// trim drops the events older than retention. Called with r.mu held.
+func (r *archiveRing) trim(retention time.Duration) {
+	cutoff := now().Add(-retention)
+	for r.n > 0 && r.at(0).e.received.Before(cutoff) {
+		*r.at(0) = ringEvent{}
+		r.start = (r.start + 1) % len(r.buf)
+		r.n--
+	}
+}
+
+// memoryArchive is the archive of a handler on the memory store.
+type memoryArchive struct {
+	store     *MemoryStore
+	ring      *archiveRing
+	poolKey   string
+	retention time.Duration
+	mu        sync.Mutex
+	released  bool
+}
+
+func newMemoryArchive(s *MemoryStore, a *archive) (*memoryArchive, error) {
+	key := "archive:" + a.source
+	v, _, err := archiveRings.LoadOrNew(key, func() (caddy.Destructor, error) { return new(archiveRing), nil })
+	if err != nil {
+		return nil, err
+	}
+	ring := v.(*archiveRing)
+	ring.setMax(a.maxEvents)
+	return &memoryArchive{store: s, ring: ring, poolKey: key, retention: a.retention}, nil
+}
+
+func (m *memoryArchive) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
+	err = m.store.CompleteGuarded(ctx, key, guard, owner, record, ttl)
+	e.ownBody() // the ring outlives the request's buffer
+	m.ring.add(e, m.retention)
+	return err, nil
+}
+
+func (m *memoryArchive) appendBatch(_ context.Context, es []*archiveEntry) error {
+	for _, e := range es {
+		m.ring.add(e, m.retention)
+	}
+	return nil
+}
+
+func (m *memoryArchive) page(_ context.Context, hi, lo streamID, count int) ([]archivedEvent, error) {
+	r := m.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trim(m.retention)
+	out := make([]archivedEvent, 0, min(count, r.n))
+	for i := r.n - 1; i >= 0 && len(out) < count; i-- {
+		ev := r.at(i)
+		if ev.id.less(lo) {
+			break
+		}
+		if !hi.less(ev.id) {
+			out = append(out, ev.e.event(ev.id))
+		}
+	}
+	return out, nil
+}
+
+func (m *memoryArchive) event(_ context.Context, id streamID) (archivedEvent, bool, error) {
+	r := m.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trim(m.retention)
+	for i := r.n - 1; i >= 0; i-- {
+		if ev := r.at(i); ev.id == id {
+			return ev.e.event(ev.id), true, nil
+		}
+	}
+	return archivedEvent{}, false, nil
+}
+
+func (m *memoryArchive) size(context.Context) (int64, error) {
+	r := m.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trim(m.retention)
+	return int64(r.n), nil
+}
+
+func (m *memoryArchive) timeout() time.Duration { return time.Second }
+
+func (m *memoryArchive) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.released {
+		m.released = true
+		_, _ = archiveRings.Delete(m.poolKey)
+	}
+}
+
+// Interface guards
+var (
+	_ archiveBackend   = (*memoryArchive)(nil)
+	_ caddy.Destructor = (*archiveRing)(nil)
+)

@@ -1,0 +1,115 @@
+package webhookidempotency
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Forgetting a key through the admin API lets the provider's retry be
+// processed (docs/admin.md: Keys), also when the key was claimed with a
+// guard: the guard (the body's key) goes with it, or the retry of the same
+// signed bytes under the same id would be a replay of the guard.
+
+func TestE2EForgetGuardedKeyMemory(t *testing.T) {
+	testForgetGuardedKey(t, "")
+}
+
+func TestRedisForgetGuardedKey(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client(t)
+	testForgetGuardedKey(t, "store redis redis://"+srv.addr(), func(body []byte) {
+		for _, key := range []string{"idem:github:d1", "idem:github:" + sha256Key(string(body))} {
+			if n := rc.Exists(context.Background(), key).Val(); n != 0 {
+				t.Fatalf("%s is still in Redis after the key was forgotten", key)
+			}
+		}
+	})
+}
+
+func TestRedisClusterForgetGuardedKey(t *testing.T) {
+	cluster := startRedisCluster(t)
+	testForgetGuardedKey(t, fmt.Sprintf(`store redis {
+			address %s
+		}`, strings.Join(cluster.addrs(), " ")))
+}
+
+func testForgetGuardedKey(t *testing.T, store string, forgotten ...func(body []byte)) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	c := startCaddy(t, "", githubSite(port, up, store))
+	url := siteURL(port) + "/gh"
+	body := []byte(`{"ref":"refs/heads/main","after":"f0f0"}`)
+
+	resendSigned(t, url, body, "d1")
+	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/d1")
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("forget d1: %s: %s", resp.Status, b)
+	}
+	for _, check := range forgotten {
+		check(body)
+	}
+	answers := resendSigned(t, url, body, "d1")
+	if n := up.calls.Load(); n != 2 || answers[0].Header.Get(replayedHeader) != "" {
+		t.Fatalf("the retry of a forgotten guarded key: %d calls (replayed %q), want it processed again",
+			n, answers[0].Header.Get(replayedHeader))
+	}
+	// processed again, it is guarded again
+	for i, a := range resendSigned(t, url, body, "d1", "d2") {
+		if a.Header.Get(replayedHeader) != "true" {
+			t.Fatalf("re-send %d after the retry was processed is not a replay", i)
+		}
+	}
+	if n := up.calls.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2", n)
+	}
+}
+
+// Forgetting the body's key alone (the guard) leaves the key: a retry with
+// the same id is still a replay.
+func TestE2EForgetGuardAloneKeepsKey(t *testing.T) {
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	c := startCaddy(t, "", githubSite(port, up, ""))
+	url := siteURL(port) + "/gh"
+	body := []byte(`{"ref":"refs/heads/main","after":"f1f1"}`)
+	resendSigned(t, url, body, "d1")
+	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/"+sha256Key(string(body)))
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("forget the guard: %s: %s", resp.Status, b)
+	}
+	answers := resendSigned(t, url, body, "d1")
+	if up.calls.Load() != 1 || answers[0].Header.Get(replayedHeader) != "true" {
+		t.Fatalf("a retry with the same id after the guard alone was forgotten: %d calls, replayed %q",
+			up.calls.Load(), answers[0].Header.Get(replayedHeader))
+	}
+}
+
+// Forgetting a key drops this instance's copy of its record (and of its
+// guard's): while Redis stalls, the retry of a forgotten delivery is not
+// answered from the copy, the fail policy applies.
+func TestRedisForgetDropsRecentCopy(t *testing.T) {
+	srv := startRedis(t)
+	up := newUpstream(t, nil)
+	port := freePort(t)
+	c := startCaddy(t, "", githubSite(port, up, fmt.Sprintf(`fail open
+		store redis redis://%s {
+			timeout 500ms
+		}`, srv.addr())))
+	url := siteURL(port) + "/gh"
+	body := []byte(`{"ref":"refs/heads/main","after":"f2f2"}`)
+	resendSigned(t, url, body, "d1")
+	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/d1")
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("forget d1: %s: %s", resp.Status, b)
+	}
+	srv.pause()
+	defer srv.resume()
+	answers := resendSigned(t, url, body, "d1")
+	if n := up.calls.Load(); n != 2 || answers[0].Header.Get(replayedHeader) != "" {
+		t.Fatalf("the retry of a forgotten delivery during the stall: %d calls (replayed %q), want it passed on under fail open",
+			n, answers[0].Header.Get(replayedHeader))
+	}
+}

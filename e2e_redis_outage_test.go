@@ -1,0 +1,166 @@
+package webhookidempotency
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// During a Redis stall, a duplicate of a delivery this instance completed
+// recently is answered from its local copy of the record, not executed
+// again (docs/stores.md: When Redis fails).
+func TestRedisStallReplaysRecentDeliveries(t *testing.T) {
+	for _, fail := range []string{"open", "closed"} {
+		t.Run(fail, func(t *testing.T) {
+			srv := startRedis(t)
+			up := newUpstream(t, nil)
+			port := freePort(t)
+			startCaddy(t, "", redisChaosSite(port, srv, fail, up.addr()))
+			url := siteURL(port) + "/hook"
+			const deliveries = 50
+			for i := range deliveries {
+				key := fmt.Sprintf("evt_stall_%s_%d", fail, i)
+				resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+				wantNew(t, resp, body, http.StatusOK)
+			}
+
+			srv.pause()
+			stalled := time.Now()
+			before := up.calls.Load()
+			sent, replayed := 0, 0
+			for round := 0; round < 3; round++ {
+				for i := range deliveries {
+					key := fmt.Sprintf("evt_stall_%s_%d", fail, i)
+					resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+					sent++
+					if resp.Header.Get(replayedHeader) == "true" && string(body) == fmt.Sprintf(`{"call":%d}`, i+1) {
+						replayed++
+					}
+				}
+			}
+			executed := up.calls.Load() - before
+			// a delivery never seen is not in any copy: the fail policy applies
+			resp, _ := post(t, url, []byte("evt_stall_new"), "Idempotency-Key", "evt_stall_new_"+fail)
+			wantStatus := map[string]int{"open": http.StatusOK, "closed": http.StatusServiceUnavailable}[fail]
+			if resp.StatusCode != wantStatus || resp.Header.Get(replayedHeader) != "" {
+				t.Fatalf("a new delivery during the stall: %d (replayed %q), want %d", resp.StatusCode, resp.Header.Get(replayedHeader), wantStatus)
+			}
+			if d := 3*time.Second - time.Since(stalled); d > 0 {
+				time.Sleep(d) // a stall of at least 3s
+			}
+			srv.resume()
+			t.Logf("fail %s: %d duplicates during a %v Redis stall: %d replayed, %d executed again",
+				fail, sent, time.Since(stalled).Round(100*time.Millisecond), replayed, executed)
+			if replayed != sent || executed != 0 {
+				t.Fatalf("fail %s: %d of %d duplicates replayed during the stall, %d executed again", fail, replayed, sent, executed)
+			}
+			waitForDedup(t, url, 5*time.Second)
+		})
+	}
+}
+
+// waitLog waits until a line of the JSON log at path satisfies match.
+func waitLog(t *testing.T, path string, within time.Duration, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, l := range readLogLines(t, path) {
+			if match(l) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line as expected in %s within %v", path, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logsMatching counts the lines of the JSON log at path that satisfy match.
+func logsMatching(t *testing.T, path string, match func(map[string]any) bool) int {
+	n := 0
+	for _, l := range readLogLines(t, path) {
+		if match(l) {
+			n++
+		}
+	}
+	return n
+}
+
+func logAt(level, msgPart, address string) func(map[string]any) bool {
+	return func(l map[string]any) bool {
+		msg, _ := l["msg"].(string)
+		return l["level"] == level && strings.Contains(msg, msgPart) && l["address"] == address
+	}
+}
+
+// A Redis without persistence is no longer lost silently: a configuration
+// that relies on Redis keeping what it was told (fail closed, an inbox) is
+// warned about a Redis without AOF, once, and a Redis that restarted (its
+// run id changed) is warned about and counted, whether INFO or CONFIG is
+// renamed away or not.
+func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
+	noAOF := startRedis(t)
+	withAOF := startRedis(t, "--appendonly", "yes")
+	openNoAOF := startRedis(t)
+	noInfo := startRedis(t, "--rename-command", "INFO", "")
+	blind := startRedis(t, "--rename-command", "INFO", "", "--rename-command", "CONFIG", "")
+	up := newUpstream(t, nil)
+	logPath := filepath.Join(t.TempDir(), "all.log")
+	site := func(port int, source, fail string, srv *redisServer) string {
+		return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source %s
+		fail %s
+		store redis redis://%s
+	}
+	reverse_proxy %s
+}
+`, port, source, fail, srv.addr(), up.addr())
+	}
+	port := freePort(t)
+	c := startCaddy(t, fmt.Sprintf(`log everything {
+		output file %s
+		format json
+		level INFO
+	}`, logPath), site(port, "durable", "closed", noAOF)+
+		site(freePort(t), "durable_aof", "closed", withAOF)+
+		site(freePort(t), "open", "open", openNoAOF)+
+		site(freePort(t), "noinfo", "closed", noInfo)+
+		site(freePort(t), "blind", "closed", blind))
+
+	const noAOFMsg = "without AOF persistence"
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noAOF.addr()))
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noInfo.addr())) // read through CONFIG GET
+	waitLog(t, logPath, 10*time.Second, logAt("info", "cannot read redis persistence settings", blind.addr()))
+	for _, srv := range []*redisServer{withAOF, openNoAOF} {
+		if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, srv.addr())); n != 0 {
+			t.Fatalf("%d AOF warnings for %s, want none", n, srv.addr())
+		}
+	}
+
+	// a restart without persistence: every key is gone, and it is said
+	url := siteURL(port) + "/hook"
+	waitForDedup(t, url, 5*time.Second)
+	noAOF.kill()
+	noAOF.restart()
+	waitForDedup(t, url, 10*time.Second)
+	waitLog(t, logPath, 10*time.Second, logAt("warn", "different server process than before", noAOF.addr()))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_store_restarts_total", "address", noAOF.addr())
+		if v == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store_restarts_total for %s is %v, want 1", noAOF.addr(), v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, noAOF.addr())); n != 1 {
+		t.Fatalf("%d AOF warnings for %s after its restart, want 1 (once)", n, noAOF.addr())
+	}
+}

@@ -1,0 +1,223 @@
+package webhookidempotency
+
+import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+// keyMaterial is what a verification scheme verifies with
+// (docs/providers.md: Public keys).
+type keyMaterial uint8
+
+const (
+	secretKeys   keyMaterial = iota // shared secrets (`secret`)
+	ed25519Keys                     // Ed25519 public keys (`public_key`)
+	rsaKeys                         // RSA public keys (`public_key`)
+	standardKeys                    // Standard Webhooks: whsec_ secrets, whpk_ public keys, or both
+)
+
+// keyMaterialOf is the key material of a scheme, and whether the scheme
+// works without any (a default key, or nothing to verify).
+func keyMaterialOf(scheme string) (keyMaterial, bool) {
+	switch scheme {
+	case "ed25519":
+		return ed25519Keys, false
+	case "rsa":
+		return rsaKeys, false
+	}
+	p := providers[scheme]
+	return p.keys, p.keysOptional
+}
+
+// checkKeyMaterial checks that a verify config gives the key material its
+// scheme verifies with, and no other.
+func checkKeyMaterial(cfg VerifyConfig) error {
+	kind, optional := keyMaterialOf(cfg.Scheme)
+	switch kind {
+	case ed25519Keys, rsaKeys:
+		if len(cfg.Secrets) > 0 {
+			return fmt.Errorf("%s verifies with a public key: give public_key, not secret", cfg.Scheme)
+		}
+		if len(cfg.PublicKeys) == 0 && !optional {
+			return fmt.Errorf("%s verification needs at least one public_key (or `verify off`)", cfg.Scheme)
+		}
+	case standardKeys:
+		if len(cfg.Secrets) == 0 && len(cfg.PublicKeys) == 0 {
+			return fmt.Errorf("%s verification needs at least one secret or public_key (or `verify off`)", cfg.Scheme)
+		}
+	default:
+		if len(cfg.PublicKeys) > 0 {
+			return fmt.Errorf("%s verifies with a shared secret: it takes no public_key", cfg.Scheme)
+		}
+		if len(cfg.Secrets) == 0 && !optional {
+			return fmt.Errorf("%s verification needs at least one secret (or `verify off`)", cfg.Scheme)
+		}
+	}
+	return nil
+}
+
+// checkPublicKey is the rule of a `public_key` value for a scheme: it must
+// parse as the scheme's kind of key. A value with a placeholder is checked
+// once Provision has resolved it. The Caddyfile parser and Provision both
+// call it.
+func checkPublicKey(scheme, value string) error {
+	if hasPlaceholder(value) {
+		return nil
+	}
+	var err error
+	switch kind, _ := keyMaterialOf(scheme); kind {
+	case ed25519Keys, standardKeys:
+		_, err = signature.ParseEd25519PublicKey(value)
+	case rsaKeys:
+		_, err = signature.ParseRSAPublicKey(value)
+	default:
+		err = errors.New("the scheme verifies with a shared secret (give secret)")
+	}
+	return err
+}
+
+// resolvePublicKeys resolves the placeholders of public keys (such as
+// `{file./etc/keys/discord.pem}`); errors name the option.
+func resolvePublicKeys(values []string) ([]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	repl := caddy.NewReplacer()
+	out := make([]string, len(values))
+	for i, v := range values {
+		r, err := repl.ReplaceOrErr(v, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("resolving public_key %d: %v", i+1, err)
+		}
+		if r == "" {
+			return nil, fmt.Errorf("public_key %d is empty after resolving placeholders", i+1)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// parseEd25519Keys parses resolved public keys; errors name the option.
+func parseEd25519Keys(values []string) ([]ed25519.PublicKey, error) {
+	return parseKeys(values, signature.ParseEd25519PublicKey)
+}
+
+// parseRSAKeys parses resolved public keys; errors name the option.
+func parseRSAKeys(values []string) ([]*rsa.PublicKey, error) {
+	return parseKeys(values, signature.ParseRSAPublicKey)
+}
+
+// parseKeys parses each value with parse; errors name the option.
+func parseKeys[K any](values []string, parse func(string) (K, error)) ([]K, error) {
+	keys := make([]K, len(values))
+	for i, v := range values {
+		k, err := parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("public_key %d: %v", i+1, err)
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// whpkKeys writes resolved Ed25519 public keys in the Standard Webhooks
+// form, `whpk_` and base64, as the Standard Webhooks scheme takes them.
+func whpkKeys(values []string) ([]string, error) {
+	keys, err := parseEd25519Keys(values)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "whpk_" + base64.StdEncoding.EncodeToString(k)
+	}
+	return out, nil
+}
+
+// newEd25519Verifier builds the generic `ed25519` scheme.
+func newEd25519Verifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if err := checkSignedHeader(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Algorithm != "" || cfg.Padding != "" {
+		return nil, errors.New("ed25519 takes no algorithm or padding")
+	}
+	enc, err := parseEncoding(cfg.Encoding)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := parseEd25519Keys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewEd25519(cfg.Header, cfg.Prefix, enc, keys)
+}
+
+// newRSAVerifier builds the generic `rsa` scheme. Its encoding defaults
+// to base64, the way RSA signatures are usually sent.
+func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	if err := checkSignedHeader(cfg); err != nil {
+		return nil, err
+	}
+	h, err := rsaHash(cfg.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	padding, err := parsePadding(cfg.Padding)
+	if err != nil {
+		return nil, err
+	}
+	enc := signature.Base64
+	if cfg.Encoding != "" {
+		if enc, err = parseEncoding(cfg.Encoding); err != nil {
+			return nil, err
+		}
+	}
+	keys, err := parseRSAKeys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewRSA(cfg.Header, cfg.Prefix, h, padding, enc, keys)
+}
+
+// checkSignedHeader checks what the generic public-key schemes need: the
+// header that carries the signature, and no url.
+func checkSignedHeader(cfg VerifyConfig) error {
+	if cfg.Header == "" {
+		return errors.New("a header is required (header <name> in the verify block)")
+	}
+	if cfg.URL != "" {
+		return fmt.Errorf("%s signs no url (the twilio, square and hubspot schemes do)", cfg.Scheme)
+	}
+	return nil
+}
+
+// rsaHash maps an `algorithm` value of the rsa scheme to its hash: the
+// hmac scheme's, but SHA-1.
+func rsaHash(name string) (crypto.Hash, error) {
+	h, err := hashFunc(name)
+	if err != nil || h == crypto.SHA1 {
+		return 0, fmt.Errorf("invalid rsa algorithm '%s': want sha256 or sha512", name)
+	}
+	return h, nil
+}
+
+// parsePadding parses `padding pkcs1 | pss`; the Caddyfile parser and
+// Provision both call it. Default: pkcs1.
+func parsePadding(name string) (signature.RSAPadding, error) {
+	switch name {
+	case "", "pkcs1":
+		return signature.PKCS1v15, nil
+	case "pss":
+		return signature.PSS, nil
+	}
+	return 0, fmt.Errorf("invalid padding '%s': want pkcs1 or pss", name)
+}

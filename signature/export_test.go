@@ -1,0 +1,17 @@
+package signature
+
+import (
+	"testing"
+	"time"
+)
+
+// MaxHeaderItems is maxHeaderItems, for the external tests.
+const MaxHeaderItems = maxHeaderItems
+
+// SetClock sets the clock of timestamp checks for one test.
+func SetClock(t testing.TB, at time.Time) {
+	t.Helper()
+	old := now
+	now = func() time.Time { return at }
+	t.Cleanup(func() { now = old })
+}

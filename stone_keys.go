@@ -1,0 +1,286 @@
+package webhookidempotency
+
+import (
+	"context"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+// Stone's signing key set (docs/providers.md: Stone): fetched at
+// provision, cached, refreshed in the background every hour and, when a
+// delivery names an unknown kid, at most once a minute. The request path
+// never waits on the fetch. Sets are shared across handlers and reloads
+// through stoneKeySets, keyed by their source, so reloading an unchanged
+// configuration fetches nothing.
+
+// stoneKeySets holds the key sets in use, by source.
+var stoneKeySets = caddy.NewUsagePool()
+
+// The key set's timing; tests shorten it.
+var (
+	stoneKeysRefresh      = time.Hour        // refresh of a loaded set
+	stoneKeysMinRefresh   = time.Minute      // least time between fetches on an unknown kid
+	stoneKeysRetry        = 30 * time.Second // retry while no set is loaded
+	stoneKeysFetchTimeout = 5 * time.Second  // one fetch
+)
+
+// stoneKeysRetryAfter is the Retry-After of a 503 while no key set is
+// loaded: the next fetch is at most this far away.
+func stoneKeysRetryAfter() string {
+	return strconv.FormatInt(int64((stoneKeysRetry+time.Second-1)/time.Second), 10)
+}
+
+// maxKeySet bounds the key set document that is read.
+const maxKeySet = 1 << 20
+
+// stoneKeySet is one source's key set; it implements signature.StoneKeys.
+type stoneKeySet struct {
+	poolKey string
+	url     string // or
+	file    string
+	logger  *zap.Logger
+	client  *http.Client
+
+	// the timing, copied from the package's at creation
+	refresh, minRefresh, retry time.Duration
+
+	keys    atomic.Pointer[map[string]*rsa.PublicKey]
+	fetches atomic.Int64 // fetch attempts, for tests and logs
+	kick    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// loadStoneKeys returns the shared key set of a URL or file, fetching it
+// the first time. An unreachable URL is a warning (the set is retried in
+// the background, and deliveries get 503 meanwhile); an unreadable or
+// invalid file is an error.
+func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
+	poolKey, source := "url:"+url, url
+	if file != "" {
+		poolKey, source = "file:"+file, file
+	}
+	val, _, err := stoneKeySets.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		s := &stoneKeySet{
+			poolKey: poolKey,
+			url:     url,
+			file:    file,
+			logger:  logger.With(zap.String("jwks", source)),
+			client:  &http.Client{Timeout: stoneKeysFetchTimeout},
+			refresh: stoneKeysRefresh, minRefresh: stoneKeysMinRefresh, retry: stoneKeysRetry,
+			kick: make(chan struct{}, 1),
+			done: make(chan struct{}),
+		}
+		if err := s.fetch(context.Background()); err != nil {
+			if file != "" {
+				return nil, fmt.Errorf("jwks_file: %v", err)
+			}
+			s.logger.Warn("stone key set unavailable: deliveries get 503 until it loads", zap.Error(err))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel = cancel
+		go s.run(ctx)
+		return s, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return val.(*stoneKeySet), nil
+}
+
+// release gives the set back to the pool; the last user stops it.
+func (s *stoneKeySet) release() {
+	_, _ = stoneKeySets.Delete(s.poolKey)
+}
+
+// Destruct stops the background refresh.
+func (s *stoneKeySet) Destruct() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+// Loaded implements signature.StoneKeys.
+func (s *stoneKeySet) Loaded() bool { return s.keys.Load() != nil }
+
+// StoneKey implements signature.StoneKeys. An unknown kid asks the
+// background loop for a refresh, without waiting for it.
+func (s *stoneKeySet) StoneKey(kid string) (*rsa.PublicKey, error) {
+	m := s.keys.Load()
+	if m == nil {
+		return nil, signature.ErrUnavailable
+	}
+	if k, ok := (*m)[kid]; ok {
+		return k, nil
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return nil, signature.ErrInvalid
+}
+
+// run refreshes the set: hourly once loaded, every retry interval until
+// then, and on a kick no sooner than the minimum interval after the last
+// fetch.
+func (s *stoneKeySet) run(ctx context.Context) {
+	defer close(s.done)
+	last := time.Now()
+	timer := time.NewTimer(s.nextRefresh())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-s.kick:
+			if wait := s.minRefresh - time.Since(last); wait > 0 {
+				// fetch when the minute is up, unless the timer is sooner
+				if !timer.Stop() {
+					select {
+					case <-timer.C:
+					default:
+					}
+				}
+				timer.Reset(min(wait, s.nextRefresh()))
+				continue
+			}
+		}
+		last = time.Now()
+		loaded := s.Loaded()
+		if err := s.fetch(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.logger.Warn("refreshing stone key set failed", zap.Bool("keeping_previous", loaded), zap.Error(err))
+		} else if !loaded {
+			s.logger.Info("stone key set loaded")
+		}
+		timer.Reset(s.nextRefresh())
+	}
+}
+
+// nextRefresh is the time to the next scheduled fetch.
+func (s *stoneKeySet) nextRefresh() time.Duration {
+	if s.Loaded() {
+		return s.refresh
+	}
+	return s.retry
+}
+
+// fetch reads the set from its URL or file and, when it holds a usable
+// key, replaces the cached one.
+func (s *stoneKeySet) fetch(ctx context.Context) error {
+	s.fetches.Add(1)
+	var data []byte
+	var err error
+	if s.file != "" {
+		data, err = readKeySetFile(s.file)
+	} else {
+		data, err = s.get(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	keys, err := parseStoneKeySet(data)
+	if err != nil {
+		return err
+	}
+	s.keys.Store(&keys)
+	return nil
+}
+
+// get fetches the set over HTTP.
+func (s *stoneKeySet) get(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, stoneKeysFetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxKeySet+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxKeySet {
+		return nil, errors.New("key set larger than 1MiB")
+	}
+	return data, nil
+}
+
+// readKeySetFile reads a key set file of at most maxKeySet bytes.
+func readKeySetFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKeySet+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxKeySet {
+		return nil, errors.New("key set larger than 1MiB")
+	}
+	return data, nil
+}
+
+// parseStoneKeySet parses a JWK set (RFC 7517), `{"keys":[…]}`, keeping the
+// RSA public keys of at least 2048 bits that have a kid, whose use is `sig`
+// or unset and whose alg is RS256 or unset. Other keys are skipped; a set
+// without a usable key is an error.
+func parseStoneKeySet(data []byte) (map[string]*rsa.PublicKey, error) {
+	var doc struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("not a JWK set: %v", err)
+	}
+	keys := make(map[string]*rsa.PublicKey, len(doc.Keys))
+	for _, raw := range doc.Keys {
+		var k jose.JSONWebKey
+		if k.UnmarshalJSON(raw) != nil {
+			continue
+		}
+		pub, ok := k.Key.(*rsa.PublicKey)
+		if !ok || k.KeyID == "" || pub.N.BitLen() < 2048 ||
+			(k.Use != "" && k.Use != "sig") ||
+			(k.Algorithm != "" && k.Algorithm != string(jose.RS256)) {
+			continue
+		}
+		keys[k.KeyID] = pub
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("the key set has no RS256 signing key (RSA, 2048 bits or more, with a kid)")
+	}
+	return keys, nil
+}
+
+// Interface guards
+var (
+	_ signature.StoneKeys = (*stoneKeySet)(nil)
+	_ caddy.Destructor    = (*stoneKeySet)(nil)
+)
