@@ -297,24 +297,41 @@ func sizeName(n int) string {
 // BenchmarkServeHTTPRedisParallel is BenchmarkServeHTTPRedis at 1 KiB with
 // 16 requests per CPU at once, as under load: concurrent store calls share
 // pipelines, so this is the cost per request that a loaded Caddy pays. It
-// claims with SET NX GET ("set", the default) and with the claim script
-// alone ("script", as on a Redis older than 7.0), and reports Redis's own
-// CPU per request (used_cpu_user + used_cpu_sys of INFO cpu) as
-// redis-us/op.
+// reports Redis's own CPU per request (used_cpu_user + used_cpu_sys of INFO
+// cpu) as redis-us/op. "set" claims with SET NX GET (the default) and
+// "script" with the claim script alone (as on a Redis older than 7.0), both
+// with the batcher's default workers; "workers=N" is "set" with N batch
+// workers.
 func BenchmarkServeHTTPRedisParallel(b *testing.B) {
 	srv := startRedis(b)
 	rc := srv.client(b)
 	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
-	for _, claim := range []string{"set", "script"} {
+	cases := []struct {
+		name    string
+		script  bool
+		workers int
+	}{
+		{"set", false, redisBatchWorkers},
+		{"script", true, redisBatchWorkers},
+		{"workers=1", false, 1},
+		{"workers=4", false, 4},
+	}
+	for _, c := range cases {
 		for _, replay := range []bool{false, true} {
-			name := claim + "/new"
+			name := c.name + "/new"
 			if replay {
-				name = claim + "/replay"
+				name = c.name + "/replay"
 			}
 			b.Run(name, func(b *testing.B) {
+				defer func(w int) { redisBatchWorkers = w }(redisBatchWorkers)
+				redisBatchWorkers = c.workers // the client made below has its own batcher
 				h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
-				h.store.store.(*RedisStore).client.setGetUnsupported.Store(claim == "script")
-				b.Cleanup(func() { h.store.store.(*RedisStore).client.setGetUnsupported.Store(false) })
+				client := h.store.store.(*RedisStore).client
+				if got := client.batch.workers; got != c.workers {
+					b.Fatalf("the store's batcher has %d workers, want %d (a client left from another run?)", got, c.workers)
+				}
+				client.setGetUnsupported.Store(c.script)
+				b.Cleanup(func() { client.setGetUnsupported.Store(false) })
 				benchRedisParallel(b, h, rc, replay)
 			})
 		}

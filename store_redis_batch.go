@@ -25,6 +25,7 @@ import (
 type redisBatcher struct {
 	client  redis.UniversalClient
 	timeout time.Duration // bound of one batch
+	workers int           // batches in flight at most
 	queue   chan *redisCall
 	stop    chan struct{}
 	stopped sync.Once
@@ -62,13 +63,16 @@ type redisThen struct {
 	err  error
 }
 
-// Batching limits. A few workers let a batch go out while another waits
-// for Redis (and a hung Redis hold at most that many); the queue holds the
-// calls of the requests in progress.
+// Batching limits. Two workers let a batch go out while another waits for
+// Redis (and a hung Redis hold at most two); more workers send smaller
+// batches under load, which costs Caddy and Redis more system calls per
+// call (see BENCHMARKS.md: with four, Redis spent 30 to 50 % more CPU per
+// request). The queue holds the calls of the requests in progress.
+var redisBatchWorkers = 2 // a variable for BenchmarkServeHTTPRedisParallel
+
 const (
-	redisBatchWorkers = 4
-	redisBatchMax     = 128
-	redisBatchQueue   = 1024
+	redisBatchMax   = 128
+	redisBatchQueue = 1024
 )
 
 var redisCallPool = sync.Pool{New: func() any {
@@ -81,11 +85,12 @@ func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redis
 	b := &redisBatcher{
 		client:  client,
 		timeout: timeout,
+		workers: redisBatchWorkers,
 		queue:   make(chan *redisCall, redisBatchQueue),
 		stop:    make(chan struct{}),
 	}
-	b.wg.Add(redisBatchWorkers)
-	for range redisBatchWorkers {
+	b.wg.Add(b.workers)
+	for range b.workers {
 		go b.work()
 	}
 	return b

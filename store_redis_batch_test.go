@@ -130,7 +130,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 
 	srv.pause()
 	var wg sync.WaitGroup
-	for i := range 3 * redisBatchWorkers {
+	for i := range 3 * b.workers {
 		wg.Go(func() {
 			// half the callers bound their call with a context, half with
 			// the batcher's timeout (as the store does)
