@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -290,6 +292,100 @@ func sizeName(n int) string {
 		return strconv.Itoa(n>>10) + "KiB"
 	}
 	return strconv.Itoa(n) + "B"
+}
+
+// BenchmarkServeHTTPRedisParallel is BenchmarkServeHTTPRedis at 1 KiB with
+// 16 requests per CPU at once, as under load: concurrent store calls share
+// pipelines, so this is the cost per request that a loaded Caddy pays. It
+// reports Redis's own CPU per request (used_cpu_user + used_cpu_sys of INFO
+// cpu) as redis-us/op. "set" claims with SET NX GET (the default) and
+// "script" with the claim script alone (as on a Redis older than 7.0), both
+// with the batcher's default workers; "workers=N" is "set" with N batch
+// workers.
+func BenchmarkServeHTTPRedisParallel(b *testing.B) {
+	srv := startRedis(b)
+	rc := srv.client(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	cases := []struct {
+		name    string
+		script  bool
+		workers int
+	}{
+		{"set", false, redisBatchWorkers},
+		{"script", true, redisBatchWorkers},
+		{"workers=1", false, 1},
+		{"workers=4", false, 4},
+	}
+	for _, c := range cases {
+		for _, replay := range []bool{false, true} {
+			name := c.name + "/new"
+			if replay {
+				name = c.name + "/replay"
+			}
+			b.Run(name, func(b *testing.B) {
+				defer func(w int) { redisBatchWorkers = w }(redisBatchWorkers)
+				redisBatchWorkers = c.workers // the client made below has its own batcher
+				h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
+				client := h.store.store.(*RedisStore).client
+				if got := client.batch.workers; got != c.workers {
+					b.Fatalf("the store's batcher has %d workers, want %d (a client left from another run?)", got, c.workers)
+				}
+				client.setGetUnsupported.Store(c.script)
+				b.Cleanup(func() { client.setGetUnsupported.Store(false) })
+				benchRedisParallel(b, h, rc, replay)
+			})
+		}
+	}
+}
+
+func benchRedisParallel(b *testing.B, h *Handler, rc *redis.Client, replay bool) {
+	prefix := "evt_" + strconv.FormatInt(benchRun.Add(1), 10) + "_"
+	if replay {
+		br := newBenchRequest(1<<10, false)
+		w := &benchResponseWriter{h: make(http.Header)}
+		if err := h.ServeHTTP(w, br.reset(prefix+"replayed"), benchNext); err != nil || w.status != 200 {
+			b.Fatalf("first delivery: status %d, err %v", w.status, err)
+		}
+	}
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	cpu0 := redisCPU(b, rc)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		br := newBenchRequest(1<<10, false)
+		w := &benchResponseWriter{h: make(http.Header)}
+		for pb.Next() {
+			key := prefix + "replayed"
+			if !replay {
+				key = prefix + strconv.FormatInt(n.Add(1), 10)
+			}
+			w.reset()
+			if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.status != 200 || (w.h.Get(replayedHeader) == "true") != replay {
+				b.Errorf("status %d, header %v, err %v", w.status, w.h, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric((redisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
+}
+
+// redisCPU is the CPU time, in seconds, a Redis server has used so far.
+func redisCPU(b *testing.B, rc *redis.Client) float64 {
+	info, err := rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }
 
 // BenchmarkBodyDeadline is the body's deadline, bounded by the server's

@@ -44,8 +44,12 @@ func (rec *recorder) WriteHeader(status int) {
 	}
 	rec.status = status
 	size := 256
-	if cl, err := strconv.ParseInt(rec.Header().Get("Content-Length"), 10, 64); err == nil && cl > 0 && cl <= rec.maxBody {
-		size += int(cl)
+	// an answer without Content-Length (chunked) is common: ParseInt of ""
+	// would allocate its error
+	if v := rec.Header().Get("Content-Length"); v != "" {
+		if cl, err := strconv.ParseInt(v, 10, 64); err == nil && cl > 0 && cl <= rec.maxBody {
+			size += int(cl)
+		}
 	}
 	rec.record = encodeRecord(make([]byte, 0, size), status, rec.Header(), rec.bodyHash)
 	rec.headerEnd = len(rec.record)

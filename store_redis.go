@@ -26,8 +26,10 @@ func init() {
 //
 // Every idempotency key is one Redis key, `<key_prefix>:<source>:<value>`,
 // so Redis Cluster needs no cross-slot operation. Claiming is one round
-// trip (a Lua script); completion, release and lease renewal are
-// owner-checked Lua scripts. Clients are shared across config reloads.
+// trip: a SET with NX and GET for an absent or a completed key, a Lua
+// script for a key and its guard (see store_redis_claim.go); completion,
+// release and lease renewal are owner-checked Lua scripts. Clients are
+// shared across config reloads.
 type RedisStore struct {
 	// A `redis://` or `rediss://` URL, e.g.
 	// `redis://user:password@host:6379/0`. Its host is the first address;
@@ -176,52 +178,6 @@ func (s *RedisStore) Cleanup() error {
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
 
-// Claim implements store in one round trip.
-func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error) {
-	return s.claim(ctx, []string{key}, owner, lease)
-}
-
-// claim claims keys, all or none, in one round trip: a key, or a key and
-// its guard on one node (see store_redis_guard.go).
-func (s *RedisStore) claim(ctx context.Context, keys []string, owner string, lease time.Duration) (claimResult, error) {
-	leaseMs := redisMillis(lease)
-	v, err := s.run(ctx, "claim", redisClaimScript, keys, owner, leaseMs)
-	if err != nil {
-		return claimResult{}, err
-	}
-	if v == int64(-1) || v == int64(-2) {
-		if v == int64(-2) {
-			s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent and claimed", zap.Strings("key", keys))
-		}
-		s.client.claims.Add(1)
-		return claimResult{State: stateClaimed}, nil
-	}
-	res, ok := keyStateResult(v)
-	if !ok {
-		if rec, isString := v.(string); isString {
-			return s.reclaim(ctx, keys, owner, leaseMs, rec)
-		}
-		return claimResult{}, fmt.Errorf("redis store: claim: unexpected reply %T", v)
-	}
-	return res, nil
-}
-
-// reclaim claims keys, one of which held a value that looked like a record
-// to Lua but does not decode, unless someone changed them meanwhile.
-func (s *RedisStore) reclaim(ctx context.Context, keys []string, owner, leaseMs, seen string) (claimResult, error) {
-	s.logger.Warn("corrupt or foreign value under an idempotency key: treated as absent", zap.Strings("key", keys))
-	ok, err := s.run(ctx, "claim", redisReclaimScript, keys, owner, leaseMs, seen)
-	if err != nil {
-		return claimResult{}, err
-	}
-	if ok == int64(1) {
-		s.client.claims.Add(1)
-		return claimResult{State: stateClaimed}, nil
-	}
-	// someone else changed the key meanwhile: it is theirs
-	return claimResult{State: stateInFlight}, nil
-}
-
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	return s.completeThen(ctx, key, "", owner, record, ttl, nil)
@@ -262,8 +218,8 @@ func (s *RedisStore) ownerOp(ctx context.Context, op string, script *redis.Scrip
 }
 
 // run runs a script within the store's timeout, through the breaker and
-// the batcher. EVALSHA falls back to EVAL when Redis does not know the
-// script.
+// the batcher, or with a nil script the command args. EVALSHA falls back to
+// EVAL when Redis does not know the script. A nil reply is (nil, nil).
 func (s *RedisStore) run(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
 	return s.runThen(ctx, op, script, nil, keys, args...)
 }
@@ -275,9 +231,10 @@ func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Scrip
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	v, err := c.batch.run(cctx, script, keys, args, then)
-	cancel()
+	v, err := c.batch.run(ctx, s.timeout, script, keys, args, then)
+	if errors.Is(err, redis.Nil) {
+		v, err = nil, nil // a nil reply
+	}
 	if err = s.settle(ctx, op, err); err != nil {
 		return nil, err
 	}

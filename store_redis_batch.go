@@ -1,8 +1,10 @@
 package webhookidempotency
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,22 +25,26 @@ import (
 type redisBatcher struct {
 	client  redis.UniversalClient
 	timeout time.Duration // bound of one batch
+	workers int           // batches in flight at most
 	queue   chan *redisCall
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
 }
 
-// redisCall is one script call waiting for its batch.
+// redisCall is one call waiting for its batch: a script with keys and
+// args, or with no script the command args.
 type redisCall struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	then   *redisThen // sent right after this call, in the same pipeline
-	val    any
-	err    error
-	done   chan struct{} // buffered: the worker never waits for the caller
+	ctx      context.Context
+	deadline time.Time // the caller gives up then (zero: only ctx)
+	script   *redis.Script
+	keys     []string
+	args     []any
+	then     *redisThen // sent right after this call, in the same pipeline
+	val      any
+	err      error
+	done     chan struct{} // buffered: the worker never waits for the caller
+	timer    *time.Timer   // the caller's timeout, reused with the call
 
 	// the follow-up's commands and reply, copied to then by run
 	thenCmds []*redis.Cmd
@@ -46,71 +52,96 @@ type redisCall struct {
 	thenErr  error
 }
 
-// redisThen is commands that ride in the pipeline of a script call, right
-// after it, such as an archive append with the completion of its key. Their
-// keys may be on another Redis Cluster slot: the pipeline sends each
-// command to its node. The first command's reply, and the first error of
-// any, are set when the call returns.
+// redisThen is commands that ride in the pipeline of a call, right after
+// it, such as an archive append with the completion of its key. Their keys
+// may be on another Redis Cluster slot: the pipeline sends each command to
+// its node. The first command's reply, and the first error of any, are set
+// when the call returns.
 type redisThen struct {
 	cmds [][]any
 	val  any
 	err  error
 }
 
-// Batching limits. A few workers let a batch go out while another waits
-// for Redis (and a hung Redis hold at most that many); the queue holds the
-// calls of the requests in progress.
+// Batching limits. Two workers let a batch go out while another waits for
+// Redis (and a hung Redis hold at most two); more workers send smaller
+// batches under load, which costs Caddy and Redis more system calls per
+// call (see BENCHMARKS.md: with four, Redis spent 30 to 50 % more CPU per
+// request). The queue holds the calls of the requests in progress.
+var redisBatchWorkers = 2 // a variable for BenchmarkServeHTTPRedisParallel
+
 const (
-	redisBatchWorkers = 4
-	redisBatchMax     = 128
-	redisBatchQueue   = 1024
+	redisBatchMax   = 128
+	redisBatchQueue = 1024
 )
 
-var redisCallPool = sync.Pool{New: func() any { return &redisCall{done: make(chan struct{}, 1)} }}
+var redisCallPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &redisCall{done: make(chan struct{}, 1), timer: t}
+}}
 
 func newRedisBatcher(client redis.UniversalClient, timeout time.Duration) *redisBatcher {
 	b := &redisBatcher{
 		client:  client,
 		timeout: timeout,
+		workers: redisBatchWorkers,
 		queue:   make(chan *redisCall, redisBatchQueue),
 		stop:    make(chan struct{}),
 	}
-	b.wg.Add(redisBatchWorkers)
-	for range redisBatchWorkers {
+	b.wg.Add(b.workers)
+	for range b.workers {
 		go b.work()
 	}
 	return b
 }
 
-// run runs script with keys and args in the next batch and returns its
-// reply, or ctx's error when ctx ends first. then, when not nil, is sent
-// right after it in the same pipeline; its reply is set before run returns
-// (its error is ctx's when the call was not sent).
-func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []string, args []any, then *redisThen) (any, error) {
+// run runs script with keys and args (with a nil script, the command args)
+// in the next batch and returns its reply, or ctx's error when ctx ends
+// first, or context.DeadlineExceeded when timeout (if not zero) passes
+// first. The timeout is a timer the call reuses, where a context with a
+// deadline would cost a few allocations per call. then, when not nil, is
+// sent right after the call in the same pipeline; its reply is set before
+// run returns (its error says why when the call was not sent).
+func (b *redisBatcher) run(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args []any, then *redisThen) (any, error) {
 	if then != nil {
 		then.err = errRedisNotSent
 	}
 	c := redisCallPool.Get().(*redisCall)
 	c.ctx, c.script, c.keys, c.args, c.then = ctx, script, keys, args, then
+	var expired <-chan time.Time
+	if timeout > 0 {
+		c.deadline = time.Now().Add(timeout)
+		c.timer.Reset(timeout)
+		expired = c.timer.C
+	}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
-		c.reset()
-		redisCallPool.Put(c)
+		c.recycle()
 		return nil, ctx.Err()
+	case <-expired:
+		c.recycle()
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
-		c.reset()
-		redisCallPool.Put(c)
+		c.recycle()
 		return nil, redis.ErrClosed
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		// a worker may still hold c and finish it: it is not reused
+		c.timer.Stop()
 		if then != nil {
 			then.err = ctx.Err()
 		}
 		return nil, ctx.Err()
+	case <-expired:
+		// as above
+		if then != nil {
+			then.err = context.DeadlineExceeded
+		}
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
 		// the workers finish every call they took, then stop; a call still
 		// queued then is never taken
@@ -118,13 +149,13 @@ func (b *redisBatcher) run(ctx context.Context, script *redis.Script, keys []str
 		select {
 		case <-c.done:
 		default:
+			c.timer.Stop()
 			return nil, redis.ErrClosed
 		}
 	}
 	v, err := c.val, c.err
 	c.settleThen()
-	c.reset()
-	redisCallPool.Put(c) // the worker is done with it
+	c.recycle() // the worker is done with it
 	return v, err
 }
 
@@ -135,9 +166,23 @@ func (c *redisCall) settleThen() {
 	}
 }
 
-func (c *redisCall) reset() {
-	c.ctx, c.script, c.keys, c.args, c.then, c.val, c.err = nil, nil, nil, nil, nil, nil, nil
+// recycle puts a call no worker holds back in the pool.
+func (c *redisCall) recycle() {
+	c.timer.Stop()
+	c.ctx, c.deadline, c.script, c.keys, c.args, c.then, c.val, c.err = nil, time.Time{}, nil, nil, nil, nil, nil, nil
 	c.thenCmds, c.thenVal, c.thenErr = nil, nil, nil
+	redisCallPool.Put(c)
+}
+
+// gone returns the error of a call whose caller has given up, else nil.
+func (c *redisCall) gone(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // errRedisNotSent is the error of a follow-up call whose first call was
@@ -181,10 +226,21 @@ func (b *redisBatcher) work() {
 func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
+	// scripts first: go-redis takes the first reply of a pipeline for the
+	// pipeline's error, and a claim's nil reply (it claimed) would then be
+	// checked as a failure, at a cost of a dozen allocations
+	slices.SortStableFunc(batch, func(x, y *redisCall) int {
+		return cmp.Compare(btoi(x.script == nil), btoi(y.script == nil))
+	})
 	pipe := b.client.Pipeline()
+	now := time.Now()
 	for _, c := range batch {
-		if c.ctx.Err() != nil {
+		if c.gone(now) != nil {
 			cmds = append(cmds, nil) // its caller is gone: not sent
+			continue
+		}
+		if c.script == nil {
+			cmds = append(cmds, pipe.Do(ctx, c.args...))
 			continue
 		}
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
@@ -200,7 +256,7 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 	}
 	for i, c := range batch {
 		if cmds[i] == nil {
-			c.finish(nil, c.ctx.Err())
+			c.finish(nil, c.gone(now))
 			continue
 		}
 		v, err := b.result(ctx, cmds[i], c.script, c.keys, c.args)
@@ -217,14 +273,22 @@ func (b *redisBatcher) send(batch []*redisCall, cmds []*redis.Cmd) []*redis.Cmd 
 	return cmds
 }
 
-// result is the reply of a command sent in a pipeline. When Redis lost its
-// scripts (a restart, SCRIPT FLUSH), EVAL loads the script and runs it.
+// result is the reply of a command sent in a pipeline. When Redis lost a
+// script (a restart, SCRIPT FLUSH), EVAL loads the script and runs it.
 func (b *redisBatcher) result(ctx context.Context, cmd *redis.Cmd, script *redis.Script, keys []string, args []any) (any, error) {
 	v, err := cmd.Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && script != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		v, err = script.Eval(ctx, b.client, keys, args...).Result()
 	}
 	return v, err
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // drain fails the calls still queued when the batcher closes.

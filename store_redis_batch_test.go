@@ -24,7 +24,7 @@ func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "evalsha" { // not a connection's handshake
+		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "incrby") { // not a connection's handshake
 			p.pipelines.Add(1)
 			p.commands.Add(int64(len(cmds)))
 		}
@@ -34,7 +34,8 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 var batchTestScript = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 
-// Concurrent calls share pipelines, and each gets its own reply.
+// Concurrent calls, scripts and plain commands, share pipelines, and each
+// gets its own reply.
 func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 	srv := startRedis(t)
 	client := srv.client(t)
@@ -51,7 +52,14 @@ func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 			key := fmt.Sprintf("batch:%d", g)
 			for i := 1; i <= calls; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				v, err := b.run(ctx, batchTestScript, []string{key}, []any{g + 1}, nil)
+				// half the callers send a plain command, half a script
+				var v any
+				var err error
+				if g%2 == 0 {
+					v, err = b.run(ctx, 0, nil, nil, []any{"incrby", key, g + 1}, nil)
+				} else {
+					v, err = b.run(ctx, 0, batchTestScript, []string{key}, []any{g + 1}, nil)
+				}
 				cancel()
 				if err != nil {
 					errs <- err
@@ -92,7 +100,7 @@ func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		v, err := b.run(ctx, batchTestScript, []string{"alone"}, []any{5}, nil)
+		v, err := b.run(ctx, 0, batchTestScript, []string{"alone"}, []any{5}, nil)
 		if err != nil || v != want {
 			t.Fatalf("call %d: %v, %v; want %d", i+1, v, err, want)
 		}
@@ -111,23 +119,30 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	for range 200 {
-		if _, err := b.run(gone, batchTestScript, []string{"abandoned"}, []any{1}, nil); !errors.Is(err, context.Canceled) {
+		if _, err := b.run(gone, 0, batchTestScript, []string{"abandoned"}, []any{1}, nil); !errors.Is(err, context.Canceled) {
 			t.Fatalf("call of a caller that gave up: %v, want context.Canceled", err)
 		}
 	}
 	// a live call after them: every earlier one was dropped or sent by now
-	if v, err := b.run(ctx, batchTestScript, []string{"abandoned"}, []any{1}, nil); err != nil || v != int64(1) {
+	if v, err := b.run(ctx, 0, batchTestScript, []string{"abandoned"}, []any{1}, nil); err != nil || v != int64(1) {
 		t.Fatalf("calls of callers that had given up reached Redis: INCRBY gave %v (%v), want 1", v, err)
 	}
 
 	srv.pause()
 	var wg sync.WaitGroup
-	for i := range 3 * redisBatchWorkers {
+	for i := range 3 * b.workers {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			defer cancel()
+			// half the callers bound their call with a context, half with
+			// the batcher's timeout (as the store does)
+			cctx, timeout := ctx, 100*time.Millisecond
+			if i%2 == 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+				timeout = 0
+			}
 			start := time.Now()
-			_, err := b.run(cctx, batchTestScript, []string{"hung"}, []any{1}, nil)
+			_, err := b.run(cctx, timeout, batchTestScript, []string{"hung"}, []any{1}, nil)
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("call %d with Redis hung: %v, want the caller's deadline", i, err)
 			}
@@ -140,7 +155,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 	srv.resume()
 
 	b.close()
-	if _, err := b.run(ctx, batchTestScript, []string{"closed"}, []any{1}, nil); !errors.Is(err, redis.ErrClosed) {
+	if _, err := b.run(ctx, 0, batchTestScript, []string{"closed"}, []any{1}, nil); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("call on a closed batcher: %v, want redis.ErrClosed", err)
 	}
 }

@@ -113,12 +113,15 @@ type redisClient struct {
 	// completed or released, so a client whose last configuration was
 	// cleaned up stays open for the requests that configuration is still
 	// finishing.
-	claims    atomic.Int64
-	closing   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	mu        sync.Mutex
-	drain     *time.Timer // guarded by mu
+	claims atomic.Int64
+	// setGetUnsupported is set once Redis rejects SET with NX and GET
+	// (Redis < 7.0): claims then use the claim script alone.
+	setGetUnsupported atomic.Bool
+	closing           atomic.Bool
+	closeOnce         sync.Once
+	closeErr          error
+	mu                sync.Mutex
+	drain             *time.Timer // guarded by mu
 }
 
 // redisDrainMax bounds how long a client outlives its last configuration
@@ -201,15 +204,17 @@ func (s *RedisStore) callable(op string, then *redisThen) (*redisClient, error) 
 }
 
 // settle tells the breaker how a call made for ctx went, and returns its
-// error with the operation named.
+// error with the operation named. An error Redis answered to a claim
+// (redisAnswerError) is an answer: Redis is up.
 func (s *RedisStore) settle(ctx context.Context, op string, err error) error {
-	if err == nil {
+	if err == nil || redisAnswerError(err) {
 		s.client.breaker.success()
-		return nil
-	}
-	if ctx.Err() == nil {
+	} else if ctx.Err() == nil {
 		// the caller is still there: Redis failed or timed out
 		s.client.breaker.failure()
+	}
+	if err == nil {
+		return nil
 	}
 	return fmt.Errorf("redis store: %s: %w", op, err)
 }

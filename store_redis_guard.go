@@ -131,8 +131,7 @@ func (s *RedisStore) runApart(ctx context.Context, op string, script *redis.Scri
 		<-call.done
 		vals[i], errs[i] = call.val, call.err
 		call.settleThen()
-		call.reset()
-		redisCallPool.Put(call)
+		call.recycle()
 	}
 	return vals, s.settle(ctx, op, errors.Join(errs[0], errs[1]))
 }

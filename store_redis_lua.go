@@ -50,7 +50,8 @@ func luaQuote(s string) string {
 }
 
 var (
-	// ARGV: owner, lease.
+	// ARGV: owner, lease. The claim of a key and its guard, or of a key
+	// that holds something other than a record (see store_redis_claim.go).
 	// Claims every key when none is taken. Returns -1 when claimed, -2
 	// when claimed over a corrupt value, or, for the first key taken and
 	// claiming none, the PTTL (>= 0) of a key in flight or the record of a

@@ -20,7 +20,24 @@
 #      requests/s, p50 and p99 latency (medians over the rounds) and the ratios B/A, C/A, D/A, E/A;
 #   4. counts Redis round trips per request for C and E from INFO commandstats deltas
 #      (CONFIG RESETSTAT after the warm-up, calls divided by the requests wrk completed);
-#   5. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
+#   5. runs the same comparison in front of a slow application, bench/app/app.js: one
+#      single-threaded Node `http` server (node >= 18, standard library only) that parses and
+#      stringifies the JSON body a few times per request, started twice: once with its own
+#      in-app Redis guard (SET NX, then SET of the answer; GET on a duplicate) on the run's
+#      redis-server, once without. In rounds (3 by default) of Q R M P Qr Rr Qk Rk, with wrk -c50:
+#        Q   reverse_proxy alone -> the application with its own guard (the in-app design)
+#        R   webhook_idempotency (Redis store) -> the application without the guard
+#        M   the same with the memory store
+#        P   reverse_proxy alone -> the application without the guard (no deduplication at all:
+#            the ceiling R can approach, since R's application does exactly P's work)
+#        Qr  replays of one completed key through Q (the application's guard answers them)
+#        Rr  replays of one completed key through R (the module answers them)
+#        Qk, Rk  Q and R with `keepalive_idle_conns_per_host 256` (reverse_proxy keeps at most 32
+#            idle connections per upstream by default; a request on a new connection to a
+#            single-threaded application waits far longer, see BENCHMARKS.md)
+#      and reports R/Q, M/Q, P/Q, R/P, Rr/Qr, Rk/Qk and the p99 ratios, with every round, and
+#      how many connections Caddy opened to the application per 1000 requests (its GET /stats);
+#   6. starts a second Caddy with one memory-store site (max_entries 2000000, ttl 1h; the next
 #      handler is `respond {"ok":true}`, not reverse_proxy, so the fill takes less time), stores
 #      1,000,000 unique keys with wrk -t2 -c64 and reports VmRSS (from /proc/<pid>/status) and
 #      the live Go heap (after a forced GC, from the admin endpoint) before and after, per key, and
@@ -32,11 +49,13 @@
 # Needs: go, curl, redis-server and redis-cli, wrk (Debian package `wrk`; installed with
 # apt-get when missing and running as root, otherwise the script says so and stops).
 # Everything listens on 127.0.0.1 only; every wait is bounded; every process started here is
-# stopped on exit. Takes about 2 minutes.
+# stopped on exit. Takes about 7 minutes.
 #
 # Knobs (environment): BENCH_DURATION (seconds per scenario, default 3), BENCH_WARMUP
 # (default 1), BENCH_ROUNDS (default 3), BENCH_CONNS (default 32), BENCH_FILL_KEYS (default 1000000; 0 skips step 5),
-# BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
+# BENCH_APP_DURATION (seconds per application scenario, default 5), BENCH_APP_CONNS (default 50),
+# BENCH_APP_WORK (extra JSON rounds per request in the application, default 0; see bench/app/app.js),
+# BENCH_APP=0 (skips step 5), BENCH_PROFILE=1 (also takes a 10 s CPU profile of Caddy during B and prints
 # `go tool pprof -top` of it into bench/out/b-pprof.txt).
 set -euo pipefail
 
@@ -50,6 +69,10 @@ THREADS=2
 CONNS=${BENCH_CONNS:-32}
 FILL_KEYS=${BENCH_FILL_KEYS:-1000000}
 PROFILE=${BENCH_PROFILE:-0}
+APP=${BENCH_APP:-1}
+APP_DURATION=${BENCH_APP_DURATION:-5}
+APP_CONNS=${BENCH_APP_CONNS:-50}
+APP_WORK=${BENCH_APP_WORK:-0}
 GO=${GO:-go}
 
 mkdir -p "$OUT"
@@ -69,8 +92,10 @@ if ! command -v wrk >/dev/null 2>&1; then
 		die "wrk is missing and cannot be installed here (needs root and apt-get): install wrk and run make bench again"
 	fi
 fi
-for t in redis-server redis-cli curl "$GO"; do
-	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server)"
+tools=(redis-server redis-cli curl "$GO")
+[ "$APP" = 0 ] || tools+=(node)
+for t in "${tools[@]}"; do
+	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server; node: apt-get install nodejs, or BENCH_APP=0)"
 done
 
 # ---- processes ---------------------------------------------------------------------------
@@ -85,10 +110,16 @@ trap 'exit 130' INT TERM
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 TAKEN=" "
+# Listening ports come from below the kernel's range of ephemeral ports
+# (net.ipv4.ip_local_port_range), where outgoing connections on a busy machine
+# would otherwise take a port between its check here and its bind.
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+PORT_LOW=10000 PORT_SPAN=$((EPHEMERAL_LOW - 10000))
+if [ "$PORT_SPAN" -lt 2000 ]; then PORT_LOW=20000 PORT_SPAN=30000; fi
 free_port() {
 	local i p
 	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((PORT_LOW + RANDOM % PORT_SPAN))
 		case $TAKEN in *" $p "*) continue ;; esac
 		if ! port_busy "$p"; then
 			TAKEN="$TAKEN$p "
@@ -134,9 +165,34 @@ RPID=$!
 PIDS+=("$RPID")
 wait_port "$PU" upstream "$UPID"
 wait_port "$PR" redis "$RPID"
+if [ "$APP" != 0 ]; then
+	PQ=$(free_port) PP=$(free_port)
+	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PQ" "$PR" >"$OUT/app-guard.log" 2>&1 &
+	QPID=$!
+	PIDS+=("$QPID")
+	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PP" >"$OUT/app.log" 2>&1 &
+	APID=$!
+	PIDS+=("$APID")
+	wait_port "$PQ" app-guard "$QPID"
+	wait_port "$PP" app "$APID"
+fi
 
 PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
-cat >"$OUT/Caddyfile" <<EOF
+PQS=$(free_port) PRS=$(free_port) PMS=$(free_port) PPS=$(free_port) PQK=$(free_port) PRK=$(free_port)
+site() { # comment port upstream [store [source [idle connections]]]: one site of the Caddyfile
+	printf '\n# %s\nhttp://127.0.0.1:%s {\n' "$1" "$2"
+	if [ -n "${4:-}" ]; then
+		printf '\twebhook_idempotency {\n\t\tsource %s\n\t\tstore %s\n\t}\n' "$5" "$4"
+	fi
+	if [ -n "${6:-}" ]; then
+		printf '\treverse_proxy 127.0.0.1:%s {\n\t\ttransport http {\n\t\t\tkeepalive_idle_conns_per_host %s\n\t\t}\n\t}\n}\n' "$3" "$6"
+	else
+		printf '\treverse_proxy 127.0.0.1:%s\n}\n' "$3"
+	fi
+}
+REDIS="redis redis://127.0.0.1:$PR"
+{
+	cat <<EOF
 {
 	admin 127.0.0.1:$PADMIN
 	persist_config off
@@ -145,52 +201,26 @@ cat >"$OUT/Caddyfile" <<EOF
 		output discard
 	}
 }
-
-# A: reverse_proxy alone
-http://127.0.0.1:$PA {
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# B: new deliveries, memory store
-http://127.0.0.1:$PB {
-	webhook_idempotency {
-		source bench-b
-		store memory
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# C: new deliveries, Redis store
-http://127.0.0.1:$PC {
-	webhook_idempotency {
-		source bench-c
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# D: replays of one completed key, memory store
-http://127.0.0.1:$PD {
-	webhook_idempotency {
-		source bench-d
-		store memory
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
-
-# E: replays of one completed key, Redis store
-http://127.0.0.1:$PE {
-	webhook_idempotency {
-		source bench-e
-		store redis redis://127.0.0.1:$PR
-	}
-	reverse_proxy 127.0.0.1:$PU
-}
 EOF
+	site "A: reverse_proxy alone" "$PA" "$PU"
+	site "B: new deliveries, memory store" "$PB" "$PU" memory bench-b
+	site "C: new deliveries, Redis store" "$PC" "$PU" "$REDIS" bench-c
+	site "D: replays of one completed key, memory store" "$PD" "$PU" memory bench-d
+	site "E: replays of one completed key, Redis store" "$PE" "$PU" "$REDIS" bench-e
+	if [ "$APP" != 0 ]; then
+		site "Q (and Qr): reverse_proxy alone, the application deduplicates by itself" "$PQS" "$PQ"
+		site "R (and Rr): webhook_idempotency, Redis store, the application without its guard" "$PRS" "$PP" "$REDIS" bench-r
+		site "M: webhook_idempotency, memory store, the application without its guard" "$PMS" "$PP" memory bench-m
+		site "P: reverse_proxy alone, the application without its guard: no deduplication" "$PPS" "$PP"
+		site "Qk: Q with room for 256 idle connections to the application (default 32)" "$PQK" "$PQ" "" "" 256
+		site "Rk: R with room for 256 idle connections to the application" "$PRK" "$PP" "$REDIS" bench-rk 256
+	fi
+} >"$OUT/Caddyfile"
 "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE"; do wait_port "$p" caddy "$CPID"; done
+[ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS" "$PQK" "$PRK"; do wait_port "$p" caddy "$CPID"; done
 
 # ---- scenarios ---------------------------------------------------------------------------
 to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
@@ -229,20 +259,54 @@ complete_key() { # port key: one first delivery, then check that a duplicate is 
 		-H 'Content-Type: application/json' --data-binary "@$BODY")
 	grep -qi '^Idempotent-Replayed: true' <<<"$h" || die "a duplicate of $2 on :$1 was not replayed"
 }
-redis_reset() { redis-cli -p "$PR" CONFIG RESETSTAT >/dev/null; }
+redis_cpu() { # Redis's CPU seconds so far (user + system)
+	redis-cli -p "$PR" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
+}
+REDIS_CPU0=0
+redis_reset() {
+	redis-cli -p "$PR" CONFIG RESETSTAT >/dev/null
+	REDIS_CPU0=$(redis_cpu)
+}
 declare -A RT
 redis_trips() { # name: INFO commandstats since the reset, per request served
-	local name=$1
+	local name=$1 cpu
+	cpu=$(redis_cpu)
 	redis-cli -p "$PR" INFO commandstats | tr -d '\r' >"$OUT/$name-commandstats.txt"
-	# commandstats also counts the commands a script runs (redis.call inside EVALSHA): the
-	# store's scripts call GET, SET, DEL, PEXPIRE and PTTL, so those are listed but not
-	# counted as round trips; every other command (EVALSHA, EVAL, PING, ...) is one.
-	RT[$name]=$(awk -F'[:,=]' -v n="${REQS[$name]}" '
+	# commandstats also counts the commands a script runs (redis.call inside EVALSHA). Every
+	# one of the store's scripts starts with one GET and then runs at most one SET, DEL,
+	# PEXPIRE or PTTL; a claim is a SET of its own (SET NX GET). So the round trips are the
+	# scripts (EVALSHA, EVAL) plus the SETs beyond one per script, plus any other command
+	# (PING, ...); GET, DEL, PEXPIRE and PTTL are listed as run inside the scripts.
+	RT[$name]=$(awk -F'[:,=]' -v n="${REQS[$name]}" -v cpu="$(awk -v a="$REDIS_CPU0" -v b="$cpu" 'BEGIN { print b - a }')" '
 		/^cmdstat_/ { c = substr($1, 9); if (c ~ /^config/ || c == "info") next
-			if (c ~ /^(get|set|del|pexpire|pttl)$/) { inner = inner sprintf("%s%s %.3f", isep, c, $3 / n); isep = ", "; next }
-			total += $3; per = per sprintf("%s%s %.3f", sep, c, $3 / n); sep = ", " }
-		END { printf "%.3f round trips per request (%s; inside the scripts: %s)", total / n, per, inner }' "$OUT/$name-commandstats.txt")
+			calls[c] = $3; us[c] = $7 }
+		END {
+			scripts = calls["evalsha"] + calls["eval"]
+			top = calls["set"] - scripts; if (top < 0) top = 0
+			total = scripts + top
+			per = sprintf("evalsha %.3f (%.1f us each), eval %.3f, SET NX GET %.3f", calls["evalsha"] / n, us["evalsha"], calls["eval"] / n, top / n)
+			for (c in calls) if (c !~ /^(get|set|del|pexpire|pttl|evalsha|eval)$/) { total += calls[c]; per = per sprintf(", %s %.3f", c, calls[c] / n) }
+			inner = sprintf("get %.3f, set %.3f", calls["get"] / n, (calls["set"] - top) / n)
+			for (c in calls) if (c ~ /^(del|pexpire|pttl)$/) inner = inner sprintf(", %s %.3f", c, calls[c] / n)
+			printf "%.3f round trips per request (%s; inside the scripts: %s); Redis CPU %.1f us per request", total / n, per, inner, cpu * 1e6 / n }' "$OUT/$name-commandstats.txt")
 	say "  $name: ${RT[$name]}"
+}
+
+declare -A CONN1K CONNS_BY
+app_conns() { # application port: the connections it has accepted so far
+	curl -fsS "http://127.0.0.1:$1/stats" | grep -o '"connections":[0-9]*' | grep -o '[0-9]*$'
+}
+APP_C0=0
+app_before() { # the application's connections before the measured run, then the caller's hook
+	APP_C0=$(app_conns "$APP_PORT")
+	if [ -n "${APP_HOOK:-}" ]; then $APP_HOOK; fi
+}
+measure_app() { # name caddy-port lua application-port [hook]: measure, and count the application's new connections
+	local c1
+	APP_PORT=$4 APP_HOOK=${5:-} BEFORE_MEASURE=app_before CONNS=$APP_CONNS DURATION=$APP_DURATION measure "$1" "$2" "$3"
+	c1=$(app_conns "$4")
+	CONN1K[$1]=$(awk -v c=$((c1 - APP_C0)) -v n="${REQS[$1]}" 'BEGIN { printf "%.1f", c * 1000 / n }')
+	say "  $1: the application accepted $((c1 - APP_C0)) connections (${CONN1K[$1]} per 1000 requests)"
 }
 
 say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B A C A D A E, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
@@ -278,6 +342,26 @@ for r in $(seq 1 "$ROUNDS"); do
 	BEFORE_MEASURE=redis_reset measure "E.$r" "$PE" replay.lua
 	redis_trips "E.$r"
 done
+
+# ---- in front of a slow application ------------------------------------------------------
+if [ "$APP" != 0 ]; then
+	say "the application (bench/app/app.js, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS, $ROUNDS rounds of Q R M P Qr Rr Qk Rk, ${WARMUP}s warm-up + ${APP_DURATION}s per scenario"
+	complete_key "$PQS" "$REPLAY_KEY"
+	complete_key "$PRS" "$REPLAY_KEY"
+	for r in $(seq 1 "$ROUNDS"); do
+		say "round $r of $ROUNDS (the application)"
+		# R and M follow Q at once, so R/Q and M/Q compare runs seconds apart
+		measure_app "Q.$r" "$PQS" unique.lua "$PQ"
+		measure_app "R.$r" "$PRS" unique.lua "$PP" redis_reset
+		redis_trips "R.$r"
+		measure_app "M.$r" "$PMS" unique.lua "$PP"
+		measure_app "P.$r" "$PPS" unique.lua "$PP"
+		measure_app "Qr.$r" "$PQS" replay.lua "$PQ"
+		measure_app "Rr.$r" "$PRS" replay.lua "$PP"
+		measure_app "Qk.$r" "$PQK" unique.lua "$PQ"
+		measure_app "Rk.$r" "$PRK" unique.lua "$PP"
+	done
+fi
 
 # ---- memory: 1,000,000 keys --------------------------------------------------------------
 if [ "$FILL_KEYS" -gt 0 ]; then
@@ -342,6 +426,25 @@ EOF
 fi
 
 # ---- report ------------------------------------------------------------------------------
+declare -A DESC=(
+	[A]='reverse_proxy alone' [B]='+ webhook_idempotency, memory, new keys'
+	[C]='+ webhook_idempotency, Redis, new keys' [D]='replay of one completed key, memory'
+	[E]='replay of one completed key, Redis'
+	[Q]='reverse_proxy -> app with its own guard, new keys' [R]='webhook_idempotency, Redis -> app, new keys'
+	[M]='webhook_idempotency, memory -> app, new keys' [P]='reverse_proxy -> app, no deduplication'
+	[Qr]='replays, answered by the app guard' [Rr]='replays, answered by webhook_idempotency (Redis)'
+	[Qk]='= Q, keepalive_idle_conns_per_host 256' [Rk]='= R, keepalive_idle_conns_per_host 256'
+)
+dashes() { printf -- '-%.0s' $(seq 1 "$1"); }
+table_head() { # width of the scenario column, then the names of the columns after p99
+	local w=$1 c
+	shift
+	printf "| %-${w}s | %8s | %8s | %8s |" scenario 'req/s' 'p50 ms' 'p99 ms'
+	for c in "$@"; do printf ' %-24s |' "$c"; done
+	printf '\n|%s|%s:|%s:|%s:|' "$(dashes $((w + 2)))" "$(dashes 9)" "$(dashes 9)" "$(dashes 9)"
+	for c in "$@"; do printf '%s|' "$(dashes 26)"; done
+	echo
+}
 {
 	echo
 	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the end)"
@@ -349,16 +452,9 @@ fi
 	echo
 	echo "per scenario: the median of its runs (req/s, p50, p99; A ran before each scenario in each round) and every run's req/s"
 	echo
-	printf '| %-42s | %8s | %8s | %8s | %-24s |\n' scenario 'req/s' 'p50 ms' 'p99 ms' 'req/s by run'
-	printf '|%s|%s:|%s:|%s:|%s|\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..9})" "$(printf -- '-%.0s' {1..26})"
+	table_head 42 'req/s by run'
 	for s in A B C D E; do
-		case $s in
-		A) d='A reverse_proxy alone' ;;
-		B) d='B + webhook_idempotency, memory, new keys' ;;
-		C) d='C + webhook_idempotency, Redis, new keys' ;;
-		D) d='D replay of one completed key, memory' ;;
-		E) d='E replay of one completed key, Redis' ;;
-		esac
+		d="$s ${DESC[$s]}"
 		rps=() p50=() p99=() bad=0
 		for r in $(seq 1 "$ROUNDS"); do
 			runs=("$s.$r")
@@ -373,7 +469,7 @@ fi
 	echo
 	echo "ratios: the median over the rounds of X/A, A measured just before X:"
 	for s in B C D E; do
-		case $s in B) t=0.90 ;; C) t=0.75 ;; D) t=1.30 ;; E) t=1.20 ;; esac
+		case $s in B) t=0.90 ;; C) t=0.85 ;; D) t=1.30 ;; E) t=2.50 ;; esac
 		ratios=()
 		for r in $(seq 1 "$ROUNDS"); do
 			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r.$s]}" 'BEGIN { printf "%.3f", x / a }')")
@@ -384,6 +480,47 @@ fi
 	echo
 	echo "Redis, new deliveries (C, last round): ${RT[C.$ROUNDS]}"
 	echo "Redis, replays (E, last round):        ${RT[E.$ROUNDS]}"
+	if [ "$APP" != 0 ]; then
+		echo
+		echo "in front of the application (bench/app/app.js, single-threaded Node, APP_WORK=$APP_WORK): wrk -t$THREADS -c$APP_CONNS --latency, $ROUNDS rounds of Q R M P Qr Rr Qk Rk, ${WARMUP}s warm-up + ${APP_DURATION}s each"
+		echo
+		table_head 52 'req/s by run' 'p99 ms by run'
+		for s in Q R M P Qr Rr Qk Rk; do
+			d="$s ${DESC[$s]}"
+			rps=() p50=() p99=() conns=() bad=0
+			for r in $(seq 1 "$ROUNDS"); do
+				rps+=("${RPS[$s.$r]}") p50+=("${P50[$s.$r]}") p99+=("${P99[$s.$r]}") conns+=("${CONN1K[$s.$r]}")
+				bad=$((bad + BAD[$s.$r]))
+			done
+			printf '| %-52s | %8s | %8s | %8s | %-24s | %-24s |\n' "$d" "$(median "${rps[@]}")" "$(median "${p50[@]}")" "$(median "${p99[@]}")" "${rps[*]}$([ "$bad" -gt 0 ] && echo " ($bad non-2xx)")" "${p99[*]}"
+			CONNS_BY[$s]="${conns[*]}"
+		done
+		echo
+		echo "ratios: the median over the rounds of X/Y, measured in the same round:"
+		for pair in R/Q:1.30 M/Q:0 P/Q:0 R/P:0 Rr/Qr:6.00 Rk/Qk:0; do
+			x=${pair%%/*} rest=${pair#*/} y=${rest%%:*} t=${pair##*:}
+			ratios=()
+			for r in $(seq 1 "$ROUNDS"); do
+				ratios+=("$(awk -v x="${RPS[$x.$r]}" -v y="${RPS[$y.$r]}" 'BEGIN { printf "%.3f", x / y }')")
+			done
+			awk -v n="$x/$y" -v r="$(median "${ratios[@]}")" -v t="$t" -v all="${ratios[*]}" 'BEGIN {
+				if (t > 0) printf "%s = %.2f (target >= %.2f: %s; rounds: %s)\n", n, r, t, (r >= t ? "met" : sprintf("missed by %.0f%%", (t - r) / t * 100)), all
+				else printf "%s = %.2f (rounds: %s)\n", n, r, all }'
+		done
+		for pair in R/Q M/Q P/Q R/P Rk/Qk; do
+			x=${pair%/*} y=${pair#*/}
+			ratios=()
+			for r in $(seq 1 "$ROUNDS"); do
+				ratios+=("$(awk -v x="${P99[$x.$r]}" -v y="${P99[$y.$r]}" 'BEGIN { printf "%.3f", x / y }')")
+			done
+			awk -v x="$x" -v y="$y" -v r="$(median "${ratios[@]}")" -v all="${ratios[*]}" 'BEGIN {
+				if (x == "R" && y == "Q") printf "p99(%s)/p99(%s) = %.2f (target <= 1.00: %s; rounds: %s)\n", x, y, r, (r <= 1 ? "met" : sprintf("missed by %.0f%%", (r - 1) * 100)), all
+				else printf "p99(%s)/p99(%s) = %.2f (rounds: %s)\n", x, y, r, all }'
+		done
+		echo "connections the application accepted per 1000 requests (reverse_proxy keeps at most 32 idle per upstream by default), by round:"
+		for s in Q R M P Qk Rk; do echo "  $s: ${CONNS_BY[$s]}"; done
+		echo "Redis, new deliveries (R, last round): ${RT[R.$ROUNDS]}"
+	fi
 	if [ "$FILL_KEYS" -gt 0 ]; then
 		echo
 		echo "memory store, $FILLED requests with unique keys ($FILL_RPS req/s, ${FILL_BAD:-0} non-2xx), ttl 1h, max_entries 2000000:"

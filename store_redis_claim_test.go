@@ -1,0 +1,113 @@
+package webhookidempotency
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// commandLog records the commands a client sends in pipelines (the store's
+// calls all go out that way), by name.
+type commandLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.mu.Lock()
+		for _, c := range cmds {
+			if n := c.Name(); n == "set" || n == "evalsha" || n == "eval" {
+				l.names = append(l.names, n)
+			}
+		}
+		l.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (l *commandLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.names
+	l.names = nil
+	return n
+}
+
+// A claim of an absent key and a claim of a completed key (a replay) are one
+// command each, SET with NX and GET, no script; a claim of a key in flight
+// takes the claim script after it, for the lease left.
+func TestRedisClaimOneCommand(t *testing.T) {
+	srv := startRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
+	log := new(commandLog)
+	s.client.client.AddHook(log)
+	ctx := context.Background()
+	key := "idem:test:one-command"
+
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := log.take()
+		if len(got) != len(want) {
+			t.Fatalf("%s: commands %v, want %v", what, got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s: commands %v, want %v", what, got, want)
+			}
+		}
+	}
+	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != stateClaimed {
+		t.Fatalf("claim: %v, %v", res.State, err)
+	}
+	check("claim of an absent key", "set")
+	res, err := s.Claim(ctx, key, "owner-b", 30*time.Second)
+	if err != nil || res.State != stateInFlight || res.LeaseLeft <= 29*time.Second {
+		t.Fatalf("claim of a key in flight: %v, lease left %v, %v", res.State, res.LeaseLeft, err)
+	}
+	check("claim of a key in flight", "set", "evalsha")
+	if err := s.Complete(ctx, key, "owner-a", testRecord("hello"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	if res, err := s.Claim(ctx, key, "owner-c", 30*time.Second); err != nil || res.State != stateCompleted {
+		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
+	}
+	check("claim of a completed key", "set")
+}
+
+// A Redis that rejects SET with NX and GET (older than 7.0) is claimed
+// with the claim script alone, with the same results.
+func TestRedisClaimWithoutSetGet(t *testing.T) {
+	srv := startRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
+	s.client.setGetUnsupported.Store(true)
+	log := new(commandLog)
+	s.client.client.AddHook(log)
+	ctx := context.Background()
+	key := "idem:test:script-only"
+
+	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != stateClaimed {
+		t.Fatalf("claim: %v, %v", res.State, err)
+	}
+	if res, err := s.Claim(ctx, key, "owner-b", 30*time.Second); err != nil || res.State != stateInFlight || res.LeaseLeft <= 29*time.Second {
+		t.Fatalf("claim of a key in flight: %v, lease left %v, %v", res.State, res.LeaseLeft, err)
+	}
+	if err := s.Complete(ctx, key, "owner-a", testRecord("hello"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Claim(ctx, key, "owner-c", 30*time.Second)
+	if err != nil || res.State != stateCompleted {
+		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
+	}
+	for _, n := range log.take() {
+		if n == "set" {
+			t.Fatal("a SET went out although Redis rejects SET with NX and GET")
+		}
+	}
+}
