@@ -67,8 +67,8 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	var timeout caddy.Duration
 	if len(args) == 2 {
 		var err error
-		if timeout, err = parsePositiveDuration(args[1]); err != nil {
-			return 0, 0, fmt.Errorf("invalid in_flight wait timeout '%s': %v", args[1], err)
+		if timeout, err = parsePositiveDuration("in_flight wait timeout", args[1]); err != nil {
+			return 0, 0, err
 		}
 	}
 	return mode, timeout, nil
@@ -212,15 +212,16 @@ func parseStatusSpec(v string) (lo, hi int, ok bool) {
 // and a 1xx is not a final answer.
 const statusNeverRecorded = "a 5xx answer must be processed again when the provider retries, and a 1xx is not a final answer"
 
-// parsePositiveDuration parses a duration with caddy.ParseDuration (`1d`
-// works) and refuses zero and negative values.
-func parsePositiveDuration(s string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(s)
-	if err != nil {
-		return 0, err
+// parsePositiveDuration parses the duration of an option with
+// caddy.ParseDuration (`1d` works) and refuses zero and negative values;
+// errors name the option: `invalid ttl '0s': must be positive`.
+func parsePositiveDuration(what, v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err == nil && dur <= 0 {
+		err = errors.New("must be positive")
 	}
-	if dur <= 0 {
-		return 0, errors.New("must be positive")
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s '%s': %v", what, v, err)
 	}
 	return caddy.Duration(dur), nil
 }
@@ -256,15 +257,15 @@ func validMethod(m string) bool {
 func hasPlaceholder(v string) bool { return strings.Contains(v, "{") }
 
 // checkHTTPURL checks an absolute http(s) URL with a host, such as an
-// inbox's deliver_to or a verify url. A URL with a placeholder is checked
-// once Provision has resolved it.
-func checkHTTPURL(v string) error {
+// inbox's deliver_to or a verify url; errors name the option. A URL with a
+// placeholder is checked once Provision has resolved it.
+func checkHTTPURL(what, v string) error {
 	if hasPlaceholder(v) {
 		return nil
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return errors.New("want an absolute http:// or https:// URL with a host")
+		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
 	}
 	return nil
 }
@@ -315,12 +316,7 @@ func checkConcurrency(v string) (int, error) {
 var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are delivered to")
 
 // checkDeliverTo checks a deliver_to URL.
-func checkDeliverTo(v string) error {
-	if err := checkHTTPURL(v); err != nil {
-		return fmt.Errorf("invalid inbox deliver_to '%s': %v", v, err)
-	}
-	return nil
-}
+func checkDeliverTo(v string) error { return checkHTTPURL("inbox deliver_to", v) }
 
 // The rules of the archive's options, shared by the Caddyfile parser and
 // newArchive.
@@ -328,11 +324,7 @@ func checkDeliverTo(v string) error {
 // parseArchiveRetention parses the archive's retention, a positive
 // duration (`30d` works).
 func parseArchiveRetention(v string) (caddy.Duration, error) {
-	dur, err := parsePositiveDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("invalid archive retention '%s': %v", v, err)
-	}
-	return dur, nil
+	return parsePositiveDuration("archive retention", v)
 }
 
 // parseMaxEvents accepts a positive integer.
@@ -357,9 +349,4 @@ func parseArchiveBodies(v string) (bool, error) {
 }
 
 // checkRedeliverTo checks a redeliver_to URL.
-func checkRedeliverTo(v string) error {
-	if err := checkHTTPURL(v); err != nil {
-		return fmt.Errorf("invalid archive redeliver_to '%s': %v", v, err)
-	}
-	return nil
-}
+func checkRedeliverTo(v string) error { return checkHTTPURL("archive redeliver_to", v) }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -51,48 +50,31 @@ func checkStoneOptions(scheme string, cfg VerifyConfig) error {
 		return errors.New("jwks_url and jwks_file both give Stone's key set: use one")
 	}
 	if cfg.JWKSURL != "" {
-		if err := checkHTTPURL(cfg.JWKSURL); err != nil {
-			return fmt.Errorf("invalid jwks_url '%s': %v", cfg.JWKSURL, err)
-		}
+		return checkHTTPURL("jwks_url", cfg.JWKSURL)
 	}
 	return nil
 }
 
-// parseKeyMaterial applies Stone's options: private_key, jwks_url and
-// jwks_file (one value each, at the top of the block or in verify) and
-// decrypt (none), checked as Provision checks them.
-func (h *Handler) parseKeyMaterial(d *caddyfile.Dispenser, name, what string, args []string) error {
+// setKeyMaterial applies one of Stone's options, its value checked by the
+// Caddyfile parser: private_key, jwks_url and jwks_file (one value each, at
+// the top of the block or in verify) and decrypt (none), checked as
+// Provision checks them.
+func (h *Handler) setKeyMaterial(name, val string) error {
 	if h.Verify == nil {
 		h.Verify = new(VerifyConfig)
 	}
 	v := h.Verify
-	if name == "decrypt" {
-		if len(args) != 0 {
-			return d.Errf("%s takes no value, got %d", what, len(args))
-		}
+	switch name {
+	case "private_key":
+		v.PrivateKey = val
+	case "jwks_url":
+		v.JWKSURL = val
+	case "jwks_file":
+		v.JWKSFile = val
+	case "decrypt":
 		v.Decrypt = true
-	} else {
-		val, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
-		switch name {
-		case "private_key":
-			v.PrivateKey = val
-		case "jwks_url":
-			v.JWKSURL = val
-		case "jwks_file":
-			v.JWKSFile = val
-		}
 	}
-	scheme := v.Scheme
-	if scheme == "" {
-		scheme = h.Provider
-	}
-	if err := checkStoneOptions(scheme, *v); err != nil {
-		return d.Errf("%v", err)
-	}
-	return nil
+	return checkStoneOptions(h.verifyScheme(), *v)
 }
 
 // provisionStone builds Stone's scheme: the partner's private key, and
@@ -122,8 +104,8 @@ func (h *Handler) provisionStone(ctx caddy.Context, cfg VerifyConfig) error {
 		if url, err = repl.ReplaceOrErr(cfg.JWKSURL, true, true); err != nil {
 			return fmt.Errorf("resolving jwks_url: %v", err)
 		}
-		if err := checkHTTPURL(url); err != nil {
-			return fmt.Errorf("invalid jwks_url '%s': %v", url, err)
+		if err := checkHTTPURL("jwks_url", url); err != nil {
+			return err
 		}
 	}
 	keys, err := loadStoneKeys(ctx.Logger(), url, file)

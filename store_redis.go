@@ -319,64 +319,52 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		s.URL = u
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "redis store '" + name + "'"
-		args := d.RemainingArgs()
-		switch name {
-		case "address":
-			if err := someValues(d, what, args); err != nil {
-				return err
+	return parseBlock(d, "redis store", redisOptions, s.setOption)
+}
+
+// redisOptions are the subdirectives of the redis store's block and the
+// values each takes.
+var redisOptions = map[string]arity{
+	"address": takesSome, "username": takesOne, "password": takesOne, "db": takesOne,
+	"master_name": takesOne, "tls": takesNone, "key_prefix": takesOne, "timeout": takesOne,
+	"pool_size": takesOne,
+}
+
+// setOption applies a subdirective of the block, its values checked by the
+// parser (v is the first).
+func (s *RedisStore) setOption(name, v string, args []string) (err error) {
+	switch name {
+	case "address":
+		for _, a := range args {
+			if _, _, err := net.SplitHostPort(a); err != nil && !hasPlaceholder(a) {
+				return fmt.Errorf("invalid redis address '%s': want host:port", a)
 			}
-			for _, a := range args {
-				if _, _, err := net.SplitHostPort(a); err != nil && !hasPlaceholder(a) {
-					return d.Errf("invalid redis address '%s': want host:port", a)
-				}
-			}
-			s.Addresses = append(s.Addresses, args...)
-			continue
-		case "tls":
-			if len(args) > 0 {
-				return d.Errf("%s takes no value, got %d", what, len(args))
-			}
-			s.TLS = true
-			continue
-		case "username", "password", "master_name", "key_prefix", "db", "pool_size", "timeout":
-		default:
-			return d.Errf("unrecognized redis store subdirective '%s'", name)
 		}
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
+		s.Addresses = append(s.Addresses, args...)
+	case "username":
+		s.Username = v
+	case "password":
+		s.Password = v
+	case "db", "pool_size":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || (name == "pool_size" && n == 0) {
+			return fmt.Errorf("invalid %s '%s': want a non-negative integer", name, v)
 		}
-		switch name {
-		case "username":
-			s.Username = v
-		case "password":
-			s.Password = v
-		case "master_name":
-			s.MasterName = v
-		case "key_prefix":
-			s.Prefix = v
-		case "db", "pool_size":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || (name == "pool_size" && n == 0) {
-				return d.Errf("invalid %s '%s': want a non-negative integer", name, v)
-			}
-			if name == "db" {
-				s.DB = n
-			} else {
-				s.PoolSize = n
-			}
-		case "timeout":
-			dur, err := parsePositiveDuration(v)
-			if err != nil {
-				return d.Errf("invalid timeout '%s': %v", v, err)
-			}
-			s.Timeout = dur
+		if name == "db" {
+			s.DB = n
+		} else {
+			s.PoolSize = n
 		}
+	case "master_name":
+		s.MasterName = v
+	case "tls":
+		s.TLS = true
+	case "key_prefix":
+		s.Prefix = v
+	case "timeout":
+		s.Timeout, err = parsePositiveDuration("timeout", v)
 	}
-	return nil
+	return err
 }
 
 // Interface guards

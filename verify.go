@@ -170,8 +170,8 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resolving url: %v", err)
 		}
-		if err := checkHTTPURL(u); err != nil {
-			return nil, fmt.Errorf("invalid url '%s': %v", u, err)
+		if err := checkHTTPURL("url", u); err != nil {
+			return nil, err
 		}
 		cfg.URL = u
 	}
