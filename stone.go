@@ -20,31 +20,20 @@ import (
 // provisioning, and what it changes on the request path (the key and body
 // are the verified event).
 
-// stoneOptionsUsed names the stone-only options a verify config sets.
-func stoneOptionsUsed(cfg VerifyConfig) []string {
-	var used []string
-	if cfg.PrivateKey != "" {
-		used = append(used, "private_key")
-	}
-	if cfg.JWKSURL != "" {
-		used = append(used, "jwks_url")
-	}
-	if cfg.JWKSFile != "" {
-		used = append(used, "jwks_file")
-	}
-	if cfg.Decrypt {
-		used = append(used, "decrypt")
-	}
-	return used
-}
+// stoneOptions are the verify options only the stone scheme takes.
+var stoneOptions = map[string]bool{"private_key": true, "jwks_url": true, "jwks_file": true, "decrypt": true}
 
 // checkStoneOptions is the rule of the stone options, for the Caddyfile
 // parser (as they are read; scheme "" while it is not known yet) and for
 // Provision: only `stone` takes them, jwks_url and jwks_file exclude each
 // other, and jwks_url is an http(s) URL.
 func checkStoneOptions(scheme string, cfg VerifyConfig) error {
-	if used := stoneOptionsUsed(cfg); len(used) > 0 && scheme != "" && scheme != "stone" && scheme != "off" {
-		return fmt.Errorf("%s: only the stone scheme takes %s", scheme, used[0])
+	if scheme != "" && scheme != "stone" && scheme != "off" {
+		for _, name := range cfg.optionsSet() {
+			if stoneOptions[name] {
+				return fmt.Errorf("%s: only the stone scheme takes %s", scheme, name)
+			}
+		}
 	}
 	if cfg.JWKSURL != "" && cfg.JWKSFile != "" {
 		return errors.New("jwks_url and jwks_file both give Stone's key set: use one")
