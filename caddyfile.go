@@ -220,13 +220,8 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 			return fmt.Errorf("unknown provider '%s'", v)
 		}
 		h.Provider = v
-	case "secret":
-		if h.Verify == nil {
-			h.Verify = new(VerifyConfig)
-		}
-		h.Verify.Secrets = append(h.Verify.Secrets, args...)
-	case "private_key", "jwks_url", "jwks_file", "decrypt":
-		return h.setKeyMaterial(name, v)
+	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt":
+		return h.setVerifyOption(name, v, args)
 	case "header":
 		if *keySet {
 			return errors.New("'header' and 'key' both set the key: use one")
@@ -299,8 +294,8 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 			return err
 		}
 		h.Fail = v
-	case "public_key", "verify_token", "handshake":
-		return h.setKeyOption(name, v, args)
+	case "verify_token", "handshake":
+		return h.setHandshakeOption(name, v)
 	}
 	return nil
 }

@@ -10,13 +10,9 @@ import (
 // and handshakes (docs/providers.md: Public keys, Handshakes), with the
 // rules of verify.go, keymaterial.go and handshake.go.
 
-// setKeyOption applies `public_key <key>...`, `verify_token <token>` and
-// `handshake on|off` from the handler's block or its line, their values
-// checked by the parser (v is the first).
-func (h *Handler) setKeyOption(name, v string, args []string) error {
-	if name == "public_key" {
-		return h.addPublicKeys(args)
-	}
+// setHandshakeOption applies `verify_token <token>` or `handshake on|off`
+// from the handler's block or its line.
+func (h *Handler) setHandshakeOption(name, v string) error {
 	token, handshake := h.VerifyToken, h.Handshake
 	if name == "verify_token" {
 		token = v
@@ -33,9 +29,6 @@ func (h *Handler) setKeyOption(name, v string, args []string) error {
 // addPublicKeys adds `public_key` values to the verify config, checking
 // those without placeholders against the scheme when it is known by then.
 func (h *Handler) addPublicKeys(keys []string) error {
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
 	if scheme := h.verifyScheme(); scheme != "" && scheme != "off" {
 		for i, k := range keys {
 			if err := checkPublicKey(scheme, k); err != nil {
@@ -86,17 +79,20 @@ var verifyBlockOptions = map[string]arity{
 	"prefix": takesOne, "tolerance": takesOne, "url": takesOne, "padding": takesOne,
 }
 
-// setVerifyOption applies a subdirective of the verify block, its values
+// setVerifyOption applies a subdirective of the verify block, or one of
+// the verify options the handler's block takes as well (secret,
+// public_key, private_key, jwks_url, jwks_file, decrypt), its values
 // checked by the parser (v is the first).
 func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
+	if h.Verify == nil {
+		h.Verify = new(VerifyConfig)
+	}
 	cfg := h.Verify
 	switch name {
 	case "secret":
 		cfg.Secrets = append(cfg.Secrets, args...)
 	case "public_key":
 		err = h.addPublicKeys(args)
-	case "private_key", "jwks_url", "jwks_file":
-		err = h.setKeyMaterial(name, v)
 	case "header":
 		cfg.Header = v
 	case "algorithm":
@@ -115,6 +111,17 @@ func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
 	case "padding":
 		cfg.Padding = v
 		_, err = parsePadding(v)
+	case "private_key":
+		cfg.PrivateKey = v
+	case "jwks_url":
+		cfg.JWKSURL = v
+	case "jwks_file":
+		cfg.JWKSFile = v
+	case "decrypt":
+		cfg.Decrypt = true
+	}
+	if err == nil && stoneOptions[name] {
+		err = checkStoneOptions(h.verifyScheme(), *cfg)
 	}
 	return err
 }

@@ -44,28 +44,6 @@ func checkStoneOptions(scheme string, cfg VerifyConfig) error {
 	return nil
 }
 
-// setKeyMaterial applies one of Stone's options, its value checked by the
-// Caddyfile parser: private_key, jwks_url and jwks_file (one value each, at
-// the top of the block or in verify) and decrypt (none), checked as
-// Provision checks them.
-func (h *Handler) setKeyMaterial(name, val string) error {
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
-	v := h.Verify
-	switch name {
-	case "private_key":
-		v.PrivateKey = val
-	case "jwks_url":
-		v.JWKSURL = val
-	case "jwks_file":
-		v.JWKSFile = val
-	case "decrypt":
-		v.Decrypt = true
-	}
-	return checkStoneOptions(h.verifyScheme(), *v)
-}
-
 // provisionStone builds Stone's scheme: the partner's private key, and
 // the shared key set of jwks_file or jwks_url (default: production).
 func (h *Handler) provisionStone(ctx caddy.Context, cfg VerifyConfig) error {
