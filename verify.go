@@ -203,22 +203,16 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 
 // newHMACVerifier builds the generic `hmac` scheme.
 func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if cfg.Header == "" {
-		return nil, errors.New("a header is required (header <name> in the verify block)")
+	enc, err := signatureEncoding(cfg, signature.Hex)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Padding != "" {
+		return nil, errors.New("hmac takes no padding")
 	}
 	h, err := hashFunc(cfg.Algorithm)
 	if err != nil {
 		return nil, err
-	}
-	enc, err := parseEncoding(cfg.Encoding)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.URL != "" {
-		return nil, errors.New("hmac signs no url (the twilio, square and hubspot schemes do)")
-	}
-	if cfg.Padding != "" {
-		return nil, errors.New("hmac takes no padding")
 	}
 	return signature.NewHMAC(cfg.Header, cfg.Prefix, h, enc, cfg.Secrets)
 }
