@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rsa"
@@ -209,11 +210,7 @@ func rsaHash(name string) (crypto.Hash, error) {
 // parsePadding parses `padding pkcs1 | pss`; the Caddyfile parser and
 // Provision both call it. Default: pkcs1.
 func parsePadding(name string) (signature.RSAPadding, error) {
-	switch name {
-	case "", "pkcs1":
-		return signature.PKCS1v15, nil
-	case "pss":
-		return signature.PSS, nil
-	}
-	return 0, fmt.Errorf("invalid padding '%s': want pkcs1 or pss", name)
+	return keywords[signature.RSAPadding]{
+		{"pkcs1", signature.PKCS1v15}, {"pss", signature.PSS},
+	}.parse("padding", cmp.Or(name, "pkcs1"))
 }

@@ -74,6 +74,41 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	return mode, timeout, nil
 }
 
+// keyword is a word an option takes and what it stands for.
+type keyword[T any] struct {
+	word  string
+	value T
+}
+
+// keywords are the words an option takes, in the order its errors list
+// them.
+type keywords[T any] []keyword[T]
+
+// parse returns what word stands for; errors name the option and list the
+// words: `invalid encoding 'base32': want hex or base64`.
+func (ks keywords[T]) parse(option, word string) (T, error) {
+	for _, k := range ks {
+		if k.word == word {
+			return k.value, nil
+		}
+	}
+	var zero T
+	return zero, fmt.Errorf("invalid %s '%s': want %s", option, word, ks)
+}
+
+// String lists the words: `a, b or c`.
+func (ks keywords[T]) String() string {
+	words := make([]string, len(ks))
+	for i, k := range ks {
+		words[i] = k.word
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + " or " + words[last]
+}
+
+// onOff are the words of a switch such as `bodies on | off`.
+var onOff = keywords[bool]{{"on", true}, {"off", false}}
+
 // Values of `mismatch`.
 const (
 	mismatchReplay = "replay"
@@ -83,13 +118,7 @@ const (
 // parseMismatch parses `mismatch replay | reject`; it reports whether a
 // duplicate with another body is rejected.
 func parseMismatch(v string) (reject bool, err error) {
-	switch v {
-	case mismatchReplay:
-		return false, nil
-	case mismatchReject:
-		return true, nil
-	}
-	return false, fmt.Errorf("invalid mismatch '%s': want replay or reject", v)
+	return keywords[bool]{{mismatchReplay, false}, {mismatchReject, true}}.parse("mismatch", v)
 }
 
 // Values of `fail`.
@@ -110,16 +139,11 @@ func defaultFail(inbox bool) string {
 // parseFail parses `fail open | closed`; it reports whether the handler
 // fails closed. An inbox never fails open.
 func parseFail(v string, inbox bool) (closed bool, err error) {
-	switch v {
-	case failClosed:
-		return true, nil
-	case failOpen:
-		if inbox {
-			return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
-		}
-		return false, nil
+	closed, err = keywords[bool]{{failOpen, false}, {failClosed, true}}.parse("fail", v)
+	if err == nil && !closed && inbox {
+		return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
 	}
-	return false, fmt.Errorf("invalid fail '%s': want open or closed", v)
+	return closed, err
 }
 
 // checkInboxStore refuses an inbox on any store but redis (module is the
@@ -338,15 +362,7 @@ func parseMaxEvents(v string) (int, error) {
 
 // parseArchiveBodies parses `bodies on | off`; it reports whether bodies
 // are kept.
-func parseArchiveBodies(v string) (bool, error) {
-	switch v {
-	case "on":
-		return true, nil
-	case "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("invalid archive bodies '%s': want on or off", v)
-}
+func parseArchiveBodies(v string) (bool, error) { return onOff.parse("archive bodies", v) }
 
 // checkRedeliverTo checks a redeliver_to URL.
 func checkRedeliverTo(v string) error { return checkHTTPURL("archive redeliver_to", v) }
