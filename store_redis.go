@@ -75,11 +75,10 @@ type RedisStore struct {
 	// CPU (go-redis's default).
 	PoolSize int `json:"pool_size,omitempty"`
 
-	client   *redisClient
-	poolKey  string
-	released bool
-	timeout  time.Duration
-	logger   *zap.Logger
+	client  *redisClient
+	ref     poolRef // on client
+	timeout time.Duration
+	logger  *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -128,14 +127,15 @@ func (s *RedisStore) provision(logger *zap.Logger) error {
 		return fmt.Errorf("redis store: db %d is not available with Redis Cluster (several addresses): Cluster has database 0 only", conn.db)
 	}
 
-	s.poolKey = conn.key()
-	val, loaded, err := redisPool.LoadOrNew(s.poolKey, func() (caddy.Destructor, error) {
+	key := conn.key()
+	val, loaded, err := redisPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newRedisClient(conn, s.logger), nil
 	})
 	if err != nil {
 		return fmt.Errorf("redis store: %v", err)
 	}
 	s.client = val.(*redisClient)
+	s.ref = poolRef{redisPool, key}
 	if !loaded {
 		s.client.checkReachable(min(s.timeout, redisPingTimeoutMax))
 	}
@@ -166,14 +166,7 @@ func (s *RedisStore) Validate() error {
 // requests may still be running, so the store stays usable: the client
 // lives on while the new configuration shares it, and otherwise closes once
 // the claims taken through it are completed or released (see Destruct).
-func (s *RedisStore) Cleanup() error {
-	if s.client == nil || s.released {
-		return nil
-	}
-	s.released = true
-	_, err := redisPool.Delete(s.poolKey)
-	return err
-}
+func (s *RedisStore) Cleanup() error { return s.ref.release() }
 
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
@@ -247,13 +240,13 @@ func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Scrip
 // caller's own, which release gives back: the store may be cleaned up
 // before the caller is done with the client.
 func (s *RedisStore) acquireClient() (c *redisClient, release func(), err error) {
-	val, _, err := redisPool.LoadOrNew(s.poolKey, func() (caddy.Destructor, error) {
+	val, _, err := redisPool.LoadOrNew(s.ref.key, func() (caddy.Destructor, error) {
 		return nil, errors.New("redis client gone")
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return val.(*redisClient), func() { _, _ = redisPool.Delete(s.poolKey) }, nil
+	return val.(*redisClient), func() { _, _ = redisPool.Delete(s.ref.key) }, nil
 }
 
 // streamKeys returns the Redis keys of a source's inbox: the stream of
