@@ -68,6 +68,9 @@ type adminHandler func(w http.ResponseWriter, r *http.Request, src *adminSource)
 // adminMethods maps each method a route allows to its handler.
 type adminMethods map[string]adminHandler
 
+// idHandler serves a route for the key or id in its path (see withID).
+type idHandler func(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error
+
 // handle routes a request by its path. Path segments are unescaped, so a
 // source, key or id may be percent-encoded (a key with a '/' must be).
 func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
@@ -120,59 +123,67 @@ func sourceRoute(p []string) adminMethods {
 	case n == 0:
 		return adminMethods{http.MethodGet: handleSource}
 	case n == 2 && p[0] == "keys":
-		key := p[1]
 		return adminMethods{
-			http.MethodGet:    func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleKey(w, r, s, key) },
-			http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleForget(w, r, s, key) },
+			http.MethodGet:    withID(handleKey, p[1]),
+			http.MethodDelete: withID(handleForget, p[1]),
 		}
-	case p[0] == "events":
-		return eventsRoute(p[1:])
-	case p[0] == "dead":
-		return deadRoute(p[1:])
-	}
-	return nil
-}
-
-// eventsRoute returns the handlers of a path under /<source>/events.
-func eventsRoute(p []string) adminMethods {
-	switch {
-	case len(p) == 0:
-		return adminMethods{http.MethodGet: handleEvents}
-	case len(p) == 1 && p[0] == "export":
+	case n == 2 && p[0] == "events" && p[1] == "export":
 		return adminMethods{http.MethodGet: handleExport}
-	case len(p) == 1 && p[0] == "redeliver":
-		return adminMethods{http.MethodPost: handleRedeliverEvents}
-	case len(p) == 1:
-		id := p[0]
-		return adminMethods{http.MethodGet: func(w http.ResponseWriter, r *http.Request, s *adminSource) error { return handleEvent(w, r, s, id) }}
-	case len(p) == 2 && p[1] == "redeliver":
-		id := p[0]
-		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
-			return handleRedeliverEvent(w, r, s, id)
-		}}
+	case p[0] == "events":
+		return archiveRoutes.route(p[1:])
+	case p[0] == "dead":
+		return deadRoutes.route(p[1:])
 	}
 	return nil
 }
 
-// deadRoute returns the handlers of a path under /<source>/dead.
-func deadRoute(p []string) adminMethods {
+// eventRoutes are the handlers of a list of events under a source: the
+// archive's (/events) or the inbox's dead letters (/dead).
+type eventRoutes struct {
+	list         adminHandler // GET /
+	redeliverAll adminHandler // POST /redeliver
+	oneMethod    string       // the method of /<id>
+	one          idHandler    // oneMethod /<id>
+	redeliver    idHandler    // POST /<id>/redeliver
+}
+
+var (
+	archiveRoutes = eventRoutes{
+		list:         handleEvents,
+		redeliverAll: handleRedeliverEvents,
+		oneMethod:    http.MethodGet,
+		one:          handleEvent,
+		redeliver:    handleRedeliverEvent,
+	}
+	deadRoutes = eventRoutes{
+		list:         handleDead,
+		redeliverAll: handleRedeliverAllDead,
+		oneMethod:    http.MethodDelete,
+		one:          handleDiscardDead,
+		redeliver:    handleRedeliverDead,
+	}
+)
+
+// route returns the handlers of a path under the list.
+func (l eventRoutes) route(p []string) adminMethods {
 	switch {
 	case len(p) == 0:
-		return adminMethods{http.MethodGet: handleDead}
+		return adminMethods{http.MethodGet: l.list}
 	case len(p) == 1 && p[0] == "redeliver":
-		return adminMethods{http.MethodPost: handleRedeliverAllDead}
+		return adminMethods{http.MethodPost: l.redeliverAll}
 	case len(p) == 1:
-		id := p[0]
-		return adminMethods{http.MethodDelete: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
-			return handleDiscardDead(w, r, s, id)
-		}}
+		return adminMethods{l.oneMethod: withID(l.one, p[0])}
 	case len(p) == 2 && p[1] == "redeliver":
-		id := p[0]
-		return adminMethods{http.MethodPost: func(w http.ResponseWriter, r *http.Request, s *adminSource) error {
-			return handleRedeliverDead(w, r, s, id)
-		}}
+		return adminMethods{http.MethodPost: withID(l.redeliver, p[0])}
 	}
 	return nil
+}
+
+// withID binds the key or id of a route's path to its handler.
+func withID(handle idHandler, id string) adminHandler {
+	return func(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+		return handle(w, r, src, id)
+	}
 }
 
 // adminSource is a source of the running configuration and its handlers

@@ -57,13 +57,18 @@ func handleDead(w http.ResponseWriter, r *http.Request, src *adminSource) error 
 	return writeJSON(w, events)
 }
 
-// deadID checks a dead letter's id from the path: a whole id, since <ms>
-// alone would name every event of that millisecond.
-func deadID(ib *inbox, id string) error {
-	if !validStreamID(id) || !strings.Contains(id, "-") {
-		return errNoDead(ib, id)
+// deadLetterInbox returns the source's inbox, once it has checked a dead
+// letter's id from the path: a whole id, since <ms> alone would name every
+// event of that millisecond.
+func deadLetterInbox(src *adminSource, id string) (*inbox, error) {
+	ib, err := src.inbox()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if !validStreamID(id) || !strings.Contains(id, "-") {
+		return nil, errNoDead(ib, id)
+	}
+	return ib, nil
 }
 
 func errNoDead(ib *inbox, id string) error {
@@ -73,11 +78,8 @@ func errNoDead(ib *inbox, id string) error {
 // handleRedeliverDead moves a dead-lettered event back into the inbox
 // stream, where it is delivered again with a fresh retry schedule.
 func handleRedeliverDead(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error {
-	ib, err := src.inbox()
+	ib, err := deadLetterInbox(src, id)
 	if err != nil {
-		return err
-	}
-	if err := deadID(ib, id); err != nil {
 		return err
 	}
 	newID, err := ib.redeliver(r.Context(), id)
@@ -109,11 +111,8 @@ func handleRedeliverAllDead(w http.ResponseWriter, r *http.Request, src *adminSo
 // handleDiscardDead deletes a dead-lettered event: 204, or 404 when there
 // is no such event.
 func handleDiscardDead(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error {
-	ib, err := src.inbox()
+	ib, err := deadLetterInbox(src, id)
 	if err != nil {
-		return err
-	}
-	if err := deadID(ib, id); err != nil {
 		return err
 	}
 	deleted, err := ib.discard(r.Context(), id)

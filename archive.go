@@ -92,51 +92,39 @@ func (ac *ArchiveConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, inline bool)
 	if inline {
 		return nil
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "archive '" + name + "'"
-		args := d.RemainingArgs()
-		if name == "redact" {
-			if err := someValues(d, what, args); err != nil {
-				return err
-			}
-			for _, a := range args {
-				if _, _, err := parseRedactRule(a); err != nil {
-					return d.Errf("%v", err)
-				}
-			}
-			ac.Redact = append(ac.Redact, args...)
-			continue
-		}
-		if !archiveValueOptions[name] {
-			return d.Errf("unrecognized archive subdirective '%s'", name)
-		}
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
-		switch name {
-		case "retention":
-			ac.Retention, err = parseArchiveRetention(v)
-		case "max_events":
-			ac.MaxEvents, err = parseMaxEvents(v)
-		case "bodies":
-			ac.Bodies = v
-			_, err = parseArchiveBodies(v)
-		case "redeliver_to":
-			ac.RedeliverTo = v
-			err = checkRedeliverTo(v)
-		}
-		if err != nil {
-			return d.Errf("%v", err)
-		}
-	}
-	return nil
+	return parseBlock(d, "archive", archiveOptions, ac.setOption)
 }
 
-// archiveValueOptions are the archive subdirectives that take one value.
-var archiveValueOptions = map[string]bool{
-	"retention": true, "max_events": true, "bodies": true, "redeliver_to": true,
+// archiveOptions are the subdirectives of the archive block and the values
+// each takes.
+var archiveOptions = map[string]arity{
+	"retention": takesOne, "max_events": takesOne, "bodies": takesOne, "redact": takesSome,
+	"redeliver_to": takesOne,
+}
+
+// setOption applies a subdirective of the archive block, its values
+// checked by the parser (v is the first).
+func (ac *ArchiveConfig) setOption(name, v string, args []string) (err error) {
+	switch name {
+	case "retention":
+		ac.Retention, err = parseArchiveRetention(v)
+	case "max_events":
+		ac.MaxEvents, err = parseMaxEvents(v)
+	case "bodies":
+		ac.Bodies = v
+		_, err = parseArchiveBodies(v)
+	case "redact":
+		for _, a := range args {
+			if _, _, err := parseRedactRule(a); err != nil {
+				return err
+			}
+		}
+		ac.Redact = append(ac.Redact, args...)
+	case "redeliver_to":
+		ac.RedeliverTo = v
+		err = checkRedeliverTo(v)
+	}
+	return err
 }
 
 // archive is the runtime of one handler's archive.

@@ -98,10 +98,9 @@ func (r *archiveRing) trim(retention time.Duration) {
 type memoryArchive struct {
 	store     *MemoryStore
 	ring      *archiveRing
-	poolKey   string
+	ref       poolRef // on ring
 	retention time.Duration
-	mu        sync.Mutex
-	released  bool
+	mu        sync.Mutex // guards ref
 }
 
 func newMemoryArchive(s *MemoryStore, a *archive) (*memoryArchive, error) {
@@ -112,7 +111,7 @@ func newMemoryArchive(s *MemoryStore, a *archive) (*memoryArchive, error) {
 	}
 	ring := v.(*archiveRing)
 	ring.setMax(a.maxEvents)
-	return &memoryArchive{store: s, ring: ring, poolKey: key, retention: a.retention}, nil
+	return &memoryArchive{store: s, ring: ring, ref: poolRef{archiveRings, key}, retention: a.retention}, nil
 }
 
 func (m *memoryArchive) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *archiveEntry) (err, appendErr error) {
@@ -173,10 +172,7 @@ func (m *memoryArchive) timeout() time.Duration { return time.Second }
 func (m *memoryArchive) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.released {
-		m.released = true
-		_, _ = archiveRings.Delete(m.poolKey)
-	}
+	_ = m.ref.release()
 }
 
 // Interface guards

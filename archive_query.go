@@ -251,7 +251,7 @@ func parseQueryTime(name, v string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return t, nil
 	}
-	if d, err := parsePositiveDuration(v); err == nil {
+	if d, err := parsePositiveDuration(name, v); err == nil {
 		return now().Add(-time.Duration(d)), nil
 	}
 	return time.Time{}, fmt.Errorf("invalid %s %q: want an RFC 3339 time such as 2025-01-02T15:04:05Z or a duration before now such as 1h", name, v)

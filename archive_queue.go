@@ -103,14 +103,9 @@ func (q *archiveQueue) flush() {
 // stop closes the queue and waits, at most archiveStopWait, for the
 // events it holds to be appended; events added afterwards are dropped.
 func (q *archiveQueue) stop() {
-	q.mu.Lock()
-	if q.stopped {
-		q.mu.Unlock()
+	if !q.seal() {
 		return
 	}
-	q.stopped = true
-	close(q.ch)
-	q.mu.Unlock()
 	started := true
 	q.start.Do(func() { started = false })
 	if !started {
@@ -121,6 +116,19 @@ func (q *archiveQueue) stop() {
 	case <-time.After(archiveStopWait):
 		q.a.logger.Warn("the archive queue was still appending when the configuration stopped; its last events finish in the background")
 	}
+}
+
+// seal stops the queue taking events and closes its channel; it reports
+// false when the queue was already sealed.
+func (q *archiveQueue) seal() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return false
+	}
+	q.stopped = true
+	close(q.ch)
+	return true
 }
 
 // The archive's metrics (docs/operating.md#metrics).

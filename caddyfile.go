@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -160,90 +161,89 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// inlineOptions are the options that may be given on the directive line.
-var inlineOptions = map[string]bool{
-	"source": true, "provider": true, "secret": true, "verify": true, "header": true,
-	"key": true, "ttl": true, "lease": true, "in_flight": true, "cache_status": true,
-	"mismatch": true, "max_body": true, "body_timeout": true, "max_response": true, "methods": true,
-	"fail": true, "store": true, "public_key": true, "verify_token": true, "handshake": true,
-	"private_key": true, "jwks_url": true, "jwks_file": true, "archive": true,
+// lineOptions are the options of the handler that take their values on
+// one line (parseOption), and how many each takes.
+var lineOptions = map[string]arity{
+	"source": takesOne, "provider": takesOne, "secret": takesSome, "header": takesOne,
+	"key": takesSome, "ttl": takesOne, "lease": takesOne, "in_flight": takesSome,
+	"cache_status": takesSome, "mismatch": takesOne, "max_body": takesOne, "body_timeout": takesOne,
+	"max_response": takesOne, "methods": takesSome, "fail": takesOne, "public_key": takesSome,
+	"verify_token": takesOne, "handshake": takesOne, "private_key": takesOne, "jwks_url": takesOne,
+	"jwks_file": takesOne, "decrypt": takesNone,
 }
 
-// blockOptions are the subdirectives of the block: the inline options and
-// inbox.
+// blockOptions are the subdirectives of the handler's block: the line
+// options, store, verify, inbox and archive.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"inbox": true, "decrypt": true}
-	for k := range inlineOptions {
-		m[k] = true
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true}
+	for name := range lineOptions {
+		m[name] = true
 	}
 	return m
 }()
 
-// parseOption applies one single-line option with its values.
+// inlineOptions are the options that may be given on the directive line:
+// the line options that take a value, store, verify and archive.
+var inlineOptions = func() map[string]bool {
+	m := map[string]bool{"store": true, "verify": true, "archive": true}
+	for name, a := range lineOptions {
+		if a != takesNone {
+			m[name] = true
+		}
+	}
+	return m
+}()
+
+// parseOption applies one line option with its values.
 func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string, keySet, headerSet *bool) error {
-	what := "'" + name + "'"
+	v, err := lineOptions[name].check(d, "'"+name+"'", args)
+	if err != nil {
+		return err
+	}
+	if err := h.setOption(name, v, args, keySet, headerSet); err != nil {
+		return d.Errf("%v", err)
+	}
+	return nil
+}
+
+// setOption applies a line option whose values parseOption checked; v is
+// the first of them.
+func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bool) error {
 	switch name {
 	case "source":
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
 		if strings.ContainsAny(v, ":{}") {
-			return d.Errf("invalid source '%s': it must not contain ':', '{' or '}'", v)
+			return fmt.Errorf("invalid source '%s': it must not contain ':', '{' or '}'", v)
 		}
 		h.Source = v
 	case "provider":
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
 		if _, ok := providers[v]; !ok {
-			return d.Errf("unknown provider '%s'", v)
+			return fmt.Errorf("unknown provider '%s'", v)
 		}
 		h.Provider = v
-	case "secret":
-		if err := someValues(d, what, args); err != nil {
-			return err
-		}
-		if h.Verify == nil {
-			h.Verify = new(VerifyConfig)
-		}
-		h.Verify.Secrets = append(h.Verify.Secrets, args...)
-	case "private_key", "jwks_url", "jwks_file", "decrypt":
-		return h.parseKeyMaterial(d, name, what, args)
+	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt":
+		return h.setVerifyOption(name, v, args)
 	case "header":
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
 		if *keySet {
-			return d.Errf("'header' and 'key' both set the key: use one")
+			return errors.New("'header' and 'key' both set the key: use one")
 		}
 		if !validHeaderName(v) {
-			return d.Errf("invalid header '%s': not a valid header name", v)
+			return fmt.Errorf("invalid header '%s': not a valid header name", v)
 		}
 		*headerSet = true
 		h.Key = []string{"header:" + v, "body"}
 	case "key":
-		if err := someValues(d, what, args); err != nil {
-			return err
-		}
 		if *headerSet {
-			return d.Errf("'header' and 'key' both set the key: use one")
+			return errors.New("'header' and 'key' both set the key: use one")
 		}
 		if _, err := parseKeySources(args); err != nil {
-			return d.Errf("%v", err)
+			return err
 		}
 		*keySet = true
 		h.Key = append(h.Key, args...)
 	case "ttl", "lease", "body_timeout":
-		v, err := oneValue(d, what, args)
+		dur, err := parsePositiveDuration(name, v)
 		if err != nil {
 			return err
-		}
-		dur, err := parsePositiveDuration(v)
-		if err != nil {
-			return d.Errf("invalid %s '%s': %v", name, v, err)
 		}
 		switch name {
 		case "ttl":
@@ -254,42 +254,28 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.BodyTimeout = dur
 		}
 	case "in_flight":
-		if err := someValues(d, what, args); err != nil {
-			return err
-		}
 		mode, timeout, err := parseInFlight(args)
 		if err != nil {
-			return d.Errf("%v", err)
+			return err
 		}
 		h.InFlight = mode.String()
 		if timeout != 0 {
 			h.WaitTimeout = timeout
 		}
 	case "cache_status":
-		if err := someValues(d, what, args); err != nil {
-			return err
-		}
 		if _, err := parseStatusSet(args); err != nil {
-			return d.Errf("%v", err)
+			return err
 		}
 		h.CacheStatus = append(h.CacheStatus, args...)
 	case "mismatch":
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
 		if _, err := parseMismatch(v); err != nil {
-			return d.Errf("%v", err)
+			return err
 		}
 		h.Mismatch = v
 	case "max_body", "max_response":
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
 		size, err := parseSize(v)
 		if err != nil {
-			return d.Errf("invalid %s '%s': %v", name, v, err)
+			return fmt.Errorf("invalid %s '%s': %v", name, v, err)
 		}
 		if name == "max_body" {
 			h.MaxBody = size
@@ -297,26 +283,19 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 			h.MaxResponse = size
 		}
 	case "methods":
-		if err := someValues(d, what, args); err != nil {
-			return err
-		}
 		for _, m := range args {
 			if !validMethod(m) {
-				return d.Errf("invalid method '%s'", m)
+				return fmt.Errorf("invalid method '%s'", m)
 			}
 			h.Methods = append(h.Methods, strings.ToUpper(m))
 		}
 	case "fail":
-		v, err := oneValue(d, what, args)
-		if err != nil {
+		if _, err := parseFail(v, false); err != nil {
 			return err
 		}
-		if _, err := parseFail(v, false); err != nil {
-			return d.Errf("%v", err)
-		}
 		h.Fail = v
-	case "public_key", "verify_token", "handshake":
-		return h.parseKeyOption(d, name, args)
+	case "verify_token", "handshake":
+		return h.setHandshakeOption(name, v)
 	}
 	return nil
 }
@@ -389,6 +368,58 @@ func someValues(d *caddyfile.Dispenser, what string, args []string) error {
 // nextValue reads the one value of the subdirective the dispenser is on.
 func nextValue(d *caddyfile.Dispenser, what string) (string, error) {
 	return oneValue(d, what, d.RemainingArgs())
+}
+
+// arity is how many values a subdirective takes.
+type arity uint8
+
+const (
+	takesOne  arity = iota // exactly one value (most subdirectives)
+	takesSome              // one or more values
+	takesNone              // none: a flag such as `tls`
+)
+
+// check checks the values of a subdirective and returns the first ("" for
+// a flag).
+func (a arity) check(d *caddyfile.Dispenser, what string, args []string) (string, error) {
+	switch a {
+	case takesSome:
+		if err := someValues(d, what, args); err != nil {
+			return "", err
+		}
+		return args[0], nil
+	case takesNone:
+		if len(args) > 0 {
+			return "", d.Errf("%s takes no value, got %d", what, len(args))
+		}
+		return "", nil
+	}
+	return oneValue(d, what, args)
+}
+
+// parseBlock reads the subdirectives of the block the dispenser is at: the
+// inbox, archive, verify and redis store blocks. block names it in errors
+// (`unrecognized inbox subdirective 'x'`, `inbox 'respond' takes exactly
+// one value, got 2`); options are its subdirectives and the values each
+// takes. set applies one whose values are checked, v being the first; its
+// error is reported at the subdirective's line.
+func parseBlock(d *caddyfile.Dispenser, block string, options map[string]arity, set func(name, v string, args []string) error) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		args := d.RemainingArgs()
+		a, ok := options[name]
+		if !ok {
+			return d.Errf("unrecognized %s subdirective '%s'", block, name)
+		}
+		v, err := a.check(d, block+" '"+name+"'", args)
+		if err != nil {
+			return err
+		}
+		if err := set(name, v, args); err != nil {
+			return d.Errf("%v", err)
+		}
+	}
+	return nil
 }
 
 // Interface guards

@@ -1,6 +1,8 @@
 package webhookidempotency
 
 import (
+	"fmt"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -8,17 +10,9 @@ import (
 // and handshakes (docs/providers.md: Public keys, Handshakes), with the
 // rules of verify.go, keymaterial.go and handshake.go.
 
-// parseKeyOption parses `public_key <key>...`, `verify_token <token>` and
-// `handshake on|off` in the handler's block or on its line.
-func (h *Handler) parseKeyOption(d *caddyfile.Dispenser, name string, args []string) error {
-	what := "'" + name + "'"
-	if name == "public_key" {
-		return h.addPublicKeys(d, what, args)
-	}
-	v, err := oneValue(d, what, args)
-	if err != nil {
-		return err
-	}
+// setHandshakeOption applies `verify_token <token>` or `handshake on|off`
+// from the handler's block or its line.
+func (h *Handler) setHandshakeOption(name, v string) error {
 	token, handshake := h.VerifyToken, h.Handshake
 	if name == "verify_token" {
 		token = v
@@ -26,7 +20,7 @@ func (h *Handler) parseKeyOption(d *caddyfile.Dispenser, name string, args []str
 		handshake = v
 	}
 	if err := checkHandshakeOptions(h.Provider, handshake, token); err != nil {
-		return d.Errf("%v", err)
+		return err
 	}
 	h.VerifyToken, h.Handshake = token, handshake
 	return nil
@@ -34,26 +28,25 @@ func (h *Handler) parseKeyOption(d *caddyfile.Dispenser, name string, args []str
 
 // addPublicKeys adds `public_key` values to the verify config, checking
 // those without placeholders against the scheme when it is known by then.
-func (h *Handler) addPublicKeys(d *caddyfile.Dispenser, what string, keys []string) error {
-	if err := someValues(d, what, keys); err != nil {
-		return err
-	}
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
-	scheme := h.Verify.Scheme
-	if scheme == "" {
-		scheme = h.Provider
-	}
-	if scheme != "" && scheme != "off" {
+func (h *Handler) addPublicKeys(keys []string) error {
+	if scheme := h.verifyScheme(); scheme != "" && scheme != "off" {
 		for i, k := range keys {
 			if err := checkPublicKey(scheme, k); err != nil {
-				return d.Errf("invalid public_key %d for %s: %v", len(h.Verify.PublicKeys)+i+1, scheme, err)
+				return fmt.Errorf("invalid public_key %d for %s: %v", len(h.Verify.PublicKeys)+i+1, scheme, err)
 			}
 		}
 	}
 	h.Verify.PublicKeys = append(h.Verify.PublicKeys, keys...)
 	return nil
+}
+
+// verifyScheme is the verify scheme as far as it is known: verify's, else
+// the provider's ("" while neither is given).
+func (h *Handler) verifyScheme() string {
+	if h.Verify != nil && h.Verify.Scheme != "" {
+		return h.Verify.Scheme
+	}
+	return h.Provider
 }
 
 // parseVerify parses `verify <scheme>|off { ... }`; inline, there is no
@@ -75,73 +68,60 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	if inline {
 		return nil
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "verify '" + name + "'"
-		sub := d.RemainingArgs()
-		if name == "secret" {
-			if err := someValues(d, what, sub); err != nil {
-				return err
-			}
-			v.Secrets = append(v.Secrets, sub...)
-			continue
-		}
-		if name == "public_key" {
-			if err := h.addPublicKeys(d, what, sub); err != nil {
-				return err
-			}
-			continue
-		}
-		if name == "private_key" || name == "jwks_url" || name == "jwks_file" {
-			if err := h.parseKeyMaterial(d, name, what, sub); err != nil {
-				return err
-			}
-			continue
-		}
-		val, err := oneValue(d, what, sub)
-		if err != nil && verifyValueOptions[name] {
-			return err
-		}
-		switch name {
-		case "header":
-			v.Header = val
-		case "algorithm":
-			if _, err := hashFunc(val); err != nil {
-				return d.Errf("%v", err)
-			}
-			v.Algorithm = val
-		case "encoding":
-			if _, err := parseEncoding(val); err != nil {
-				return d.Errf("%v", err)
-			}
-			v.Encoding = val
-		case "prefix":
-			v.Prefix = val
-		case "tolerance":
-			dur, err := parsePositiveDuration(val)
-			if err != nil {
-				return d.Errf("invalid tolerance '%s': %v", val, err)
-			}
-			v.Tolerance = dur
-		case "url":
-			if err := checkHTTPURL(val); err != nil {
-				return d.Errf("invalid url '%s': %v", val, err)
-			}
-			v.URL = val
-		case "padding":
-			if _, err := parsePadding(val); err != nil {
-				return d.Errf("%v", err)
-			}
-			v.Padding = val
-		default:
-			return d.Errf("unrecognized verify subdirective '%s'", name)
-		}
-	}
-	return nil
+	return parseBlock(d, "verify", verifyBlockOptions, h.setVerifyOption)
 }
 
-// verifyValueOptions are the verify subdirectives that take one value.
-var verifyValueOptions = map[string]bool{
-	"header": true, "algorithm": true, "encoding": true, "prefix": true, "tolerance": true, "url": true,
-	"padding": true,
+// verifyBlockOptions are the subdirectives of the verify block and the
+// values each takes.
+var verifyBlockOptions = map[string]arity{
+	"secret": takesSome, "public_key": takesSome, "private_key": takesOne, "jwks_url": takesOne,
+	"jwks_file": takesOne, "header": takesOne, "algorithm": takesOne, "encoding": takesOne,
+	"prefix": takesOne, "tolerance": takesOne, "url": takesOne, "padding": takesOne,
+}
+
+// setVerifyOption applies a subdirective of the verify block, or one of
+// the verify options the handler's block takes as well (secret,
+// public_key, private_key, jwks_url, jwks_file, decrypt), its values
+// checked by the parser (v is the first).
+func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
+	if h.Verify == nil {
+		h.Verify = new(VerifyConfig)
+	}
+	cfg := h.Verify
+	switch name {
+	case "secret":
+		cfg.Secrets = append(cfg.Secrets, args...)
+	case "public_key":
+		err = h.addPublicKeys(args)
+	case "header":
+		cfg.Header = v
+	case "algorithm":
+		cfg.Algorithm = v
+		_, err = hashFunc(v)
+	case "encoding":
+		cfg.Encoding = v
+		_, err = parseEncoding(v)
+	case "prefix":
+		cfg.Prefix = v
+	case "tolerance":
+		cfg.Tolerance, err = parsePositiveDuration("tolerance", v)
+	case "url":
+		cfg.URL = v
+		err = checkHTTPURL("url", v)
+	case "padding":
+		cfg.Padding = v
+		_, err = parsePadding(v)
+	case "private_key":
+		cfg.PrivateKey = v
+	case "jwks_url":
+		cfg.JWKSURL = v
+	case "jwks_file":
+		cfg.JWKSFile = v
+	case "decrypt":
+		cfg.Decrypt = true
+	}
+	if err == nil && stoneOptions[name] {
+		err = checkStoneOptions(h.verifyScheme(), *cfg)
+	}
+	return err
 }

@@ -213,20 +213,18 @@ func (h *Handler) provisionHandshake() error {
 	return nil
 }
 
-// Values of `handshake`.
-const (
-	handshakeOn  = "on"
-	handshakeOff = "off"
-)
+// handshakeOff is the `handshake` value (on | off) that turns the
+// handshake off.
+const handshakeOff = "off"
 
 // checkHandshakeOptions is the rule of `handshake` and `verify_token` for
 // a provider (which may not be known yet while parsing: then only the
 // values are checked). The Caddyfile parser and Provision both call it.
 func checkHandshakeOptions(provider, handshakeValue, verifyToken string) error {
-	switch handshakeValue {
-	case "", handshakeOn, handshakeOff:
-	default:
-		return fmt.Errorf("invalid handshake '%s': want on or off", handshakeValue)
+	if handshakeValue != "" {
+		if _, err := onOff.parse("handshake", handshakeValue); err != nil {
+			return err
+		}
 	}
 	if provider == "" {
 		return nil

@@ -133,66 +133,15 @@ type inbox struct {
 func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// made here, so that it names the line of `inbox`, not the end of its block
 	errNoURL := d.Errf("%v", errNoDeliverTo)
-	setURL := func(v string) error {
-		if err := checkDeliverTo(v); err != nil {
-			return err
-		}
-		if ib.DeliverTo != "" {
-			return fmt.Errorf("inbox deliver_to given twice: '%s' and '%s'", ib.DeliverTo, v)
-		}
-		ib.DeliverTo = v
-		return nil
-	}
 	if args := d.RemainingArgs(); len(args) > 1 {
 		return d.Errf("inbox takes one deliver_to URL, got extra argument '%s'", args[1])
 	} else if len(args) == 1 {
-		if err := setURL(args[0]); err != nil {
+		if err := ib.setDeliverTo(args[0]); err != nil {
 			return d.Errf("%v", err)
 		}
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "inbox '" + name + "'"
-		args := d.RemainingArgs()
-		if name == "retries" {
-			if err := someValues(d, what, args); err != nil {
-				return err
-			}
-			ib.Retries = ib.Retries[:0]
-			for _, a := range args {
-				dur, err := parsePositiveDuration(a)
-				if err != nil {
-					return d.Errf("invalid inbox retry '%s': %v", a, err)
-				}
-				ib.Retries = append(ib.Retries, dur)
-			}
-			continue
-		}
-		if !inboxValueOptions[name] {
-			return d.Errf("unrecognized inbox subdirective '%s'", name)
-		}
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
-		switch name {
-		case "deliver_to":
-			err = setURL(v)
-		case "respond":
-			ib.Respond, err = checkInboxRespond(v)
-		case "jitter":
-			ib.Jitter = v
-			_, err = parseJitter(v)
-		case "timeout":
-			if ib.Timeout, err = parsePositiveDuration(v); err != nil {
-				err = fmt.Errorf("invalid inbox timeout '%s': %v", v, err)
-			}
-		case "concurrency":
-			ib.Concurrency, err = checkConcurrency(v)
-		}
-		if err != nil {
-			return d.Errf("%v", err)
-		}
+	if err := parseBlock(d, "inbox", inboxOptions, ib.setOption); err != nil {
+		return err
 	}
 	if ib.DeliverTo == "" {
 		return errNoURL
@@ -200,9 +149,52 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// inboxValueOptions are the inbox subdirectives that take one value.
-var inboxValueOptions = map[string]bool{
-	"deliver_to": true, "respond": true, "jitter": true, "timeout": true, "concurrency": true,
+// inboxOptions are the subdirectives of the inbox block and the values each
+// takes.
+var inboxOptions = map[string]arity{
+	"deliver_to": takesOne, "respond": takesOne, "retries": takesSome, "jitter": takesOne,
+	"timeout": takesOne, "concurrency": takesOne,
+}
+
+// setOption applies a subdirective of the inbox block, its values checked
+// by the parser (v is the first).
+func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
+	switch name {
+	case "deliver_to":
+		err = ib.setDeliverTo(v)
+	case "respond":
+		ib.Respond, err = checkInboxRespond(v)
+	case "retries":
+		ib.Retries = ib.Retries[:0]
+		for _, a := range args {
+			dur, err := parsePositiveDuration("inbox retry", a)
+			if err != nil {
+				return err
+			}
+			ib.Retries = append(ib.Retries, dur)
+		}
+	case "jitter":
+		ib.Jitter = v
+		_, err = parseJitter(v)
+	case "timeout":
+		ib.Timeout, err = parsePositiveDuration("inbox timeout", v)
+	case "concurrency":
+		ib.Concurrency, err = checkConcurrency(v)
+	}
+	return err
+}
+
+// setDeliverTo sets deliver_to, given on the inbox line or in its block
+// (once).
+func (ib *InboxConfig) setDeliverTo(v string) error {
+	if err := checkDeliverTo(v); err != nil {
+		return err
+	}
+	if ib.DeliverTo != "" {
+		return fmt.Errorf("inbox deliver_to given twice: '%s' and '%s'", ib.DeliverTo, v)
+	}
+	ib.DeliverTo = v
+	return nil
 }
 
 // newInbox resolves the configuration with the parser's rules; workers

@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rsa"
@@ -144,15 +145,12 @@ func whpkKeys(values []string) ([]string, error) {
 
 // newEd25519Verifier builds the generic `ed25519` scheme.
 func newEd25519Verifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if err := checkSignedHeader(cfg); err != nil {
+	enc, err := signatureEncoding(cfg, signature.Hex)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Algorithm != "" || cfg.Padding != "" {
 		return nil, errors.New("ed25519 takes no algorithm or padding")
-	}
-	enc, err := parseEncoding(cfg.Encoding)
-	if err != nil {
-		return nil, err
 	}
 	keys, err := parseEd25519Keys(cfg.PublicKeys)
 	if err != nil {
@@ -164,7 +162,8 @@ func newEd25519Verifier(cfg VerifyConfig) (signature.Verifier, error) {
 // newRSAVerifier builds the generic `rsa` scheme. Its encoding defaults
 // to base64, the way RSA signatures are usually sent.
 func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if err := checkSignedHeader(cfg); err != nil {
+	enc, err := signatureEncoding(cfg, signature.Base64)
+	if err != nil {
 		return nil, err
 	}
 	h, err := rsaHash(cfg.Algorithm)
@@ -175,12 +174,6 @@ func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	enc := signature.Base64
-	if cfg.Encoding != "" {
-		if enc, err = parseEncoding(cfg.Encoding); err != nil {
-			return nil, err
-		}
-	}
 	keys, err := parseRSAKeys(cfg.PublicKeys)
 	if err != nil {
 		return nil, err
@@ -188,16 +181,20 @@ func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	return signature.NewRSA(cfg.Header, cfg.Prefix, h, padding, enc, keys)
 }
 
-// checkSignedHeader checks what the generic public-key schemes need: the
-// header that carries the signature, and no url.
-func checkSignedHeader(cfg VerifyConfig) error {
+// signatureEncoding checks what the generic hmac, ed25519 and rsa schemes
+// need, the header that carries the signature and no url, and returns the
+// signature's encoding: def when none is given.
+func signatureEncoding(cfg VerifyConfig, def signature.Encoding) (signature.Encoding, error) {
 	if cfg.Header == "" {
-		return errors.New("a header is required (header <name> in the verify block)")
+		return 0, errors.New("a header is required (header <name> in the verify block)")
 	}
 	if cfg.URL != "" {
-		return fmt.Errorf("%s signs no url (the twilio, square and hubspot schemes do)", cfg.Scheme)
+		return 0, fmt.Errorf("%s signs no url (the twilio, square and hubspot schemes do)", cfg.Scheme)
 	}
-	return nil
+	if cfg.Encoding == "" {
+		return def, nil
+	}
+	return parseEncoding(cfg.Encoding)
 }
 
 // rsaHash maps an `algorithm` value of the rsa scheme to its hash: the
@@ -213,11 +210,7 @@ func rsaHash(name string) (crypto.Hash, error) {
 // parsePadding parses `padding pkcs1 | pss`; the Caddyfile parser and
 // Provision both call it. Default: pkcs1.
 func parsePadding(name string) (signature.RSAPadding, error) {
-	switch name {
-	case "", "pkcs1":
-		return signature.PKCS1v15, nil
-	case "pss":
-		return signature.PSS, nil
-	}
-	return 0, fmt.Errorf("invalid padding '%s': want pkcs1 or pss", name)
+	return keywords[signature.RSAPadding]{
+		{"pkcs1", signature.PKCS1v15}, {"pss", signature.PSS},
+	}.parse("padding", cmp.Or(name, "pkcs1"))
 }

@@ -67,12 +67,47 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	var timeout caddy.Duration
 	if len(args) == 2 {
 		var err error
-		if timeout, err = parsePositiveDuration(args[1]); err != nil {
-			return 0, 0, fmt.Errorf("invalid in_flight wait timeout '%s': %v", args[1], err)
+		if timeout, err = parsePositiveDuration("in_flight wait timeout", args[1]); err != nil {
+			return 0, 0, err
 		}
 	}
 	return mode, timeout, nil
 }
+
+// keyword is a word an option takes and what it stands for.
+type keyword[T any] struct {
+	word  string
+	value T
+}
+
+// keywords are the words an option takes, in the order its errors list
+// them.
+type keywords[T any] []keyword[T]
+
+// parse returns what word stands for; errors name the option and list the
+// words: `invalid encoding 'base32': want hex or base64`.
+func (ks keywords[T]) parse(option, word string) (T, error) {
+	for _, k := range ks {
+		if k.word == word {
+			return k.value, nil
+		}
+	}
+	var zero T
+	return zero, fmt.Errorf("invalid %s '%s': want %s", option, word, ks)
+}
+
+// String lists the words: `a, b or c`.
+func (ks keywords[T]) String() string {
+	words := make([]string, len(ks))
+	for i, k := range ks {
+		words[i] = k.word
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + " or " + words[last]
+}
+
+// onOff are the words of a switch such as `bodies on | off`.
+var onOff = keywords[bool]{{"on", true}, {"off", false}}
 
 // Values of `mismatch`.
 const (
@@ -83,13 +118,7 @@ const (
 // parseMismatch parses `mismatch replay | reject`; it reports whether a
 // duplicate with another body is rejected.
 func parseMismatch(v string) (reject bool, err error) {
-	switch v {
-	case mismatchReplay:
-		return false, nil
-	case mismatchReject:
-		return true, nil
-	}
-	return false, fmt.Errorf("invalid mismatch '%s': want replay or reject", v)
+	return keywords[bool]{{mismatchReplay, false}, {mismatchReject, true}}.parse("mismatch", v)
 }
 
 // Values of `fail`.
@@ -110,16 +139,11 @@ func defaultFail(inbox bool) string {
 // parseFail parses `fail open | closed`; it reports whether the handler
 // fails closed. An inbox never fails open.
 func parseFail(v string, inbox bool) (closed bool, err error) {
-	switch v {
-	case failClosed:
-		return true, nil
-	case failOpen:
-		if inbox {
-			return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
-		}
-		return false, nil
+	closed, err = keywords[bool]{{failOpen, false}, {failClosed, true}}.parse("fail", v)
+	if err == nil && !closed && inbox {
+		return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
 	}
-	return false, fmt.Errorf("invalid fail '%s': want open or closed", v)
+	return closed, err
 }
 
 // checkInboxStore refuses an inbox on any store but redis (module is the
@@ -212,15 +236,16 @@ func parseStatusSpec(v string) (lo, hi int, ok bool) {
 // and a 1xx is not a final answer.
 const statusNeverRecorded = "a 5xx answer must be processed again when the provider retries, and a 1xx is not a final answer"
 
-// parsePositiveDuration parses a duration with caddy.ParseDuration (`1d`
-// works) and refuses zero and negative values.
-func parsePositiveDuration(s string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(s)
-	if err != nil {
-		return 0, err
+// parsePositiveDuration parses the duration of an option with
+// caddy.ParseDuration (`1d` works) and refuses zero and negative values;
+// errors name the option: `invalid ttl '0s': must be positive`.
+func parsePositiveDuration(what, v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err == nil && dur <= 0 {
+		err = errors.New("must be positive")
 	}
-	if dur <= 0 {
-		return 0, errors.New("must be positive")
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s '%s': %v", what, v, err)
 	}
 	return caddy.Duration(dur), nil
 }
@@ -256,15 +281,15 @@ func validMethod(m string) bool {
 func hasPlaceholder(v string) bool { return strings.Contains(v, "{") }
 
 // checkHTTPURL checks an absolute http(s) URL with a host, such as an
-// inbox's deliver_to or a verify url. A URL with a placeholder is checked
-// once Provision has resolved it.
-func checkHTTPURL(v string) error {
+// inbox's deliver_to or a verify url; errors name the option. A URL with a
+// placeholder is checked once Provision has resolved it.
+func checkHTTPURL(what, v string) error {
 	if hasPlaceholder(v) {
 		return nil
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return errors.New("want an absolute http:// or https:// URL with a host")
+		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
 	}
 	return nil
 }
@@ -315,12 +340,7 @@ func checkConcurrency(v string) (int, error) {
 var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are delivered to")
 
 // checkDeliverTo checks a deliver_to URL.
-func checkDeliverTo(v string) error {
-	if err := checkHTTPURL(v); err != nil {
-		return fmt.Errorf("invalid inbox deliver_to '%s': %v", v, err)
-	}
-	return nil
-}
+func checkDeliverTo(v string) error { return checkHTTPURL("inbox deliver_to", v) }
 
 // The rules of the archive's options, shared by the Caddyfile parser and
 // newArchive.
@@ -328,11 +348,7 @@ func checkDeliverTo(v string) error {
 // parseArchiveRetention parses the archive's retention, a positive
 // duration (`30d` works).
 func parseArchiveRetention(v string) (caddy.Duration, error) {
-	dur, err := parsePositiveDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("invalid archive retention '%s': %v", v, err)
-	}
-	return dur, nil
+	return parsePositiveDuration("archive retention", v)
 }
 
 // parseMaxEvents accepts a positive integer.
@@ -346,20 +362,7 @@ func parseMaxEvents(v string) (int, error) {
 
 // parseArchiveBodies parses `bodies on | off`; it reports whether bodies
 // are kept.
-func parseArchiveBodies(v string) (bool, error) {
-	switch v {
-	case "on":
-		return true, nil
-	case "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("invalid archive bodies '%s': want on or off", v)
-}
+func parseArchiveBodies(v string) (bool, error) { return onOff.parse("archive bodies", v) }
 
 // checkRedeliverTo checks a redeliver_to URL.
-func checkRedeliverTo(v string) error {
-	if err := checkHTTPURL(v); err != nil {
-		return fmt.Errorf("invalid archive redeliver_to '%s': %v", v, err)
-	}
-	return nil
-}
+func checkRedeliverTo(v string) error { return checkHTTPURL("archive redeliver_to", v) }

@@ -231,34 +231,60 @@ const day = 24 * time.Hour
 // use for, rather than silently ignoring them.
 func (p provider) checkOptions(cfg VerifyConfig) error {
 	var bad []string
-	if cfg.Header != "" && p.options&optHeader == 0 {
-		bad = append(bad, "header")
-	}
-	if cfg.Prefix != "" && p.options&optPrefix == 0 {
-		bad = append(bad, "prefix")
-	}
-	if cfg.URL != "" && p.options&optURL == 0 {
-		bad = append(bad, "url")
-	}
-	if p.options&optKeyMaterial == 0 {
-		bad = append(bad, stoneOptionsUsed(cfg)...)
-	}
-	if len(cfg.PublicKeys) > 0 && p.keys == secretKeys {
-		bad = append(bad, "public_key")
-	}
-	if cfg.Padding != "" {
-		bad = append(bad, "padding")
-	}
-	if cfg.Algorithm != "" {
-		bad = append(bad, "algorithm")
-	}
-	if cfg.Encoding != "" {
-		bad = append(bad, "encoding")
+	for _, name := range cfg.optionsSet() {
+		if !p.takes(name) {
+			bad = append(bad, name)
+		}
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("the preset takes no %s (the generic hmac, token, jwt, ed25519 and rsa schemes do)", strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// takes reports whether the preset's scheme takes a verify subdirective
+// of optionsSet.
+func (p provider) takes(option string) bool {
+	switch {
+	case option == "header":
+		return p.options&optHeader != 0
+	case option == "prefix":
+		return p.options&optPrefix != 0
+	case option == "url":
+		return p.options&optURL != 0
+	case stoneOptions[option]:
+		return p.options&optKeyMaterial != 0
+	case option == "public_key":
+		return p.keys != secretKeys
+	}
+	return false
+}
+
+// optionsSet names the verify subdirectives a config sets, besides
+// secret and tolerance, in the order errors name them.
+func (cfg VerifyConfig) optionsSet() []string {
+	var set []string
+	for _, o := range [...]struct {
+		name string
+		set  bool
+	}{
+		{"header", cfg.Header != ""},
+		{"prefix", cfg.Prefix != ""},
+		{"url", cfg.URL != ""},
+		{"private_key", cfg.PrivateKey != ""},
+		{"jwks_url", cfg.JWKSURL != ""},
+		{"jwks_file", cfg.JWKSFile != ""},
+		{"decrypt", cfg.Decrypt},
+		{"public_key", len(cfg.PublicKeys) > 0},
+		{"padding", cfg.Padding != ""},
+		{"algorithm", cfg.Algorithm != ""},
+		{"encoding", cfg.Encoding != ""},
+	} {
+		if o.set {
+			set = append(set, o.name)
+		}
+	}
+	return set
 }
 
 // bodyHMAC is the scheme of providers that sign the raw body alone with

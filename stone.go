@@ -12,7 +12,6 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -21,76 +20,26 @@ import (
 // provisioning, and what it changes on the request path (the key and body
 // are the verified event).
 
-// stoneOptionsUsed names the stone-only options a verify config sets.
-func stoneOptionsUsed(cfg VerifyConfig) []string {
-	var used []string
-	if cfg.PrivateKey != "" {
-		used = append(used, "private_key")
-	}
-	if cfg.JWKSURL != "" {
-		used = append(used, "jwks_url")
-	}
-	if cfg.JWKSFile != "" {
-		used = append(used, "jwks_file")
-	}
-	if cfg.Decrypt {
-		used = append(used, "decrypt")
-	}
-	return used
-}
+// stoneOptions are the verify options only the stone scheme takes.
+var stoneOptions = map[string]bool{"private_key": true, "jwks_url": true, "jwks_file": true, "decrypt": true}
 
 // checkStoneOptions is the rule of the stone options, for the Caddyfile
 // parser (as they are read; scheme "" while it is not known yet) and for
 // Provision: only `stone` takes them, jwks_url and jwks_file exclude each
 // other, and jwks_url is an http(s) URL.
 func checkStoneOptions(scheme string, cfg VerifyConfig) error {
-	if used := stoneOptionsUsed(cfg); len(used) > 0 && scheme != "" && scheme != "stone" && scheme != "off" {
-		return fmt.Errorf("%s: only the stone scheme takes %s", scheme, used[0])
+	if scheme != "" && scheme != "stone" && scheme != "off" {
+		for _, name := range cfg.optionsSet() {
+			if stoneOptions[name] {
+				return fmt.Errorf("%s: only the stone scheme takes %s", scheme, name)
+			}
+		}
 	}
 	if cfg.JWKSURL != "" && cfg.JWKSFile != "" {
 		return errors.New("jwks_url and jwks_file both give Stone's key set: use one")
 	}
 	if cfg.JWKSURL != "" {
-		if err := checkHTTPURL(cfg.JWKSURL); err != nil {
-			return fmt.Errorf("invalid jwks_url '%s': %v", cfg.JWKSURL, err)
-		}
-	}
-	return nil
-}
-
-// parseKeyMaterial applies Stone's options: private_key, jwks_url and
-// jwks_file (one value each, at the top of the block or in verify) and
-// decrypt (none), checked as Provision checks them.
-func (h *Handler) parseKeyMaterial(d *caddyfile.Dispenser, name, what string, args []string) error {
-	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
-	}
-	v := h.Verify
-	if name == "decrypt" {
-		if len(args) != 0 {
-			return d.Errf("%s takes no value, got %d", what, len(args))
-		}
-		v.Decrypt = true
-	} else {
-		val, err := oneValue(d, what, args)
-		if err != nil {
-			return err
-		}
-		switch name {
-		case "private_key":
-			v.PrivateKey = val
-		case "jwks_url":
-			v.JWKSURL = val
-		case "jwks_file":
-			v.JWKSFile = val
-		}
-	}
-	scheme := v.Scheme
-	if scheme == "" {
-		scheme = h.Provider
-	}
-	if err := checkStoneOptions(scheme, *v); err != nil {
-		return d.Errf("%v", err)
+		return checkHTTPURL("jwks_url", cfg.JWKSURL)
 	}
 	return nil
 }
@@ -122,8 +71,8 @@ func (h *Handler) provisionStone(ctx caddy.Context, cfg VerifyConfig) error {
 		if url, err = repl.ReplaceOrErr(cfg.JWKSURL, true, true); err != nil {
 			return fmt.Errorf("resolving jwks_url: %v", err)
 		}
-		if err := checkHTTPURL(url); err != nil {
-			return fmt.Errorf("invalid jwks_url '%s': %v", url, err)
+		if err := checkHTTPURL("jwks_url", url); err != nil {
+			return err
 		}
 	}
 	keys, err := loadStoneKeys(ctx.Logger(), url, file)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // store keeps the state of every idempotency key: absent, in flight
@@ -97,6 +99,29 @@ type claimResult struct {
 // longer owned by the caller: its lease expired and the key was released,
 // completed or claimed again by another request.
 var errNotOwner = errors.New("idempotency key is no longer owned by this request")
+
+// poolRef is a reference taken on a value shared through a
+// caddy.UsagePool; release gives it back once, and the pool destructs the
+// value when its last reference is given back. The zero poolRef holds
+// none.
+type poolRef struct {
+	pool *caddy.UsagePool
+	key  string
+}
+
+// held reports whether the reference is still to be given back.
+func (r *poolRef) held() bool { return r.pool != nil }
+
+// release gives the reference back, the first time it is called.
+func (r *poolRef) release() error {
+	if r.pool == nil {
+		return nil
+	}
+	pool := r.pool
+	r.pool = nil
+	_, err := pool.Delete(r.key)
+	return err
+}
 
 // newOwner returns an owner token unique to one request across processes:
 // a random per-process prefix and a counter.

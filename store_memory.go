@@ -33,8 +33,8 @@ type MemoryStore struct {
 	// 100000 (when no store in use sets one).
 	MaxEntries int `json:"max_entries,omitempty"`
 
-	table    *memoryTable
-	released bool
+	table *memoryTable
+	ref   poolRef // on table
 }
 
 // CaddyModule returns the Caddy module information.
@@ -66,6 +66,7 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 		return err
 	}
 	m.table = val.(*memoryTable)
+	m.ref = poolRef{memoryPool, memoryPoolKey}
 	m.table.addBound(m, explicit)
 	return nil
 }
@@ -83,13 +84,10 @@ func (m *MemoryStore) Validate() error {
 // The table stays usable: during a reload Caddy cleans up the old
 // configuration while its requests may still be completing their keys.
 func (m *MemoryStore) Cleanup() error {
-	if m.table == nil || m.released {
-		return nil
+	if m.ref.held() {
+		m.table.removeBound(m)
 	}
-	m.released = true
-	m.table.removeBound(m)
-	_, err := memoryPool.Delete(memoryPoolKey)
-	return err
+	return m.ref.release()
 }
 
 // Claim implements Store.

@@ -75,11 +75,10 @@ type RedisStore struct {
 	// CPU (go-redis's default).
 	PoolSize int `json:"pool_size,omitempty"`
 
-	client   *redisClient
-	poolKey  string
-	released bool
-	timeout  time.Duration
-	logger   *zap.Logger
+	client  *redisClient
+	ref     poolRef // on client
+	timeout time.Duration
+	logger  *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -128,14 +127,15 @@ func (s *RedisStore) provision(logger *zap.Logger) error {
 		return fmt.Errorf("redis store: db %d is not available with Redis Cluster (several addresses): Cluster has database 0 only", conn.db)
 	}
 
-	s.poolKey = conn.key()
-	val, loaded, err := redisPool.LoadOrNew(s.poolKey, func() (caddy.Destructor, error) {
+	key := conn.key()
+	val, loaded, err := redisPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newRedisClient(conn, s.logger), nil
 	})
 	if err != nil {
 		return fmt.Errorf("redis store: %v", err)
 	}
 	s.client = val.(*redisClient)
+	s.ref = poolRef{redisPool, key}
 	if !loaded {
 		s.client.checkReachable(min(s.timeout, redisPingTimeoutMax))
 	}
@@ -166,14 +166,7 @@ func (s *RedisStore) Validate() error {
 // requests may still be running, so the store stays usable: the client
 // lives on while the new configuration shares it, and otherwise closes once
 // the claims taken through it are completed or released (see Destruct).
-func (s *RedisStore) Cleanup() error {
-	if s.client == nil || s.released {
-		return nil
-	}
-	s.released = true
-	_, err := redisPool.Delete(s.poolKey)
-	return err
-}
+func (s *RedisStore) Cleanup() error { return s.ref.release() }
 
 // KeyPrefix returns the first part of every key.
 func (s *RedisStore) KeyPrefix() string { return s.Prefix }
@@ -247,13 +240,13 @@ func (s *RedisStore) runThen(ctx context.Context, op string, script *redis.Scrip
 // caller's own, which release gives back: the store may be cleaned up
 // before the caller is done with the client.
 func (s *RedisStore) acquireClient() (c *redisClient, release func(), err error) {
-	val, _, err := redisPool.LoadOrNew(s.poolKey, func() (caddy.Destructor, error) {
+	val, _, err := redisPool.LoadOrNew(s.ref.key, func() (caddy.Destructor, error) {
 		return nil, errors.New("redis client gone")
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return val.(*redisClient), func() { _, _ = redisPool.Delete(s.poolKey) }, nil
+	return val.(*redisClient), func() { _, _ = redisPool.Delete(s.ref.key) }, nil
 }
 
 // streamKeys returns the Redis keys of a source's inbox: the stream of
@@ -319,64 +312,52 @@ func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		s.URL = u
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		what := "redis store '" + name + "'"
-		args := d.RemainingArgs()
-		switch name {
-		case "address":
-			if err := someValues(d, what, args); err != nil {
-				return err
+	return parseBlock(d, "redis store", redisOptions, s.setOption)
+}
+
+// redisOptions are the subdirectives of the redis store's block and the
+// values each takes.
+var redisOptions = map[string]arity{
+	"address": takesSome, "username": takesOne, "password": takesOne, "db": takesOne,
+	"master_name": takesOne, "tls": takesNone, "key_prefix": takesOne, "timeout": takesOne,
+	"pool_size": takesOne,
+}
+
+// setOption applies a subdirective of the block, its values checked by the
+// parser (v is the first).
+func (s *RedisStore) setOption(name, v string, args []string) (err error) {
+	switch name {
+	case "address":
+		for _, a := range args {
+			if _, _, err := net.SplitHostPort(a); err != nil && !hasPlaceholder(a) {
+				return fmt.Errorf("invalid redis address '%s': want host:port", a)
 			}
-			for _, a := range args {
-				if _, _, err := net.SplitHostPort(a); err != nil && !hasPlaceholder(a) {
-					return d.Errf("invalid redis address '%s': want host:port", a)
-				}
-			}
-			s.Addresses = append(s.Addresses, args...)
-			continue
-		case "tls":
-			if len(args) > 0 {
-				return d.Errf("%s takes no value, got %d", what, len(args))
-			}
-			s.TLS = true
-			continue
-		case "username", "password", "master_name", "key_prefix", "db", "pool_size", "timeout":
-		default:
-			return d.Errf("unrecognized redis store subdirective '%s'", name)
 		}
-		v, err := oneValue(d, what, args)
-		if err != nil {
-			return err
+		s.Addresses = append(s.Addresses, args...)
+	case "username":
+		s.Username = v
+	case "password":
+		s.Password = v
+	case "db", "pool_size":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || (name == "pool_size" && n == 0) {
+			return fmt.Errorf("invalid %s '%s': want a non-negative integer", name, v)
 		}
-		switch name {
-		case "username":
-			s.Username = v
-		case "password":
-			s.Password = v
-		case "master_name":
-			s.MasterName = v
-		case "key_prefix":
-			s.Prefix = v
-		case "db", "pool_size":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || (name == "pool_size" && n == 0) {
-				return d.Errf("invalid %s '%s': want a non-negative integer", name, v)
-			}
-			if name == "db" {
-				s.DB = n
-			} else {
-				s.PoolSize = n
-			}
-		case "timeout":
-			dur, err := parsePositiveDuration(v)
-			if err != nil {
-				return d.Errf("invalid timeout '%s': %v", v, err)
-			}
-			s.Timeout = dur
+		if name == "db" {
+			s.DB = n
+		} else {
+			s.PoolSize = n
 		}
+	case "master_name":
+		s.MasterName = v
+	case "tls":
+		s.TLS = true
+	case "key_prefix":
+		s.Prefix = v
+	case "timeout":
+		s.Timeout, err = parsePositiveDuration("timeout", v)
 	}
-	return nil
+	return err
 }
 
 // Interface guards

@@ -114,29 +114,11 @@ return done
 
 	// ARGV: owner. Releases every key the owner holds. Returns 1 when the
 	// first key is released, 0 when it is not the owner's.
-	redisReleaseScript = luaScript(`
-local done = 0
-for i = 1, #KEYS do
-	if redis.pcall('GET', KEYS[i]) == $IN_FLIGHT .. ARGV[1] then
-		redis.call('DEL', KEYS[i])
-		if i == 1 then done = 1 end
-	end
-end
-return done
-`)
+	redisReleaseScript = luaScript(luaOwnedKeys(`redis.call('DEL', KEYS[i])`))
 
 	// ARGV: owner, lease. Renews every key the owner holds. Returns 1 when
 	// the first key is renewed, 0 when it is not the owner's.
-	redisRenewScript = luaScript(`
-local done = 0
-for i = 1, #KEYS do
-	if redis.pcall('GET', KEYS[i]) == $IN_FLIGHT .. ARGV[1] then
-		redis.call('PEXPIRE', KEYS[i], ARGV[2])
-		if i == 1 then done = 1 end
-	end
-end
-return done
-`)
+	redisRenewScript = luaScript(luaOwnedKeys(`redis.call('PEXPIRE', KEYS[i], ARGV[2])`))
 
 	// KEYS: idempotency key, stream[, guard]. ARGV: record, ttl, the
 	// event's fields and values. Claims the key (and its guard) with the
@@ -162,6 +144,22 @@ end
 return {id}
 `)
 )
+
+// luaOwnedKeys is the Lua of a script that runs call on every key the
+// owner (ARGV[1]) holds in flight, KEYS[i], and returns 1 when the first
+// key is one of them, else 0.
+func luaOwnedKeys(call string) string {
+	return `
+local done = 0
+for i = 1, #KEYS do
+	if redis.pcall('GET', KEYS[i]) == $IN_FLIGHT .. ARGV[1] then
+		` + call + `
+		if i == 1 then done = 1 end
+	end
+end
+return done
+`
+}
 
 // luaKeyState is the Lua every claim starts with: keyState(key, owner,
 // lease) returns the record of a completed key, the PTTL of a key in flight

@@ -318,7 +318,7 @@ func TestRedisStorePasswordFromPlaceholders(t *testing.T) {
 	if res, err := s.Claim(ctx, "idem:test:pw", "a", time.Minute); err != nil || res.State != stateClaimed {
 		t.Fatalf("claim with the password from {env.*}: %v, %v", res.State, err)
 	}
-	if strings.Contains(s.poolKey, "s3cret-pw") {
+	if strings.Contains(s.ref.key, "s3cret-pw") {
 		t.Fatal("the pool key holds the password")
 	}
 

@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"cmp"
 	"crypto"
 	"errors"
 	"fmt"
@@ -170,8 +171,8 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resolving url: %v", err)
 		}
-		if err := checkHTTPURL(u); err != nil {
-			return nil, fmt.Errorf("invalid url '%s': %v", u, err)
+		if err := checkHTTPURL("url", u); err != nil {
+			return nil, err
 		}
 		cfg.URL = u
 	}
@@ -203,22 +204,16 @@ func newVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 
 // newHMACVerifier builds the generic `hmac` scheme.
 func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if cfg.Header == "" {
-		return nil, errors.New("a header is required (header <name> in the verify block)")
+	enc, err := signatureEncoding(cfg, signature.Hex)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Padding != "" {
+		return nil, errors.New("hmac takes no padding")
 	}
 	h, err := hashFunc(cfg.Algorithm)
 	if err != nil {
 		return nil, err
-	}
-	enc, err := parseEncoding(cfg.Encoding)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.URL != "" {
-		return nil, errors.New("hmac signs no url (the twilio, square and hubspot schemes do)")
-	}
-	if cfg.Padding != "" {
-		return nil, errors.New("hmac takes no padding")
 	}
 	return signature.NewHMAC(cfg.Header, cfg.Prefix, h, enc, cfg.Secrets)
 }
@@ -243,28 +238,19 @@ func newJWTVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	return signature.NewJWT(cfg.Header, cfg.Prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
 }
 
-// hashFunc maps an `algorithm` value to its hash.
+// hashFunc maps an `algorithm` value to its hash (default: sha256).
 func hashFunc(name string) (crypto.Hash, error) {
-	switch name {
-	case "", "sha256":
-		return crypto.SHA256, nil
-	case "sha1":
-		return crypto.SHA1, nil
-	case "sha512":
-		return crypto.SHA512, nil
-	}
-	return 0, fmt.Errorf("invalid algorithm '%s': want sha1, sha256 or sha512", name)
+	return keywords[crypto.Hash]{
+		{"sha1", crypto.SHA1}, {"sha256", crypto.SHA256}, {"sha512", crypto.SHA512},
+	}.parse("algorithm", cmp.Or(name, "sha256"))
 }
 
-// parseEncoding maps an `encoding` value to how a signature is written.
+// parseEncoding maps an `encoding` value to how a signature is written
+// (default: hex).
 func parseEncoding(name string) (signature.Encoding, error) {
-	switch name {
-	case "", "hex":
-		return signature.Hex, nil
-	case "base64":
-		return signature.Base64, nil
-	}
-	return 0, fmt.Errorf("invalid encoding '%s': want hex or base64", name)
+	return keywords[signature.Encoding]{
+		{"hex", signature.Hex}, {"base64", signature.Base64},
+	}.parse("encoding", cmp.Or(name, "hex"))
 }
 
 // publicURL is the URL the schemes that sign one (`twilio`, `square`,
