@@ -1,7 +1,6 @@
 package signature
 
 import (
-	"crypto/sha256"
 	"net/http"
 	"strings"
 	"time"
@@ -30,19 +29,11 @@ func NewZoom(secrets []string, tolerance time.Duration) Verifier {
 // v0Verifier is the `v0=` scheme of Slack and Zoom.
 type v0Verifier struct {
 	sigHeader, tsHeader string
-	millis              bool
-	keys                keyring
-	tolerance           time.Duration
+	timestampedHMAC
 }
 
 func newV0Verifier(sigHeader, tsHeader string, millis bool, secrets []string, tolerance time.Duration) *v0Verifier {
-	return &v0Verifier{
-		sigHeader: sigHeader,
-		tsHeader:  tsHeader,
-		millis:    millis,
-		keys:      newHMACKeyring(sha256.New, rawSecrets(secrets)),
-		tolerance: toleranceOrDefault(tolerance),
-	}
+	return &v0Verifier{sigHeader: sigHeader, tsHeader: tsHeader, timestampedHMAC: newTimestampedHMAC(secrets, tolerance, millis)}
 }
 
 // Verify implements Verifier.
@@ -51,17 +42,11 @@ func (v *v0Verifier) Verify(r *http.Request, body []byte) error {
 	if sig == "" || ts == "" {
 		return ErrMissing
 	}
-	if err := checkTimestamp(ts, v.tolerance, v.millis); err != nil {
-		return err
-	}
 	var sigs sigSet
 	if hexSig, ok := strings.CutPrefix(sig, "v0="); ok {
 		sigs.add(Hex, hexSig)
 	}
-	msg := getScratch()
-	defer putScratch(msg)
-	*msg = append(append(append(*msg, "v0:"...), ts...), ':')
-	return v.keys.check(*msg, body, &sigs)
+	return v.verify("v0:", ts, ':', body, &sigs)
 }
 
 var _ Verifier = (*v0Verifier)(nil)

@@ -1,7 +1,6 @@
 package signature
 
 import (
-	"crypto/sha256"
 	"net/http"
 	"time"
 )
@@ -14,7 +13,7 @@ import (
 // (DefaultTolerance when zero). It follows Stripe's documentation
 // ("Verify webhook signatures manually") and stripe-go's webhook package.
 func NewStripe(secrets []string, tolerance time.Duration) Verifier {
-	return newTimestampedHMAC("Stripe-Signature", '.', parseStripeSignature, secrets, tolerance)
+	return newSignedList("Stripe-Signature", '.', parseStripeSignature, secrets, tolerance)
 }
 
 // NewPaddle returns Paddle Billing's scheme:
@@ -26,43 +25,30 @@ func NewStripe(secrets []string, tolerance time.Duration) Verifier {
 // Paddle's "Verify webhook signatures" and paddle-go-sdk's
 // WebhookVerifier.
 func NewPaddle(secrets []string, tolerance time.Duration) Verifier {
-	return newTimestampedHMAC("Paddle-Signature", ':', parsePaddleSignature, secrets, tolerance)
+	return newSignedList("Paddle-Signature", ':', parsePaddleSignature, secrets, tolerance)
 }
 
-// timestampedHMAC is a scheme that sends a timestamp and a list of
-// HMAC-SHA256 hex signatures of `{ts}{sep}{body}` in one header, any of
-// which may match (Stripe, Paddle).
-type timestampedHMAC struct {
-	header    string
-	sep       byte
-	parse     func(string) (ts string, sigs sigSet, err error)
-	keys      keyring
-	tolerance time.Duration
+// signedList is a scheme that sends a timestamp and a list of HMAC-SHA256
+// hex signatures of `{ts}{sep}{body}` in one header, any of which may
+// match (Stripe, Paddle).
+type signedList struct {
+	header string
+	sep    byte
+	parse  func(string) (ts string, sigs sigSet, err error)
+	timestampedHMAC
 }
 
-func newTimestampedHMAC(header string, sep byte, parse func(string) (string, sigSet, error), secrets []string, tolerance time.Duration) *timestampedHMAC {
-	return &timestampedHMAC{
-		header:    header,
-		sep:       sep,
-		parse:     parse,
-		keys:      newHMACKeyring(sha256.New, rawSecrets(secrets)),
-		tolerance: toleranceOrDefault(tolerance),
-	}
+func newSignedList(header string, sep byte, parse func(string) (string, sigSet, error), secrets []string, tolerance time.Duration) *signedList {
+	return &signedList{header: header, sep: sep, parse: parse, timestampedHMAC: newTimestampedHMAC(secrets, tolerance, false)}
 }
 
 // Verify implements Verifier.
-func (v *timestampedHMAC) Verify(r *http.Request, body []byte) error {
+func (v *signedList) Verify(r *http.Request, body []byte) error {
 	ts, sigs, err := v.parse(headerValue(r.Header, v.header))
 	if err != nil {
 		return err
 	}
-	if err := checkTimestamp(ts, v.tolerance, false); err != nil {
-		return err
-	}
-	msg := getScratch()
-	defer putScratch(msg)
-	*msg = append(append(*msg, ts...), v.sep)
-	return v.keys.check(*msg, body, &sigs)
+	return v.verify("", ts, v.sep, body, &sigs)
 }
 
 // parseStripeSignature parses `t=…,v1=…[,v1=…]`; other schemes (`v0`) are
@@ -76,4 +62,4 @@ func parsePaddleSignature(h string) (ts string, sigs sigSet, err error) {
 	return parseSignedList(h, ";", "ts", "h1")
 }
 
-var _ Verifier = (*timestampedHMAC)(nil)
+var _ Verifier = (*signedList)(nil)
