@@ -455,6 +455,18 @@ func at(run Run, t float64) int {
 	return j
 }
 
+// windowStart returns the index of the scrape a rate at scrape i starts
+// from: the last one a window or more before it (the first scrape while
+// less than a window has passed), or the one just before i when the
+// window is shorter than the scrape interval.
+func windowStart(run Run, i int) int {
+	j := at(run, run.Scrapes[i].T-run.Window)
+	if j == i {
+		j = i - 1
+	}
+	return j
+}
+
 // Point is one chart point; NaN values are gaps.
 type Point struct{ T, V float64 }
 
@@ -462,16 +474,10 @@ type Point struct{ T, V float64 }
 // full window (or, before that, at least two scrapes) is available.
 func rateBy(run Run, name string, filter map[string]string, by string) map[string][]Point {
 	out := map[string][]Point{}
-	for i, s := range run.Scrapes {
-		if i == 0 {
-			continue
-		}
-		j := at(run, s.T-run.Window)
-		if j == i {
-			j = i - 1
-		}
-		dt := s.T - run.Scrapes[j].T
-		cur, prev := sum(s, name, filter, by), sum(run.Scrapes[j], name, filter, by)
+	for i := 1; i < len(run.Scrapes); i++ {
+		s, start := run.Scrapes[i], run.Scrapes[windowStart(run, i)]
+		dt := s.T - start.T
+		cur, prev := sum(s, name, filter, by), sum(start, name, filter, by)
 		for k, v := range cur {
 			d := v - prev[k]
 			if d < 0 { // counter reset
@@ -488,16 +494,10 @@ func rateBy(run Run, name string, filter map[string]string, by string) map[strin
 func quantiles(run Run, op string, qs []float64) [][]Point {
 	out := make([][]Point, len(qs))
 	name := prefix + "store_duration_seconds_bucket"
-	for i, s := range run.Scrapes {
-		if i == 0 {
-			continue
-		}
-		j := at(run, s.T-run.Window)
-		if j == i {
-			j = i - 1
-		}
+	for i := 1; i < len(run.Scrapes); i++ {
+		s, start := run.Scrapes[i], run.Scrapes[windowStart(run, i)]
 		cur := sum(s, name, map[string]string{"op": op}, "le")
-		prev := sum(run.Scrapes[j], name, map[string]string{"op": op}, "le")
+		prev := sum(start, name, map[string]string{"op": op}, "le")
 		type bucket struct{ le, n float64 }
 		var bs []bucket
 		for le, v := range cur {
