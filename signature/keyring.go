@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"hash"
 	"sync"
-	"time"
 )
 
 // macKey computes one secret's MAC. Hash states are pooled: Verify runs
@@ -104,35 +103,6 @@ func (kr keyring) checkTail(msg, body, tail []byte, sigs *sigSet) error {
 		return ErrInvalid
 	}
 	return nil
-}
-
-// timestampedHMAC is the part the timestamped HMAC schemes share (Stripe,
-// Paddle, Slack, Zoom): HMAC-SHA256 keys over `{prefix}{ts}{sep}{body}`,
-// where ts is a Unix timestamp within the tolerance of the current time.
-type timestampedHMAC struct {
-	keys      keyring
-	tolerance time.Duration
-	millis    bool // ts is in milliseconds when it is that large
-}
-
-func newTimestampedHMAC(secrets []string, tolerance time.Duration, millis bool) timestampedHMAC {
-	return timestampedHMAC{
-		keys:      newHMACKeyring(sha256.New, rawSecrets(secrets)),
-		tolerance: toleranceOrDefault(tolerance),
-		millis:    millis,
-	}
-}
-
-// verify checks ts against the tolerance, then sigs against the HMAC of
-// `{prefix}{ts}{sep}{body}`.
-func (t *timestampedHMAC) verify(prefix, ts string, sep byte, body []byte, sigs *sigSet) error {
-	if err := checkTimestamp(ts, t.tolerance, t.millis); err != nil {
-		return err
-	}
-	msg := getScratch()
-	defer putScratch(msg)
-	*msg = append(append(append(*msg, prefix...), ts...), sep)
-	return t.keys.check(*msg, body, sigs)
 }
 
 // tokenSet holds the SHA-256 of each accepted token; comparing digests in
