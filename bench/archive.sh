@@ -16,73 +16,37 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$ROOT/bench/out/archive
-DURATION=${BENCH_DURATION:-3}
-WARMUP=${BENCH_WARMUP:-1}
 ROUNDS=${BENCH_ROUNDS:-4}
-CONNS=${BENCH_CONNS:-32}
-GO=${GO:-go}
 mkdir -p "$OUT"
 
-say() { printf '%s\n' "$*" >&2; }
-die() { say "archive.sh: $*"; exit 1; }
-for t in wrk redis-server redis-cli curl "$GO"; do
-	command -v "$t" >/dev/null 2>&1 || die "$t is missing (make bench installs wrk; make redis-server installs Redis)"
-done
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+need "make bench installs wrk; make redis-server installs Redis" wrk redis-server redis-cli curl "$GO"
 
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-TAKEN=" "
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 30000))
-		case $TAKEN in *" $p "*) continue ;; esac
-		if ! port_busy "$p"; then TAKEN="$TAKEN$p "; echo "$p"; return 0; fi
-	done
-	die "no free port found"
-}
-wait_port() { # port name pid
-	for _ in $(seq 1 100); do
-		port_busy "$1" && return 0
-		kill -0 "$3" 2>/dev/null || die "$2 exited (see $OUT/$2.log)"
-		sleep 0.1
-	done
-	die "$2 did not listen on 127.0.0.1:$1"
-}
-
-"$GO" build -o "$OUT/caddy" ./cmd/caddy
-"$GO" build -o "$OUT/upstream" ./bench/upstream
+build
 BODY=$OUT/body.json
-{ printf '{"pad":"'; head -c 1014 /dev/zero | tr '\0' x; printf '"}'; } >"$BODY"
+write_body "$BODY"
 export BODY_FILE=$BODY XDG_CONFIG_HOME=$OUT/xdg-config XDG_DATA_HOME=$OUT/xdg-data
 
 PU=$(free_port) PR=$(free_port) PADMIN=$(free_port) PC=$(free_port) PF=$(free_port) PE=$(free_port) PG=$(free_port)
-"$OUT/upstream" -addr "127.0.0.1:$PU" >"$OUT/upstream.log" 2>&1 &
-PIDS+=("$!"); wait_port "$PU" upstream "${PIDS[-1]}"
-redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
-PIDS+=("$!"); wait_port "$PR" redis "${PIDS[-1]}"
+start upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
+wait_port "$PU" upstream "$STARTED"
+start redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT"
+wait_port "$PR" redis "$STARTED"
 
 site() { # port source archive-line
 	printf 'http://127.0.0.1:%s {\n\twebhook_idempotency {\n\t\tsource %s\n\t\tstore redis redis://127.0.0.1:%s\n\t\t%s\n\t}\n\treverse_proxy 127.0.0.1:%s\n}\n' \
 		"$1" "$2" "$PR" "$3" "$PU"
 }
 {
-	printf '{\n\tadmin 127.0.0.1:%s\n\tpersist_config off\n\tauto_https off\n\tlog {\n\t\toutput discard\n\t}\n}\n' "$PADMIN"
+	caddy_globals "$PADMIN"
 	site "$PC" bench-c ""
 	site "$PF" bench-f "archive"
 	site "$PE" bench-e ""
 	site "$PG" bench-g "archive"
 } >"$OUT/Caddyfile"
-"$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
-PIDS+=("$!")
-for p in "$PADMIN" "$PC" "$PF" "$PE" "$PG"; do wait_port "$p" caddy "${PIDS[-1]}"; done
+start caddy "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile"
+for p in "$PADMIN" "$PC" "$PF" "$PE" "$PG"; do wait_port "$p" caddy "$STARTED"; done
 
 export REPLAY_KEY=replay-$$
 for p in "$PE" "$PG"; do
@@ -99,7 +63,6 @@ measure() { # name port lua
 	[ -z "$bad" ] || die "$1: $bad non-2xx answers"
 	say "  $1: ${RPS[$1]} req/s, p50 $(awk '$1 == "50%" {print $2}' "$f"), p99 $(awk '$1 == "99%" {print $2}' "$f")"
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 NEW=() REPLAY=()
 for r in $(seq 1 "$ROUNDS"); do
 	say "round $r of $ROUNDS (load average $(cut -d' ' -f1 /proc/loadavg))"

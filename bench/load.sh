@@ -62,24 +62,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$ROOT/bench/out
-DURATION=${BENCH_DURATION:-3}
-WARMUP=${BENCH_WARMUP:-1}
 ROUNDS=${BENCH_ROUNDS:-3}
 THREADS=2
-CONNS=${BENCH_CONNS:-32}
 FILL_KEYS=${BENCH_FILL_KEYS:-1000000}
 PROFILE=${BENCH_PROFILE:-0}
 APP=${BENCH_APP:-1}
 APP_DURATION=${BENCH_APP_DURATION:-5}
 APP_CONNS=${BENCH_APP_CONNS:-50}
 APP_WORK=${BENCH_APP_WORK:-0}
-GO=${GO:-go}
 
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/done.* "$OUT"/*.prof
 
-say() { printf '%s\n' "$*" >&2; }
-die() { say "load.sh: $*"; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 # ---- tools -------------------------------------------------------------------------------
 if ! command -v wrk >/dev/null 2>&1; then
@@ -94,87 +90,33 @@ if ! command -v wrk >/dev/null 2>&1; then
 fi
 tools=(redis-server redis-cli curl "$GO")
 [ "$APP" = 0 ] || tools+=(node)
-for t in "${tools[@]}"; do
-	command -v "$t" >/dev/null 2>&1 || die "$t is missing (redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server; node: apt-get install nodejs, or BENCH_APP=0)"
-done
+need "redis-server/redis-cli: apt-get install redis-server redis-tools, or make redis-server; node: apt-get install nodejs, or BENCH_APP=0" "${tools[@]}"
 
-# ---- processes ---------------------------------------------------------------------------
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-TAKEN=" "
-# Listening ports come from below the kernel's range of ephemeral ports
-# (net.ipv4.ip_local_port_range), where outgoing connections on a busy machine
-# would otherwise take a port between its check here and its bind.
-EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-PORT_LOW=10000 PORT_SPAN=$((EPHEMERAL_LOW - 10000))
-if [ "$PORT_SPAN" -lt 2000 ]; then PORT_LOW=20000 PORT_SPAN=30000; fi
-free_port() {
-	local i p
-	for i in $(seq 1 200); do
-		p=$((PORT_LOW + RANDOM % PORT_SPAN))
-		case $TAKEN in *" $p "*) continue ;; esac
-		if ! port_busy "$p"; then
-			TAKEN="$TAKEN$p "
-			echo "$p"
-			return 0
-		fi
-	done
-	die "no free port found in 200 tries"
-}
-wait_port() { # port name pid
-	local i
-	for i in $(seq 1 100); do
-		port_busy "$1" && return 0
-		kill -0 "$3" 2>/dev/null || die "$2 exited before listening on 127.0.0.1:$1 (see $OUT/$2.log)"
-		sleep 0.1
-	done
-	die "$2 did not listen on 127.0.0.1:$1 within 10 s (see $OUT/$2.log)"
-}
+# ---- memory of a process -----------------------------------------------------------------
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 heap_bytes() { # admin port: forces a GC, then reads the live heap from expvar
 	curl -fsS "http://127.0.0.1:$1/debug/pprof/heap?gc=1" -o /dev/null
 	curl -fsS "http://127.0.0.1:$1/debug/vars" | grep -o '"HeapAlloc": *[0-9]*' | grep -o '[0-9]*$'
 }
 
-say "building Caddy (./cmd/caddy) and the upstream (bench/upstream) into bench/out/"
-"$GO" build -o "$OUT/caddy" ./cmd/caddy
-"$GO" build -o "$OUT/upstream" ./bench/upstream
-
-# a 1 KiB JSON body
+build
 BODY=$OUT/body.json
-{ printf '{"pad":"'; head -c 1014 /dev/zero | tr '\0' x; printf '"}'; } >"$BODY"
-[ "$(wc -c <"$BODY")" -eq 1024 ] || die "body is not 1024 bytes"
+write_body "$BODY"
 
 export XDG_CONFIG_HOME=$OUT/xdg-config XDG_DATA_HOME=$OUT/xdg-data
 
 PU=$(free_port)
-"$OUT/upstream" -addr "127.0.0.1:$PU" >"$OUT/upstream.log" 2>&1 &
-UPID=$!
-PIDS+=("$UPID")
+start upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
+wait_port "$PU" upstream "$STARTED"
 PR=$(free_port)
-redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
-RPID=$!
-PIDS+=("$RPID")
-wait_port "$PU" upstream "$UPID"
-wait_port "$PR" redis "$RPID"
+start redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT"
+wait_port "$PR" redis "$STARTED"
 if [ "$APP" != 0 ]; then
 	PQ=$(free_port) PP=$(free_port)
-	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PQ" "$PR" >"$OUT/app-guard.log" 2>&1 &
-	QPID=$!
-	PIDS+=("$QPID")
-	APP_WORK=$APP_WORK node "$ROOT/bench/app/app.js" "$PP" >"$OUT/app.log" 2>&1 &
-	APID=$!
-	PIDS+=("$APID")
-	wait_port "$PQ" app-guard "$QPID"
-	wait_port "$PP" app "$APID"
+	start app-guard env APP_WORK="$APP_WORK" node "$ROOT/bench/app/app.js" "$PQ" "$PR"
+	wait_port "$PQ" app-guard "$STARTED"
+	start app env APP_WORK="$APP_WORK" node "$ROOT/bench/app/app.js" "$PP"
+	wait_port "$PP" app "$STARTED"
 fi
 
 PADMIN=$(free_port) PA=$(free_port) PB=$(free_port) PC=$(free_port) PD=$(free_port) PE=$(free_port)
@@ -192,16 +134,7 @@ site() { # comment port upstream [store [source [idle connections]]]: one site o
 }
 REDIS="redis redis://127.0.0.1:$PR"
 {
-	cat <<EOF
-{
-	admin 127.0.0.1:$PADMIN
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-}
-EOF
+	caddy_globals "$PADMIN"
 	site "A: reverse_proxy alone" "$PA" "$PU"
 	site "B: new deliveries, memory store" "$PB" "$PU" memory bench-b
 	site "C: new deliveries, Redis store" "$PC" "$PU" "$REDIS" bench-c
@@ -216,9 +149,8 @@ EOF
 		site "Rk: R with room for 256 idle connections to the application" "$PRK" "$PP" "$REDIS" bench-rk 256
 	fi
 } >"$OUT/Caddyfile"
-"$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile" >"$OUT/caddy.log" 2>&1 &
-CPID=$!
-PIDS+=("$CPID")
+start caddy "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile"
+CPID=$STARTED
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE"; do wait_port "$p" caddy "$CPID"; done
 [ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS" "$PQK" "$PRK"; do wait_port "$p" caddy "$CPID"; done
 
@@ -228,9 +160,6 @@ to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
 		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
 		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
 		printf "%.2f", n }'
-}
-median() { # numbers -> their median
-	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 declare -A RPS P50 P99 REQS BAD
 measure() { # name port lua [extra wrk args]
@@ -368,15 +297,9 @@ if [ "$FILL_KEYS" -gt 0 ]; then
 	kill "$CPID" 2>/dev/null || true
 	wait "$CPID" 2>/dev/null || true
 	PADMIN2=$(free_port) PM=$(free_port)
-	cat >"$OUT/Caddyfile.memory" <<EOF
-{
-	admin 127.0.0.1:$PADMIN2
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-}
+	{
+		caddy_globals "$PADMIN2"
+		cat <<EOF
 
 # route: respond is ordered before webhook_idempotency by default
 http://127.0.0.1:$PM {
@@ -393,10 +316,10 @@ http://127.0.0.1:$PM {
 	}
 }
 EOF
+	} >"$OUT/Caddyfile.memory"
 	FILL_BODY_LEN=11 # the recorded body, {"ok":true}
-	"$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile.memory" >"$OUT/caddy-memory.log" 2>&1 &
-	MPID=$!
-	PIDS+=("$MPID")
+	start caddy-memory "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile.memory"
+	MPID=$STARTED
 	wait_port "$PADMIN2" caddy-memory "$MPID"
 	wait_port "$PM" caddy-memory "$MPID"
 	complete_key "$PM" warm-$$ # the table, its janitor and the proxy's connection exist

@@ -12,25 +12,33 @@ import (
 // Square's "Validate that the notification is from Square" (Square
 // Developer, Webhooks).
 func NewSquare(secrets []string, publicURL PublicURL) Verifier {
-	return &squareVerifier{keys: newHMACKeyring(sha256.New, rawSecrets(secrets)), url: publicURL}
+	return &urlHMAC{header: "X-Square-Hmacsha256-Signature", keys: newHMACKeyring(sha256.New, rawSecrets(secrets)), url: publicURL}
 }
 
-// squareVerifier is the scheme of NewSquare.
-type squareVerifier struct {
-	keys keyring
-	url  PublicURL
+// urlHMAC is the scheme of Square and Twilio: one base64 HMAC, in a
+// header, of a message that starts with the URL the provider delivered
+// to. Square signs the body after the URL; Twilio signs what checkTwilio
+// describes.
+type urlHMAC struct {
+	header string
+	twilio bool
+	keys   keyring
+	url    PublicURL
 }
 
 // Verify implements Verifier.
-func (v *squareVerifier) Verify(r *http.Request, body []byte) error {
+func (v *urlHMAC) Verify(r *http.Request, body []byte) error {
 	var sigs sigSet
-	if err := base64Signature(&sigs, r.Header, "X-Square-Hmacsha256-Signature"); err != nil {
+	if err := base64Signature(&sigs, r.Header, v.header); err != nil {
 		return err
 	}
 	msg := getScratch()
 	defer putScratch(msg)
 	*msg = v.url(*msg, r)
+	if v.twilio {
+		return v.checkTwilio(msg, body, &sigs)
+	}
 	return v.keys.check(*msg, body, &sigs)
 }
 
-var _ Verifier = (*squareVerifier)(nil)
+var _ Verifier = (*urlHMAC)(nil)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -24,27 +23,16 @@ import (
 // nil, gives the URL Twilio delivered to. It follows Twilio's "Webhooks
 // security" and twilio-go's RequestValidator.
 func NewTwilio(secrets []string, publicURL PublicURL) Verifier {
-	return &twilioVerifier{keys: newHMACKeyring(sha1.New, rawSecrets(secrets)), url: publicURL}
+	return &urlHMAC{header: "X-Twilio-Signature", twilio: true, keys: newHMACKeyring(sha1.New, rawSecrets(secrets)), url: publicURL}
 }
 
-// twilioVerifier is the scheme of NewTwilio.
-type twilioVerifier struct {
-	keys keyring
-	url  PublicURL
-}
-
-// Verify implements Verifier.
-func (v *twilioVerifier) Verify(r *http.Request, body []byte) error {
-	var sigs sigSet
-	if err := base64Signature(&sigs, r.Header, "X-Twilio-Signature"); err != nil {
-		return err
-	}
-
-	msg := getScratch()
-	defer putScratch(msg)
-	*msg = v.url(*msg, r)
+// checkTwilio checks sigs against Twilio's message: the URL, already in
+// msg, followed by the body's form parameters (or, when the URL carries
+// `bodySHA256`, the URL alone, once that hash matches the body); if that
+// does not match, the same message with the URL's default port added or
+// removed.
+func (v *urlHMAC) checkTwilio(msg *[]byte, body []byte, sigs *sigSet) error {
 	urlLen := len(*msg)
-
 	if bodyHash := query.Value(queryOf(string((*msg)[:urlLen])), "bodySHA256"); bodyHash != "" {
 		sum := sha256.Sum256(body)
 		var hexSum [2 * sha256.Size]byte
@@ -72,7 +60,7 @@ func (v *twilioVerifier) Verify(r *http.Request, body []byte) error {
 			}
 		}
 	}
-	if v.keys.match(*msg, nil, &sigs) {
+	if v.keys.match(*msg, nil, sigs) {
 		return nil
 	}
 	// the same URL with the default port added, or removed
@@ -83,7 +71,7 @@ func (v *twilioVerifier) Verify(r *http.Request, body []byte) error {
 		return ErrInvalid
 	}
 	*other = append(*other, (*msg)[urlLen:]...)
-	return v.keys.check(*other, nil, &sigs)
+	return v.keys.check(*other, nil, sigs)
 }
 
 // queryOf returns the raw query of an absolute URL.
@@ -118,5 +106,3 @@ func appendPortVariant(dst []byte, u string) []byte {
 	}
 	return append(dst, tail...)
 }
-
-var _ Verifier = (*twilioVerifier)(nil)

@@ -251,38 +251,13 @@ func Cases() []Case {
 			},
 			Headers: []string{"x-square-hmacsha256-signature"},
 		},
-		{
-			Scheme:  "gitlab",
-			Secrets: [3]string{"gitlab-token-1", "gitlab-token-2", "gitlab-wrong"},
-			Body:    `{"object_kind":"push"}`,
-			Sign: func(t testing.TB, secret string, d *Delivery) {
-				d.Req.Header.Set("X-Gitlab-Token", secret)
-			},
-			Headers: []string{"X-Gitlab-Token"},
-			// a token does not sign the Body: tampering is not detectable
-			Tamper: func(d *Delivery) []byte { return nil },
-		},
-		{
-			Scheme:  "evolution",
-			Secrets: [3]string{"evo-token-1", "evo-token-2", "evo-wrong"},
-			Body:    `{"event":"messages.upsert"}`,
-			Header:  "apikey",
-			Sign: func(t testing.TB, secret string, d *Delivery) {
-				d.Req.Header.Set("apikey", secret)
-			},
-			Headers: []string{"apikey"},
-			Tamper:  func(d *Delivery) []byte { return nil },
-		},
-		{
-			Scheme:  "asaas",
-			Secrets: [3]string{"asaas-webhook-token-one", "asaas-webhook-token-two", "asaas-wrong"},
-			Body:    `{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED","payment":{"object":"payment","id":"pay_080225913252"}}`,
-			Sign: func(t testing.TB, secret string, d *Delivery) {
-				d.Req.Header.Set("asaas-access-token", secret)
-			},
-			Headers: []string{"asaas-access-token"},
-			Tamper:  func(d *Delivery) []byte { return nil },
-		},
+		tokenCase("gitlab", "X-Gitlab-Token", "",
+			[3]string{"gitlab-token-1", "gitlab-token-2", "gitlab-wrong"}, `{"object_kind":"push"}`),
+		configuredTokenCase("evolution", "apikey", "",
+			[3]string{"evo-token-1", "evo-token-2", "evo-wrong"}, `{"event":"messages.upsert"}`),
+		tokenCase("asaas", "asaas-access-token", "",
+			[3]string{"asaas-webhook-token-one", "asaas-webhook-token-two", "asaas-wrong"},
+			`{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED","payment":{"object":"payment","id":"pay_080225913252"}}`),
 		JWTCase("evolution"),
 		JWTCase("jwt"),
 		{
@@ -297,18 +272,32 @@ func Cases() []Case {
 			},
 			Headers: []string{"X-Signature"},
 		},
-		{
-			Scheme:  "token",
-			Secrets: [3]string{"tok-1", "tok-2", "tok-wrong"},
-			Body:    `{"id":"x"}`,
-			Header:  "Authorization", Prefix: "Bearer ",
-			Sign: func(t testing.TB, secret string, d *Delivery) {
-				d.Req.Header.Set("Authorization", "Bearer "+secret)
-			},
-			Headers: []string{"Authorization"},
-			Tamper:  func(d *Delivery) []byte { return nil },
-		},
+		configuredTokenCase("token", "Authorization", "Bearer ",
+			[3]string{"tok-1", "tok-2", "tok-wrong"}, `{"id":"x"}`),
 	}, moreCases()...)
+}
+
+// tokenCase is a scheme that sends a token in a header, after prefix. A
+// token does not sign the body: tampering with it is not detectable.
+func tokenCase(scheme, header, prefix string, secrets [3]string, body string) Case {
+	return Case{
+		Scheme:  scheme,
+		Secrets: secrets,
+		Body:    body,
+		Sign: func(t testing.TB, secret string, d *Delivery) {
+			d.Req.Header.Set(header, prefix+secret)
+		},
+		Headers: []string{header},
+		Tamper:  func(d *Delivery) []byte { return nil },
+	}
+}
+
+// configuredTokenCase is tokenCase for a scheme configured with the
+// header and the prefix (the generic token scheme).
+func configuredTokenCase(scheme, header, prefix string, secrets [3]string, body string) Case {
+	c := tokenCase(scheme, header, prefix, secrets, body)
+	c.Header, c.Prefix = header, prefix
+	return c
 }
 
 // JWTCase is an HS256 JWT in `Authorization: Bearer`, claims as Evolution

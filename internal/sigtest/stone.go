@@ -27,14 +27,7 @@ func StoneJWS(t testing.TB, payload []byte, alg jose.SignatureAlgorithm, key any
 		t.Fatal(err)
 	}
 	jws, err := signer.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return compact(t, jws, err)
 }
 
 // StoneJWE encrypts plaintext to the recipient's key as Stone does:
@@ -46,10 +39,17 @@ func StoneJWE(t testing.TB, plaintext string, alg jose.KeyAlgorithm, enc jose.Co
 		t.Fatal(err)
 	}
 	jwe, err := encrypter.Encrypt([]byte(plaintext))
+	return compact(t, jwe, err)
+}
+
+// compact returns the compact serialization of obj, a JWS or a JWE; it
+// fails t when making obj failed (err) or serializing it fails.
+func compact(t testing.TB, obj interface{ CompactSerialize() (string, error) }, err error) string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := jwe.CompactSerialize()
+	s, err := obj.CompactSerialize()
 	if err != nil {
 		t.Fatal(err)
 	}
