@@ -137,15 +137,7 @@ func TestCaddyfileInboxParse(t *testing.T) {
 			want:  Handler{Source: "s", Fail: "closed", Inbox: &InboxConfig{DeliverTo: "http://a/h"}},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := parseTestHandler(tc.input)
-			if err != nil {
-				t.Fatalf("parse %q: unexpected error: %v", tc.input, err)
-			}
-			if got, want := normalizeJSON(t, []byte(handlerJSON(t, h))), normalizeJSON(t, []byte(handlerJSON(t, &tc.want))); got != want {
-				t.Errorf("parse %q:\n got  %s\n want %s", tc.input, got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParsed(t, tc.input, &tc.want) })
 	}
 }
 
@@ -226,15 +218,7 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 		{"inbox block then store memory with options", "webhook_idempotency source s {\n\tinbox {\n\t\tdeliver_to http://a/h\n\t}\n\tstore memory {\n\t\tmax_entries 10\n\t}\n}", memoryOnly + ", at Testfile:7"},
 		{"inline store memory, inbox in the block", "webhook_idempotency source s store memory {\n\tinbox http://a/h\n}", memoryOnly + ", at Testfile:2"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := parseTestHandler(tc.input)
-			if err == nil {
-				t.Fatalf("parse %q: want error %q, got none (handler %s)", tc.input, tc.want, handlerJSON(t, h))
-			}
-			if err.Error() != tc.want {
-				t.Errorf("parse %q:\n got error  %q\n want error %q", tc.input, err.Error(), tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })
 	}
 }
 

@@ -100,14 +100,6 @@ func TestCaddyfileParseKeysAndHandshakesErrors(t *testing.T) {
 		{"verify_token with handshake off", "webhook_idempotency whatsapp {\n\thandshake off\n\tverify_token t\n}", "verify_token is unused with 'handshake off', at Testfile:3"},
 		{"unknown scheme names the generic ones", "webhook_idempotency {\n\tverify ecdsa\n}", "unknown verify scheme 'ecdsa': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := parseTestHandler(tc.input)
-			if err == nil {
-				t.Fatalf("parse %q: want error %q, got none (handler %s)", tc.input, tc.want, handlerJSON(t, h))
-			}
-			if err.Error() != tc.want {
-				t.Errorf("parse %q:\n got error  %q\n want error %q", tc.input, err.Error(), tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })
 	}
 }

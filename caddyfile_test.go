@@ -21,6 +21,33 @@ func parseTestHandler(input string) (*Handler, error) {
 	return h, err
 }
 
+// wantParsed checks that input parses to want, compared as the JSON Caddy
+// loads (normalised: the store module's keys come out sorted).
+func wantParsed(t *testing.T, input string, want *Handler) {
+	t.Helper()
+	h, err := parseTestHandler(input)
+	if err != nil {
+		t.Fatalf("parse %q: unexpected error: %v", input, err)
+	}
+	got, wantJSON := normalizeJSON(t, []byte(handlerJSON(t, h))), normalizeJSON(t, []byte(handlerJSON(t, want)))
+	if got != wantJSON {
+		t.Errorf("parse %q:\n got  %s\n want %s", input, got, wantJSON)
+	}
+}
+
+// wantParseError checks that parsing input fails with exactly the error
+// message want.
+func wantParseError(t *testing.T, input, want string) {
+	t.Helper()
+	h, err := parseTestHandler(input)
+	if err == nil {
+		t.Fatalf("parse %q: want error %q, got none (handler %s)", input, want, handlerJSON(t, h))
+	}
+	if err.Error() != want {
+		t.Errorf("parse %q:\n got error  %q\n want error %q", input, err.Error(), want)
+	}
+}
+
 // handlerJSON marshals the configuration fields of h, the form that
 // `caddy adapt` writes and that Caddy loads.
 func handlerJSON(t *testing.T, h *Handler) string {
@@ -301,16 +328,7 @@ func TestCaddyfileParse(t *testing.T) {
 			want:  Handler{Source: "my source", Verify: &VerifyConfig{Scheme: "hmac", Prefix: "v1, "}},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := parseTestHandler(tc.input)
-			if err != nil {
-				t.Fatalf("parse %q: unexpected error: %v", tc.input, err)
-			}
-			// normalised: the store module's keys come out sorted
-			if got, want := normalizeJSON(t, []byte(handlerJSON(t, h))), normalizeJSON(t, []byte(handlerJSON(t, &tc.want))); got != want {
-				t.Errorf("parse %q:\n got  %s\n want %s", tc.input, got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParsed(t, tc.input, &tc.want) })
 	}
 }
 
@@ -421,15 +439,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"store memory max_entries zero", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 0\n\t}\n}", "invalid max_entries '0': want a positive integer, at Testfile:3"},
 		{"store memory max_entries too many", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 10 20\n\t}\n}", "memory store 'max_entries' takes exactly one value, got 2, at Testfile:3"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := parseTestHandler(tc.input)
-			if err == nil {
-				t.Fatalf("parse %q: want error %q, got none (handler %s)", tc.input, tc.want, handlerJSON(t, h))
-			}
-			if err.Error() != tc.want {
-				t.Errorf("parse %q:\n got error  %q\n want error %q", tc.input, err.Error(), tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })
 	}
 }
 
