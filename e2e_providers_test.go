@@ -164,9 +164,7 @@ func evolutionToken(t *testing.T, key string, iat time.Time) string {
 func TestE2EEvolutionJWT(t *testing.T) {
 	t.Setenv("WEBHOOK_TEST_EVOLUTION_JWT_KEY", "evo-key")
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency evolution secret {env.WEBHOOK_TEST_EVOLUTION_JWT_KEY}", up))
-	url := siteURL(port) + "/evolution"
+	url := startProxy(t, "webhook_idempotency evolution secret {env.WEBHOOK_TEST_EVOLUTION_JWT_KEY}", up) + "/evolution"
 	body := []byte(`{"event":"messages.upsert","instance":"main","data":{"key":{"id":"3EB0C767D26A1D3A0B45"}},"date_time":"2026-01-01T00:00:00.000Z"}`)
 
 	resp, rb := post(t, url, body, "Authorization", "Bearer "+evolutionToken(t, "evo-key", time.Now().Add(-16*time.Minute)))
@@ -188,9 +186,7 @@ func TestE2EEvolutionJWT(t *testing.T) {
 
 func TestE2EEvolutionHeaderToken(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency evolution {\n\t\tverify evolution {\n\t\t\theader apikey\n\t\t\tsecret instance-token\n\t\t}\n\t}", up))
-	url := siteURL(port) + "/evolution"
+	url := startProxy(t, "webhook_idempotency evolution {\n\t\tverify evolution {\n\t\t\theader apikey\n\t\t\tsecret instance-token\n\t\t}\n\t}", up) + "/evolution"
 	resp, rb := post(t, url, []byte(`{"event":"connection.update"}`), "apikey", "wrong")
 	wantRejected(t, resp, rb, "invalid signature")
 	resp, rb = post(t, url, []byte(`{"event":"connection.update"}`), "apikey", "instance-token")
@@ -205,9 +201,7 @@ func TestE2EAsaasWaitsForInFlight(t *testing.T) {
 		<-release
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency asaas secret asaas-token-123", up))
-	url := siteURL(port) + "/asaas"
+	url := startProxy(t, "webhook_idempotency asaas secret asaas-token-123", up) + "/asaas"
 	body := []byte(`{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED"}`)
 
 	resp, rb := post(t, url, body, "asaas-access-token", "asaas-token-12")
@@ -243,14 +237,13 @@ func TestE2EAsaasWaitsForInFlight(t *testing.T) {
 // letters, through the preset, keyed on the notification id.
 func TestE2EMercadoPagoCapitalDataID(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency mercadopago secret mp-secret", up))
+	base := startProxy(t, "webhook_idempotency mercadopago secret mp-secret", up)
 	body := []byte(`{"id":12345,"type":"order","action":"order.processed","data":{"id":"ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"}}`)
 	ts := strconv.FormatInt(time.Now().Add(-2*time.Hour).Unix(), 10) // a retry keeps its first ts
 	sign := func(reqID string) string {
 		return "ts=" + ts + ",v1=" + sigtest.HMACHex("mp-secret", "id:ORD01JQ4S4KY8HWQ6NA5PXB65B3D3;request-id:"+reqID+";ts:"+ts+";")
 	}
-	url := siteURL(port) + "/mp?data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3&type=order"
+	url := base + "/mp?data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3&type=order"
 	resp, rb := post(t, url, body, "x-request-id", "req-1", "x-signature", sign("req-1"))
 	wantNew(t, resp, rb, http.StatusOK)
 	// the retry has a new x-request-id; the notification id is the key
@@ -265,11 +258,10 @@ func TestE2EMercadoPagoCapitalDataID(t *testing.T) {
 // webhook id differs per subscription.
 func TestE2EShopifyEventID(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency shopify secret shpss_test", up))
+	base := startProxy(t, "webhook_idempotency shopify secret shpss_test", up)
 	body := []byte(`{"id":820982911946154508}`)
 	sig := sigtest.HMACBase64("shpss_test", string(body))
-	url := siteURL(port) + "/shopify"
+	url := base + "/shopify"
 	resp, rb := post(t, url, body, "X-Shopify-Hmac-Sha256", sig, "X-Shopify-Event-Id", "evt-1", "X-Shopify-Webhook-Id", "wh-1")
 	wantNew(t, resp, rb, http.StatusOK)
 	resp, rb2 := post(t, url, body, "X-Shopify-Hmac-Sha256", sig, "X-Shopify-Event-Id", "evt-1", "X-Shopify-Webhook-Id", "wh-2")

@@ -24,9 +24,7 @@ import (
 // the header.
 func TestE2EHeaderValueCannotClaimABodyHash(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source collide", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source collide", up) + "/hook"
 
 	long := strings.Repeat("L", 300)
 	for _, tc := range []struct {
@@ -95,14 +93,13 @@ func keyList(prefix string, n int) []string {
 // at 90% of the bound no completed key is evicted.
 func TestE2EMemoryStoreKeepsKeysUpToTheBound(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, `webhook_idempotency {
+	url := startProxy(t, `webhook_idempotency {
 		source bound
 		store memory {
 			max_entries 1000
 		}
-	}`, up))
-	if n := deliverKeys(t, siteURL(port)+"/hook", keyList("evt_bound", 900)); n != 0 {
+	}`, up) + "/hook"
+	if n := deliverKeys(t, url, keyList("evt_bound", 900)); n != 0 {
 		t.Fatalf("%d of 900 completed keys evicted at 90%% of max_entries 1000", n)
 	}
 }

@@ -23,13 +23,7 @@ import (
 
 func TestE2EDuplicateIsReplayed(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
-	webhook_idempotency source test
-	reverse_proxy %s
-}`, port, up.addr()))
-
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source test", up) + "/hook"
 	first, firstBody := post(t, url, []byte(`{"id":"evt_1"}`), "Idempotency-Key", "evt_1")
 	second, secondBody := post(t, url, []byte(`{"id":"evt_1"}`), "Idempotency-Key", "evt_1")
 
@@ -56,6 +50,15 @@ func TestE2EDuplicateIsReplayed(t *testing.T) {
 // webhook_idempotency line or block) in front of up.
 func proxySite(port int, directive string, up *upstream) string {
 	return fmt.Sprintf(":%d {\n\t%s\n\treverse_proxy %s\n}\n", port, directive, up.addr())
+}
+
+// startProxy starts Caddy with directive in front of up (a proxySite on a
+// free port) and returns the site's URL.
+func startProxy(t *testing.T, directive string, up *upstream) string {
+	t.Helper()
+	port := freePort(t)
+	startCaddy(t, "", proxySite(port, directive, up))
+	return siteURL(port)
 }
 
 // gate blocks upstream handlers until opened. Tests `defer g.open()` so a
@@ -250,9 +253,7 @@ func statusUpstream(t *testing.T) *upstream {
 
 func TestE2EBodyHashFallback(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source bodyhash", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source bodyhash", up) + "/hook"
 
 	r1, b1 := post(t, url, []byte(`{"event":"a"}`))
 	wantNew(t, r1, b1, 200)
@@ -278,9 +279,7 @@ func TestE2EServerErrorIsReleasedAndRetried(t *testing.T) {
 		}
 		fmt.Fprintf(w, "ok %d", call)
 	})
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source retry", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source retry", up) + "/hook"
 
 	r1, b1 := post(t, url, []byte(`{}`), "Idempotency-Key", "evt_500")
 	wantNew(t, r1, b1, 500)
@@ -331,9 +330,7 @@ func TestE2EUpstreamCutShortIsReleased(t *testing.T) {
 		}
 		fmt.Fprintf(w, "ok %d", call)
 	})
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source cut", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source cut", up) + "/hook"
 
 	first := send(http.MethodPost, url, strings.NewReader(`{}`), "Idempotency-Key", "evt_cut")
 	if first.err == nil && len(first.body) == 100 {
@@ -386,9 +383,7 @@ func TestE2EInFlightConflict(t *testing.T) {
 	g := newGate()
 	defer g.open()
 	up := gatedUpstream(t, g, false)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source conflict", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source conflict", up) + "/hook"
 
 	first := sendAsync(http.MethodPost, url, []byte(`{}`), "Idempotency-Key", "evt_busy")
 	waitCalls(t, up, 1)
@@ -529,9 +524,7 @@ func TestE2EInFlightProceed(t *testing.T) {
 	g := newGate()
 	defer g.open()
 	up := gatedUpstream(t, g, true)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source proceed in_flight proceed", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source proceed in_flight proceed", up) + "/hook"
 
 	first := sendAsync(http.MethodPost, url, []byte(`{}`), "Idempotency-Key", "evt_p")
 	waitCalls(t, up, 1)
@@ -555,9 +548,7 @@ func TestE2EConcurrentDuplicatesCallUpstreamOnce(t *testing.T) {
 	g := newGate()
 	defer g.open()
 	up := gatedUpstream(t, g, false)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source herd", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source herd", up) + "/hook"
 
 	results := make(chan reply, n)
 	start := make(chan struct{})
@@ -647,9 +638,7 @@ func TestE2EConcurrentDuplicatesWaitAndReplay(t *testing.T) {
 
 func TestE2EMaxBody(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source maxbody max_body 1KiB", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source maxbody max_body 1KiB", up) + "/hook"
 	big := bytes.Repeat([]byte("x"), 1025)
 
 	r1, b1 := post(t, url, big, "Idempotency-Key", "evt_big")
@@ -712,9 +701,7 @@ func TestE2EMethodsNotProcessedPassThrough(t *testing.T) {
 
 func TestE2EBodyReachesUpstreamByteExact(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source exact", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source exact", up) + "/hook"
 
 	all := make([]byte, 256)
 	for i := range all {
@@ -799,9 +786,7 @@ func TestE2EJSONKey(t *testing.T) {
 
 func TestE2ELeaseExpiryLetsADuplicateThrough(t *testing.T) {
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source lease lease 1s", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source lease lease 1s", up) + "/hook"
 
 	// A request that died after claiming its key: the claim sits in the
 	// store, and nothing renews, completes or releases it. That is what a
@@ -855,11 +840,9 @@ func TestE2ELeaseIsRenewedWhileTheUpstreamWorks(t *testing.T) {
 	g := newGate()
 	defer g.open()
 	up := gatedUpstream(t, g, true)
-	port := freePort(t)
 	// renewed every lease/3: 1.5s leaves a loaded machine (-race, shared
 	// cores) a full second of slack for each renewal
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source renew lease 1500ms", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source renew lease 1500ms", up) + "/hook"
 
 	first := sendAsync(http.MethodPost, url, []byte(`{}`), "Idempotency-Key", "evt_slow")
 	waitCalls(t, up, 1)
@@ -915,9 +898,7 @@ func TestE2EMaxResponse(t *testing.T) {
 		}
 		w.Write(big)
 	})
-	port := freePort(t)
-	startCaddy(t, "", proxySite(port, "webhook_idempotency source maxresp max_response 1KiB", up))
-	url := siteURL(port) + "/hook"
+	url := startProxy(t, "webhook_idempotency source maxresp max_response 1KiB", up) + "/hook"
 
 	r1, b1 := post(t, url, []byte(`{}`), "Idempotency-Key", "evt_big")
 	wantNew(t, r1, b1, 200)
