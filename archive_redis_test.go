@@ -116,21 +116,7 @@ return n`)
 // the append of its event go in one pipeline across two slots (the key's
 // and the archive's): every new delivery is archived, and every replay.
 func TestArchiveRedisCluster(t *testing.T) {
-	cluster := startRedisCluster(t)
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
-	webhook_idempotency {
-		source arch_cluster
-		store redis {
-			address %s
-			timeout 5s
-		}
-		archive
-	}
-	reverse_proxy %s
-}`, port, strings.Join(cluster.addrs(), " "), up.addr()))
-	url := siteURL(port) + "/hook"
+	cluster, up, url := startClusterSite(t, "arch_cluster", "archive")
 	const n = 20
 	for i := range n {
 		key := fmt.Sprintf("evt_%d", i)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -31,9 +30,7 @@ func TestRedisForgetGuardedKey(t *testing.T) {
 
 func TestRedisClusterForgetGuardedKey(t *testing.T) {
 	cluster := startRedisCluster(t)
-	testForgetGuardedKey(t, fmt.Sprintf(`store redis {
-			address %s
-		}`, strings.Join(cluster.addrs(), " ")))
+	testForgetGuardedKey(t, cluster.storeBlock())
 }
 
 func testForgetGuardedKey(t *testing.T, store string, forgotten ...func(body []byte)) {

@@ -296,23 +296,25 @@ func TestRedisKeysAndTTLsWithGlobalOption(t *testing.T) {
 	}
 }
 
-func TestRedisClusterDeduplicates(t *testing.T) {
+// startClusterSite starts a Redis Cluster and a Caddy in front of a fresh
+// upstream whose handler for source stores on the cluster (timeout 5s) and
+// has the directives extra too; it returns the cluster, the upstream and
+// the handler's URL.
+func startClusterSite(t *testing.T, source string, extra ...string) (*redisCluster, *upstream, string) {
+	t.Helper()
 	cluster := startRedisCluster(t)
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
-	webhook_idempotency {
-		source cluster
-		store redis {
-			address %s
-			timeout 5s
-		}
+	directive := "webhook_idempotency {\n\t\tsource " + source + "\n\t\t" + cluster.storeBlock("timeout 5s")
+	for _, d := range extra {
+		directive += "\n\t\t" + d
 	}
-	reverse_proxy %s
-}`, port, strings.Join(cluster.addrs(), " "), up.addr()))
+	return cluster, up, startProxy(t, directive+"\n\t}", up) + "/hook"
+}
+
+func TestRedisClusterDeduplicates(t *testing.T) {
+	cluster, up, url := startClusterSite(t, "cluster")
 
 	const keys = 240
-	url := siteURL(port) + "/hook"
 	var wg sync.WaitGroup
 	errs := make(chan string, keys)
 	work := make(chan int)

@@ -110,9 +110,7 @@ func TestRedisClusterReplayUnderNewID(t *testing.T) {
 	cluster := startRedisCluster(t)
 	up := newUpstream(t, nil)
 	port := freePort(t)
-	startCaddy(t, "", githubSite(port, up, fmt.Sprintf(`store redis {
-			address %s
-		}`, strings.Join(cluster.addrs(), " "))))
+	startCaddy(t, "", githubSite(port, up, cluster.storeBlock()))
 	answers := resendSigned(t, siteURL(port)+"/gh", []byte(`{"ref":"refs/heads/main","after":"c1"}`), replayIDs...)
 	wantExecutedOnce(t, up, answers, replayIDs)
 }
@@ -261,9 +259,7 @@ func TestRedisArchiveGuardedDeliveries(t *testing.T) {
 
 func TestRedisClusterArchiveGuardedDeliveries(t *testing.T) {
 	cluster := startRedisCluster(t)
-	testArchiveGuarded(t, fmt.Sprintf(`store redis {
-			address %s
-		}`, strings.Join(cluster.addrs(), " ")))
+	testArchiveGuarded(t, cluster.storeBlock())
 }
 
 func testArchiveGuarded(t *testing.T, store string) {

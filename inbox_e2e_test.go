@@ -926,10 +926,7 @@ func TestInboxRedisClusterDeliversEachOnce(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "cluster", fmt.Sprintf(`store redis {
-			address %s
-			timeout 5s
-		}`, strings.Join(cluster.addrs(), " ")),
+	startCaddy(t, "", inboxSite(port, "cluster", cluster.storeBlock("timeout 5s"),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL)))
 	keys := inboxKeysOf("cluster")
 	url := siteURL(port) + "/hook"

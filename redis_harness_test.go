@@ -203,6 +203,16 @@ func (c *redisCluster) addrs() []string {
 	return addrs
 }
 
+// storeBlock is the Caddyfile `store redis` block that addresses every
+// node of the cluster, with lines (such as "timeout 5s") added inside.
+func (c *redisCluster) storeBlock(lines ...string) string {
+	block := "store redis {\n\t\t\taddress " + strings.Join(c.addrs(), " ")
+	for _, line := range lines {
+		block += "\n\t\t\t" + line
+	}
+	return block + "\n\t\t}"
+}
+
 // client returns a go-redis cluster client for checks in tests.
 func (c *redisCluster) client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), Protocol: 2})
