@@ -186,16 +186,12 @@ http://127.0.0.1:%d {
 	}
 	// forget: the next retry is processed
 	calls := app.calls.Load()
-	if resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1"); resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget: %s %s", resp.Status, b)
-	}
+	adminForget(t, c, "adm", "k1")
 	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusNotFound)
 	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(replayedHeader) != "" || app.calls.Load() != calls+1 {
 		t.Fatalf("the retry after forget was not processed: %v, %d calls", resp.Header, app.calls.Load()-calls)
 	}
-	if resp, _ := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/adm_plain/keys/p1"); resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget on memory: %s", resp.Status)
-	}
+	adminForget(t, c, "adm_plain", "p1") // on the memory store
 
 	// the archive, newest first
 	var list adminEventsJSON
@@ -350,13 +346,7 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 	srv := startRedis(t)
 	var fixed atomic.Bool
 	fixed.Store(true)
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		if !fixed.Load() {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	app := fixableApp(t, &fixed)
 	port := freePort(t)
 	site := strings.Replace(adminInboxSite(port, source, srv.addr(), app.URL+"/in", "200ms"),
 		"\t\tinbox {", "\t\tarchive {\n\t\t\tredact header:X-Secret\n\t\t}\n\t\tinbox {", 1)

@@ -50,6 +50,17 @@ func adminCall(t *testing.T, c *testCaddy, method, path string) (*http.Response,
 	return do(t, method, c.adminURL(path), nil)
 }
 
+// adminForget forgets key of source through the admin API, which must
+// answer 204.
+func adminForget(t *testing.T, c *testCaddy, source, key string) {
+	t.Helper()
+	path := "/webhook_idempotency/" + source + "/keys/" + key
+	resp, body := adminCall(t, c, http.MethodDelete, path)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("forget %s of %s: %s: %s", key, source, resp.Status, body)
+	}
+}
+
 // adminJSON sends a request that must answer 200 and decodes the JSON body
 // into v.
 func adminJSON(t *testing.T, c *testCaddy, method, path string, v any) {
@@ -81,6 +92,26 @@ func adminExpectError(t *testing.T, c *testCaddy, method, path string, status in
 		t.Fatalf("%s %s: want a JSON error, got %q (%v)", method, path, body, err)
 	}
 	return resp
+}
+
+// refusingApp is an application that answers every delivery 400, which
+// the inbox dead-letters after one attempt.
+func refusingApp(t *testing.T) *upstream {
+	return newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		w.WriteHeader(http.StatusBadRequest)
+	})
+}
+
+// fixableApp is an application that answers 400 (a refusal the inbox
+// dead-letters) while fixed is false, and 200 once it is true.
+func fixableApp(t *testing.T, fixed *atomic.Bool) *upstream {
+	return newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if !fixed.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
 }
 
 // adminWait polls cond every 20ms until it holds, failing the test after
@@ -126,13 +157,7 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 	const source = "admin_redeliver"
 	srv := startRedis(t)
 	var fixed atomic.Bool
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		if !fixed.Load() {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	app := fixableApp(t, &fixed)
 	port := freePort(t)
 	c := startCaddy(t, "", adminInboxSite(port, source, srv.addr(), app.URL+"/hook", "200ms 400ms"))
 	before := c.scrapeMetrics(t)
@@ -310,9 +335,7 @@ func TestAdminInboxMetrics(t *testing.T) {
 func TestAdminErrors(t *testing.T) {
 	const source = "admin_errors"
 	srv := startRedis(t)
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		w.WriteHeader(http.StatusBadRequest)
-	})
+	app := refusingApp(t)
 	port := freePort(t)
 	c := startCaddy(t, "", adminInboxSite(port, source, srv.addr(), app.URL, "200ms"))
 	base := "/webhook_idempotency/" + source

@@ -3,7 +3,6 @@ package webhookidempotency
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 )
 
@@ -41,10 +40,7 @@ func testForgetGuardedKey(t *testing.T, store string, forgotten ...func(body []b
 	body := []byte(`{"ref":"refs/heads/main","after":"f0f0"}`)
 
 	resendSigned(t, url, body, "d1")
-	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/d1")
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget d1: %s: %s", resp.Status, b)
-	}
+	adminForget(t, c, "github", "d1")
 	for _, check := range forgotten {
 		check(body)
 	}
@@ -73,10 +69,7 @@ func TestE2EForgetGuardAloneKeepsKey(t *testing.T) {
 	url := siteURL(port) + "/gh"
 	body := []byte(`{"ref":"refs/heads/main","after":"f1f1"}`)
 	resendSigned(t, url, body, "d1")
-	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/"+sha256Key(string(body)))
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget the guard: %s: %s", resp.Status, b)
-	}
+	adminForget(t, c, "github", sha256Key(string(body))) // the guard
 	answers := resendSigned(t, url, body, "d1")
 	if up.calls.Load() != 1 || answers[0].Header.Get(replayedHeader) != "true" {
 		t.Fatalf("a retry with the same id after the guard alone was forgotten: %d calls, replayed %q",
@@ -98,10 +91,7 @@ func TestRedisForgetDropsRecentCopy(t *testing.T) {
 	url := siteURL(port) + "/gh"
 	body := []byte(`{"ref":"refs/heads/main","after":"f2f2"}`)
 	resendSigned(t, url, body, "d1")
-	resp, b := adminCall(t, c, http.MethodDelete, "/webhook_idempotency/github/keys/d1")
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget d1: %s: %s", resp.Status, b)
-	}
+	adminForget(t, c, "github", "d1")
 	srv.pause()
 	defer srv.resume()
 	answers := resendSigned(t, url, body, "d1")

@@ -192,9 +192,7 @@ func TestParseRedactRule(t *testing.T) {
 func TestAdminDeadLettersAreRedacted(t *testing.T) {
 	const source = "admin_redact"
 	srv := startRedis(t)
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		w.WriteHeader(http.StatusBadRequest)
-	})
+	app := refusingApp(t)
 	port := freePort(t)
 	c := startCaddy(t, "", fmt.Sprintf(`
 http://127.0.0.1:%d {
