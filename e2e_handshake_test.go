@@ -65,6 +65,22 @@ func writeKeyFile(t *testing.T, name, key string) string {
 	return path
 }
 
+// The handlers of the handshake tests' /slack and /zoom routes: each
+// verifies with the first secret of its sigtest case.
+const (
+	slackDirective = "webhook_idempotency slack secret 8f742231b10e8888abcd99yyyzzz85a5"
+	zoomDirective  = "webhook_idempotency zoom secret zoom-secret-token-1"
+)
+
+// discordDirective is the handler of the handshake tests' /discord route:
+// it verifies with the public key of the sigtest case's first secret, read
+// from a key file.
+func discordDirective(t *testing.T) string {
+	t.Helper()
+	keyFile := writeKeyFile(t, "discord.pem", sigtest.PEMPublic(sigtest.Ed25519Public("discord-app-1")))
+	return "webhook_idempotency discord public_key {file." + keyFile + "}"
+}
+
 // Each preset's handshake is answered by Caddy: the upstream is never
 // called and nothing reaches Redis; forged handshakes get 401; verified
 // events still pass and are deduplicated.
@@ -73,16 +89,15 @@ func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
 	rdb := srv.client(t)
 	up := newUpstream(t, nil)
 	port := freePort(t)
-	discordKey := writeKeyFile(t, "discord.pem", sigtest.PEMPublic(sigtest.Ed25519Public("discord-app-1")))
 	route := func(path, directive string) string {
 		return fmt.Sprintf("\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", path, directive, up.addr())
 	}
 	c := startCaddy(t, fmt.Sprintf("webhook_idempotency {\n\t\tstore redis redis://%s {\n\t\t\ttimeout 5s\n\t\t}\n\t}", srv.addr()),
 		fmt.Sprintf(":%d {\n%s%s%s%s%s}", port,
 			route("/whatsapp", "webhook_idempotency whatsapp verify_token meta-verify-token secret meta-app-secret"),
-			route("/slack", "webhook_idempotency slack secret 8f742231b10e8888abcd99yyyzzz85a5"),
-			route("/zoom", "webhook_idempotency zoom secret zoom-secret-token-1"),
-			route("/discord", "webhook_idempotency discord public_key {file."+discordKey+"}"),
+			route("/slack", slackDirective),
+			route("/zoom", zoomDirective),
+			route("/discord", discordDirective(t)),
 			route("/twitch", "webhook_idempotency twitch secret twitch-secret-0001"),
 		))
 	base := siteURL(port)
@@ -261,15 +276,14 @@ func TestE2EHandshakesClaimNoGuard(t *testing.T) {
 	rdb := srv.client(t)
 	up := newUpstream(t, nil)
 	port := freePort(t)
-	discordKey := writeKeyFile(t, "discord.pem", sigtest.PEMPublic(sigtest.Ed25519Public("discord-app-1")))
 	route := func(path, directive string) string {
 		return fmt.Sprintf("\troute %s {\n\t\t%s {\n\t\t\tkey header:X-Event-Id body\n\t\t\tstore redis redis://%s\n\t\t}\n\t\treverse_proxy %s\n\t}\n",
 			path, directive, srv.addr(), up.addr())
 	}
 	startCaddy(t, "", fmt.Sprintf(":%d {\n%s%s%s}", port,
-		route("/slack", "webhook_idempotency slack secret 8f742231b10e8888abcd99yyyzzz85a5"),
-		route("/zoom", "webhook_idempotency zoom secret zoom-secret-token-1"),
-		route("/discord", "webhook_idempotency discord public_key {file."+discordKey+"}"),
+		route("/slack", slackDirective),
+		route("/zoom", zoomDirective),
+		route("/discord", discordDirective(t)),
 	))
 	base := siteURL(port)
 	slack, zoom, discord := caseNamed(t, "slack"), caseNamed(t, "zoom"), caseNamed(t, "discord")
