@@ -152,15 +152,7 @@ func TestArchiveRedisReloads(t *testing.T) {
 	up := newUpstream(t, nil)
 	port := freePort(t)
 	site := func(ttl string) string {
-		return fmt.Sprintf(`:%d {
-	webhook_idempotency {
-		source arch_reload
-		ttl %s
-		store redis redis://%s
-		archive
-	}
-	reverse_proxy %s
-}`, port, ttl, srv.addr(), up.addr())
+		return reloadSite(port, "arch_reload", "store redis redis://"+srv.addr()+"\n\t\tarchive", ttl, up.addr())
 	}
 	url := siteURL(port) + "/hook"
 	before := settledGoroutines(up, 0, 500*time.Millisecond)

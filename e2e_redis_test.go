@@ -666,16 +666,7 @@ func TestRedisReloadsUnderTraffic(t *testing.T) {
 	up := newUpstream(t, nil)
 	port := freePort(t)
 	site := func(ttl string) string {
-		return fmt.Sprintf(`:%d {
-	webhook_idempotency {
-		source reload
-		ttl %s
-		store redis redis://%s {
-			pool_size 8
-		}
-	}
-	reverse_proxy %s
-}`, port, ttl, srv.addr(), up.addr())
+		return reloadSite(port, "reload", "store redis redis://"+srv.addr()+" {\n\t\t\tpool_size 8\n\t\t}", ttl, up.addr())
 	}
 	c := startCaddy(t, "", site("1h"))
 	url := siteURL(port) + "/hook"
