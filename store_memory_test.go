@@ -240,14 +240,7 @@ func TestMemoryEmptyRecordIsCompleted(t *testing.T) {
 
 // ownersLen returns how many in-flight owners tbl holds.
 func ownersLen(tbl *memoryTable) int {
-	n := 0
-	for i := range tbl.shards {
-		s := &tbl.shards[i]
-		s.mu.Lock()
-		n += len(s.owners)
-		s.mu.Unlock()
-	}
-	return n
+	return tbl.sumShards(func(s *memoryShard) int { return len(s.owners) })
 }
 
 func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
@@ -763,11 +756,17 @@ func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
 
 // len returns the number of keys held, expired ones included until swept.
 func (t *memoryTable) len() int {
+	return t.sumShards(func(s *memoryShard) int { return len(s.m) })
+}
+
+// sumShards adds up what of returns for each shard, read under the
+// shard's lock.
+func (t *memoryTable) sumShards(of func(*memoryShard) int) int {
 	n := 0
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
+		n += of(s)
 		s.mu.Unlock()
 	}
 	return n
