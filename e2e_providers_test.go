@@ -15,16 +15,13 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 )
 
-// stoneSite is a stone route with its key set at jwksURL.
-func stoneSite(port int, keyFile, jwksURL, extra string, up *upstream) string {
-	return fmt.Sprintf(`:%d {
-	webhook_idempotency stone {
+// stoneDirective is a stone handler with its key set at jwksURL.
+func stoneDirective(keyFile, jwksURL, extra string) string {
+	return fmt.Sprintf(`webhook_idempotency stone {
 		private_key {file.%s}
 		jwks_url    %s
 		%s
-	}
-	reverse_proxy %s
-}`, port, keyFile, jwksURL, extra, up.addr())
+	}`, keyFile, jwksURL, extra)
 }
 
 func TestE2EStoneDecrypt(t *testing.T) {
@@ -34,7 +31,7 @@ func TestE2EStoneDecrypt(t *testing.T) {
 	up := newUpstream(t, nil)
 	port := freePort(t)
 	keyFile := partnerKeyFile(t)
-	c := startCaddy(t, "", stoneSite(port, keyFile, jwks.URL, "decrypt", up))
+	c := startCaddy(t, "", proxySite(port, stoneDirective(keyFile, jwks.URL, "decrypt"), up))
 	url := siteURL(port) + "/stone"
 	event := []byte(sigtest.StoneEvent)
 	id := "930bbd6d-0c7a-4fe4-8b50-4b82a20cb847"
@@ -71,7 +68,7 @@ func TestE2EStoneDecrypt(t *testing.T) {
 
 	// an unchanged reload shares the key set: nothing is fetched
 	before := jwks.hits.Load()
-	if err := c.reload(stoneSite(port, keyFile, jwks.URL, "decrypt", up)); err != nil {
+	if err := c.reload(proxySite(port, stoneDirective(keyFile, jwks.URL, "decrypt"), up)); err != nil {
 		t.Fatal(err)
 	}
 	another := []byte(strings.Replace(sigtest.StoneEvent, "54abd61c", "64abd61c", 1))
@@ -86,17 +83,16 @@ func TestE2EStoneWithoutDecryptPassesTheEnvelope(t *testing.T) {
 	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", stoneSite(port, partnerKeyFile(t), jwks.URL, "", up))
+	url := startProxy(t, stoneDirective(partnerKeyFile(t), jwks.URL, ""), up) + "/stone"
 	envelope := sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey)
 	// no event id header: the key is the hash of the verified event, so a
 	// re-encrypted retry is still a duplicate
-	resp, body := post(t, siteURL(port)+"/stone", envelope, "Content-Type", "application/json")
+	resp, body := post(t, url, envelope, "Content-Type", "application/json")
 	wantNew(t, resp, body, http.StatusOK)
 	if got := up.requests()[0]; string(got.Body) != string(envelope) {
 		t.Fatalf("upstream got %s, want the envelope as received", got.Body)
 	}
-	resp, body2 := post(t, siteURL(port)+"/stone", sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey), "Content-Type", "application/json")
+	resp, body2 := post(t, url, sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey), "Content-Type", "application/json")
 	wantReplay(t, resp, body2, http.StatusOK, string(body))
 }
 
@@ -109,9 +105,7 @@ func TestE2EStoneKeySetUnreachableAtStart(t *testing.T) {
 	// is seen before the set loads
 	stoneKeysRetry = 300 * time.Millisecond
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", stoneSite(port, partnerKeyFile(t), jwks.URL, "", up))
-	url := siteURL(port) + "/stone"
+	url := startProxy(t, stoneDirective(partnerKeyFile(t), jwks.URL, ""), up) + "/stone"
 	delivery := sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey)
 
 	resp, body := post(t, url, delivery, "x-stone-webhook-event-id", "evt-1")
@@ -133,9 +127,7 @@ func TestE2EStoneUnknownKidThenRotated(t *testing.T) {
 	partner, old, rotated := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer"), sigtest.RSAKey("stone-signer-2")
 	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": old})
 	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", stoneSite(port, partnerKeyFile(t), jwks.URL, "", up))
-	url := siteURL(port) + "/stone"
+	url := startProxy(t, stoneDirective(partnerKeyFile(t), jwks.URL, ""), up) + "/stone"
 	delivery := sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), rotated, "stone-2", &partner.PublicKey)
 	resp, body := post(t, url, delivery, "x-stone-webhook-event-id", "evt-2")
 	wantRejected(t, resp, body, "invalid signature")
