@@ -39,7 +39,7 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, lease time.Du
 		case redis.HasErrorPrefix(err, "syntax error"):
 			c.setGetUnsupported.Store(true)
 			s.logger.Info("redis rejects SET with NX and GET (Redis < 7.0): claiming with a script")
-		case !redis.HasErrorPrefix(err, "WRONGTYPE"):
+		case !redisAnswerError(err):
 			return claimResult{}, err
 		}
 	}
