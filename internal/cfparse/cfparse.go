@@ -1,0 +1,116 @@
+// Package cfparse holds the Caddyfile helpers every parser of the module
+// shares: the handler's, its verify, inbox and archive blocks', and the
+// store backends'. Errors name the subdirective (`'ttl'`, `verify
+// 'header'`, `redis store 'db'`) and, through the dispenser, the line.
+package cfparse
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// OneValue returns the one, non-empty value of a subdirective.
+func OneValue(d *caddyfile.Dispenser, what string, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", d.Errf("%s takes exactly one value, got %d", what, len(args))
+	}
+	if args[0] == "" {
+		return "", d.Errf("%s has an empty value", what)
+	}
+	return args[0], nil
+}
+
+// SomeValues checks that a subdirective has values, none of them empty.
+func SomeValues(d *caddyfile.Dispenser, what string, args []string) error {
+	if len(args) == 0 {
+		return d.Errf("%s needs at least one value", what)
+	}
+	for _, a := range args {
+		if a == "" {
+			return d.Errf("%s has an empty value", what)
+		}
+	}
+	return nil
+}
+
+// NextValue reads the one value of the subdirective the dispenser is on.
+func NextValue(d *caddyfile.Dispenser, what string) (string, error) {
+	return OneValue(d, what, d.RemainingArgs())
+}
+
+// Arity is how many values a subdirective takes.
+type Arity uint8
+
+const (
+	// One is exactly one value (most subdirectives).
+	One Arity = iota
+	// Some is one or more values.
+	Some
+	// None is no value: a flag such as `tls`.
+	None
+)
+
+// Check checks the values of a subdirective and returns the first ("" for
+// a flag).
+func (a Arity) Check(d *caddyfile.Dispenser, what string, args []string) (string, error) {
+	switch a {
+	case Some:
+		if err := SomeValues(d, what, args); err != nil {
+			return "", err
+		}
+		return args[0], nil
+	case None:
+		if len(args) > 0 {
+			return "", d.Errf("%s takes no value, got %d", what, len(args))
+		}
+		return "", nil
+	}
+	return OneValue(d, what, args)
+}
+
+// Block reads the subdirectives of the block the dispenser is at. block
+// names it in errors (`unrecognized inbox subdirective 'x'`, `inbox
+// 'respond' takes exactly one value, got 2`); options are its
+// subdirectives and the values each takes. set applies one whose values are
+// checked, v being the first; its error is reported at the subdirective's
+// line.
+func Block(d *caddyfile.Dispenser, block string, options map[string]Arity, set func(name, v string, args []string) error) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		args := d.RemainingArgs()
+		a, ok := options[name]
+		if !ok {
+			return d.Errf("unrecognized %s subdirective '%s'", block, name)
+		}
+		v, err := a.Check(d, block+" '"+name+"'", args)
+		if err != nil {
+			return err
+		}
+		if err := set(name, v, args); err != nil {
+			return d.Errf("%v", err)
+		}
+	}
+	return nil
+}
+
+// PositiveDuration parses the duration of an option with
+// caddy.ParseDuration (`1d` works) and refuses zero and negative values;
+// errors name the option: `invalid ttl '0s': must be positive`.
+func PositiveDuration(what, v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err == nil && dur <= 0 {
+		err = errors.New("must be positive")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s '%s': %v", what, v, err)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// HasPlaceholder reports whether v holds a placeholder such as `{env.X}`,
+// which only Provision can resolve.
+func HasPlaceholder(v string) bool { return strings.Contains(v, "{") }

@@ -1,0 +1,95 @@
+// Package metrics holds the module's Prometheus collectors
+// (docs/operating.md#metrics). They are built once per process and
+// registered in each configuration's registry, so their values survive
+// config reloads. No label carries an idempotency key.
+package metrics
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The collectors, caddy_webhook_idempotency_<name>.
+var (
+	Requests = newCounter("requests_total",
+		"Requests handled by webhook_idempotency, by source and result.",
+		"source", "result")
+
+	ReplaysSuspected = newCounter("replays_suspected_total",
+		"Deliveries processed although their signed bytes were seen within ttl under another id (replay_guard flag), by source.",
+		"source")
+
+	StoreErrors = newCounter("store_errors_total",
+		"Failed store calls, by source and operation.",
+		"source", "op")
+
+	StoreDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_duration_seconds",
+		Help:      "Duration of store calls, by operation.",
+		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"op"})
+
+	StoreRestarts = newCounter("store_restarts_total",
+		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
+		"address")
+
+	InboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "inbox_events",
+		Help:      "Inbox events in the store, by source and state (pending, scheduled, dead), as last read by this instance.",
+	}, []string{"source", "state"})
+
+	InboxDeliveries = newCounter("inbox_deliveries_total",
+		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
+		"source", "outcome")
+
+	ArchiveEvents = newCounter("archive_events_total",
+		"Events appended to the archive, by source.",
+		"source")
+
+	ArchiveErrors = newCounter("archive_errors_total",
+		"Events that could not be appended to the archive (a store error), by source.",
+		"source")
+
+	ArchiveDropped = newCounter("archive_dropped_total",
+		"Events not archived because the archive's background queue was full, by source.",
+		"source")
+)
+
+// all lists every collector, for Register.
+var all = []prometheus.Collector{
+	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
+	InboxEvents, InboxDeliveries, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+}
+
+// Register registers every collector in reg (a configuration's registry,
+// which may be nil); collectors already registered there are fine.
+func Register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range all {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// newCounter builds a counter of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      name,
+		Help:      help,
+	}, labels)
+}

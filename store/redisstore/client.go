@@ -1,0 +1,275 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/zap"
+)
+
+// The connection to Redis: settings resolved from the store's
+// configuration, and the client that every configuration with those
+// settings shares across reloads.
+
+// redisPool shares clients across config reloads, keyed by every
+// connection setting.
+var redisPool = caddy.NewUsagePool()
+
+// redisConn is the resolved connection settings: the pool key is built
+// from all of them.
+type redisConn struct {
+	addrs      []string
+	username   string
+	password   string
+	db         int
+	masterName string
+	tls        bool
+	poolSize   int
+	timeout    time.Duration
+}
+
+// key identifies a client; it holds a hash of the password, not the
+// password.
+func (c *redisConn) key() string {
+	pw := sha256.Sum256([]byte(c.password))
+	return fmt.Sprintf("redis|addrs=%q|db=%d|user=%q|password=%s|tls=%t|master=%q|pool=%d|timeout=%s",
+		c.addrs, c.db, c.username, hex.EncodeToString(pw[:]), c.tls, c.masterName, c.poolSize, c.timeout)
+}
+
+// resolve resolves placeholders and merges the URL with the fields.
+func (s *Store) resolve() (*redisConn, error) {
+	repl := caddy.NewReplacer()
+	conn := &redisConn{
+		username:   repl.ReplaceKnown(s.Username, ""),
+		password:   repl.ReplaceKnown(s.Password, ""),
+		db:         s.DB,
+		masterName: repl.ReplaceKnown(s.MasterName, ""),
+		tls:        s.TLS,
+		poolSize:   s.PoolSize,
+		timeout:    s.timeout,
+	}
+	if s.URL != "" {
+		u := repl.ReplaceKnown(s.URL, "")
+		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+			return nil, errors.New("redis store: url must start with redis:// or rediss://")
+		}
+		if strings.ContainsRune(u, '?') {
+			return nil, errors.New("redis store: url query parameters are not supported: use the store's subdirectives")
+		}
+		opts, err := redis.ParseURL(u)
+		if err != nil {
+			// the error may quote the URL, which may hold a password
+			return nil, errors.New("redis store: invalid url: want redis[s]://[user[:password]@]host[:port][/db] without query parameters")
+		}
+		conn.addrs = append(conn.addrs, opts.Addr)
+		if conn.username == "" {
+			conn.username = opts.Username
+		}
+		if conn.password == "" {
+			conn.password = opts.Password
+		}
+		if conn.db == 0 {
+			conn.db = opts.DB
+		}
+		conn.tls = conn.tls || opts.TLSConfig != nil
+	}
+	for _, a := range s.Addresses {
+		a = repl.ReplaceKnown(a, "")
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("redis store: invalid address %q: want host:port", a)
+		}
+		conn.addrs = append(conn.addrs, a)
+	}
+	if len(conn.addrs) == 0 {
+		conn.addrs = []string{defaultRedisAddress}
+	}
+	return conn, nil
+}
+
+// redisClient is a go-redis client shared across config reloads, with the
+// breaker that guards it.
+type redisClient struct {
+	client  redis.UniversalClient
+	batch   *redisBatcher // the request path's script calls go through it
+	breaker *breaker
+	recent  *recentRecords // store_redis_recent.go
+	health  *redisHealth   // store_redis_health.go
+	logger  *zap.Logger
+
+	// claims counts the keys claimed through this client and not yet
+	// completed or released, so a client whose last configuration was
+	// cleaned up stays open for the requests that configuration is still
+	// finishing.
+	claims atomic.Int64
+	// setGetUnsupported is set once Redis rejects SET with NX and GET
+	// (Redis < 7.0): claims then use the claim script alone.
+	setGetUnsupported atomic.Bool
+	closing           atomic.Bool
+	closeOnce         sync.Once
+	closeErr          error
+	mu                sync.Mutex
+	drain             *time.Timer // guarded by mu
+}
+
+// redisDrainMax bounds how long a client outlives its last configuration
+// while claims taken through it are outstanding.
+const redisDrainMax = 2 * time.Minute
+
+func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
+	opts := &redis.UniversalOptions{
+		Addrs:                 conn.addrs,
+		ClientName:            redisClientName,
+		DB:                    conn.db,
+		Username:              conn.username,
+		Password:              conn.password,
+		MasterName:            conn.masterName,
+		PoolSize:              conn.poolSize,
+		DialTimeout:           conn.timeout,
+		ReadTimeout:           conn.timeout,
+		WriteTimeout:          conn.timeout,
+		PoolTimeout:           conn.timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            1,
+		// RESP2: the store needs no push notifications, and reading
+		// replies then skips looking for them
+		Protocol:      2,
+		DialerRetries: 1,
+		// no CLIENT MAINT_NOTIFICATIONS handshake: plain Redis rejects it
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+	if conn.tls {
+		// the server name comes from each node's address
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	node := conn.addrs[0]
+	if conn.masterName != "" {
+		node = "master " + conn.masterName
+	}
+	health := newRedisHealth(node, conn.timeout, logger)
+	opts.OnConnect = health.onConnect
+	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), health: health, logger: logger}
+	health.start(c.client)
+	// the requests' script calls go out in shared pipelines
+	c.batch = newRedisBatcher(c.client, conn.timeout)
+	c.breaker = newBreaker(func(ctx context.Context) error {
+		return c.client.Ping(ctx).Err()
+	}, conn.timeout, logger)
+	return c
+}
+
+// checkReachable pings Redis once; a failure is logged and opens the
+// breaker, so requests do not wait for a Redis that is down.
+func (c *redisClient) checkReachable(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.client.Ping(ctx).Err(); err != nil {
+		c.logger.Warn("redis store unreachable at provision time; requests follow the handler's fail policy until it answers",
+			zap.Error(err))
+		c.breaker.open()
+	}
+}
+
+// callable returns the client a call goes through, or why none may be
+// made: the store is not provisioned, or the breaker is open. The
+// follow-up then (nil for none) that would ride with the call gets that
+// error too: it is not sent either.
+func (s *Store) callable(op string, then *redisThen) (*redisClient, error) {
+	c := s.client
+	var err error
+	if c == nil {
+		err = fmt.Errorf("redis store: %s: store is not provisioned", op)
+	} else if !c.breaker.allow() {
+		err = errRedisBreakerOpen
+	}
+	if err != nil {
+		if then != nil {
+			then.err = err
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// settle tells the breaker how a call made for ctx went, and returns its
+// error with the operation named. An error Redis answered to a claim
+// (redisAnswerError) is an answer: Redis is up.
+func (s *Store) settle(ctx context.Context, op string, err error) error {
+	if err == nil || redisAnswerError(err) {
+		s.client.breaker.success()
+	} else if ctx.Err() == nil {
+		// the caller is still there: Redis failed or timed out
+		s.client.breaker.failure()
+	}
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redis store: %s: %w", op, err)
+}
+
+// Destruct stops the breaker's probe when the last configuration using the
+// client is cleaned up, and closes the client at once, or when the claims
+// still outstanding are completed or released (at most redisDrainMax later).
+func (c *redisClient) Destruct() error {
+	c.breaker.close()
+	c.closing.Store(true)
+	if c.claims.Load() <= 0 {
+		c.close()
+		return c.closeErr
+	}
+	c.mu.Lock()
+	c.drain = time.AfterFunc(redisDrainMax, c.close)
+	c.mu.Unlock()
+	if c.claims.Load() <= 0 { // the last claim ended meanwhile
+		c.close()
+	}
+	return nil
+}
+
+// claimDone records the end of a claim: completed or released.
+func (c *redisClient) claimDone() {
+	if c.claims.Add(-1) <= 0 && c.closing.Load() {
+		c.close()
+	}
+}
+
+func (c *redisClient) close() {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		if c.drain != nil {
+			c.drain.Stop()
+		}
+		c.mu.Unlock()
+		c.batch.close()
+		c.health.close()
+		c.closeErr = c.client.Close()
+	})
+}
+
+// redisMillis converts a duration to whole milliseconds, at least 1.
+func redisMillis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// redisRedactURL hides the password of a URL for error messages.
+func redisRedactURL(u string) string {
+	if at := strings.LastIndexByte(u, '@'); at >= 0 {
+		return "…@" + u[at+1:]
+	}
+	return u
+}
+
+// Interface guards
+var _ caddy.Destructor = (*redisClient)(nil)

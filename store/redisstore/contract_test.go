@@ -1,0 +1,38 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/storetest"
+)
+
+// openOn returns the suite's opener of redis stores with addresses.
+func openOn(addrs ...string) func(t *testing.T) store.Store {
+	return func(t *testing.T) store.Store {
+		ctx, cancel := testkit.NewContext(t)
+		s := &redisstore.Store{Addresses: addrs}
+		if err := s.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = s.Cleanup()
+			cancel()
+		})
+		return s
+	}
+}
+
+func TestContractStandalone(t *testing.T) {
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	storetest.Run(t, openOn(srv.Addr()))
+}
+
+func TestContractCluster(t *testing.T) {
+	t.Parallel()
+	c := testkit.StartCluster(t)
+	storetest.Run(t, openOn(c.Addrs()...))
+}

@@ -1,0 +1,128 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
+
+// Seam is what the inbox (internal/inbox) and the archive
+// (internal/archive) use of a redis store, and nothing more: the keys of a
+// source, the shared client, the call timeout, claim-and-append, and a
+// completion with commands of their own in the same pipeline. Nothing
+// outside this package reads the store's fields.
+type Seam struct{ s *Store }
+
+// Seam returns the store's seam; the store must be provisioned.
+func (s *Store) Seam() Seam { return Seam{s} }
+
+// SourceKeys are the Redis keys of a source's inbox and archive. They
+// share one hash tag, `{<key_prefix>:<source>}`, so Redis Cluster keeps
+// them on one slot.
+type SourceKeys struct {
+	Inbox   string // the stream of events
+	Retry   string // the sorted set of scheduled retries
+	Dead    string // the dead-letter stream
+	Archive string // the archive stream
+}
+
+// Keys returns the Redis keys of a source.
+func (sm Seam) Keys(source string) SourceKeys {
+	tag := "{" + sm.s.Prefix + ":" + source + "}"
+	return SourceKeys{Inbox: tag + ":inbox", Retry: tag + ":retry", Dead: tag + ":dead", Archive: tag + ":archive"}
+}
+
+// Client returns the store's shared client with a reference of the
+// caller's own, which release gives back: the store may be cleaned up
+// before the caller is done with the client (a reload while an inbox
+// finishes its deliveries).
+func (sm Seam) Client() (client redis.UniversalClient, release func(), err error) {
+	key := sm.s.ref.Key()
+	val, _, err := redisPool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return nil, errors.New("redis client gone")
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return val.(*redisClient).client, func() { _, _ = redisPool.Delete(key) }, nil
+}
+
+// Timeout is the bound of one call.
+func (sm Seam) Timeout() time.Duration { return sm.s.timeout }
+
+// Cluster reports whether the store talks to a Redis Cluster.
+func (sm Seam) Cluster() bool { return sm.s.client != nil && sm.s.client.cluster() }
+
+// Store returns the store itself, for the calls of the store contract.
+func (sm Seam) Store() store.GuardedStore { return sm.s }
+
+// Appended is what ClaimAndAppend did.
+type Appended struct {
+	// ID is the appended event's stream id, "" when the key was taken.
+	ID string
+	// Noted is the key the note held before, "" for none (see
+	// store.GuardedStore's ClaimNoted).
+	Noted string
+}
+
+// ClaimAndAppend completes an absent key with record, kept for ttl, and
+// appends the event's fields and values to stream, in one round trip; or
+// reports the key's state, as Claim does. With a guard (noted false) the
+// guard is claimed with the key, all or none; with a note (noted true) the
+// note is taken for the key when free, kept for noteTTL, and when it holds
+// another key the event gets a `suspected` field with that key. guard is
+// "" for neither. The keys and stream must be on one node (not Redis
+// Cluster).
+func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, stream string, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+	mode := ""
+	keys := []string{key, stream}
+	if guard != "" {
+		keys = append(keys, guard)
+		mode = "g"
+		if noted {
+			mode = "n"
+		}
+	}
+	args := make([]any, 0, 4+len(event))
+	args = append(args, record, redisMillis(ttl), mode, redisMillis(noteTTL))
+	args = append(args, event...)
+	v, err := sm.s.run(ctx, "claim", redisClaimAppendScript, keys, args...)
+	if err != nil {
+		return store.ClaimResult{}, Appended{}, err
+	}
+	if reply, ok := v.([]any); ok && len(reply) == 2 {
+		var a Appended
+		a.ID, _ = reply[0].(string)
+		a.Noted, _ = reply[1].(string)
+		return store.ClaimResult{State: store.StateClaimed}, a, nil
+	}
+	if res, ok := keyStateResult(v); ok {
+		return res, Appended{}, nil
+	}
+	return store.ClaimResult{}, Appended{}, fmt.Errorf("redis store: accept: unexpected reply %T", v)
+}
+
+// Then is the reply of the commands that rode with a completion: the first
+// command's reply, and the first error of any (why they were not sent, when
+// the completion was not).
+type Then struct {
+	Val any
+	Err error
+}
+
+// CompleteThen completes key and, unless guard is "", its guard, as
+// store.GuardedStore's CompleteGuarded does, with cmds (each a command and
+// its arguments) sent right after it in the same pipeline; their keys may
+// be on another Cluster slot. It returns the completion's error and what
+// became of cmds.
+func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, cmds [][]any) (Then, error) {
+	then := &redisThen{cmds: cmds}
+	err := sm.s.completeThen(ctx, key, guard, owner, record, ttl, then)
+	return Then{Val: then.val, Err: then.err}, err
+}
