@@ -1,0 +1,232 @@
+// Package archive is the archive's subsystem (docs/archive.md): every
+// delivery that passed verification and got a key is appended to a
+// per-source archive, for audit and reprocessing, and read back by the
+// admin API. An archive is built from a resolved configuration and the
+// handler's store; the store's side is a backend (redis.go, memory.go).
+// Appends never delay or fail the answer: a key's completion carries its
+// event in the same round trip, other events go through a bounded
+// background queue (queue.go).
+package archive
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
+)
+
+// Config is an archive's resolved configuration (the handler's
+// ArchiveConfig applies its rules).
+type Config struct {
+	Source    string
+	Retention time.Duration
+	// MaxEvents bounds the events kept; 0 is the store's default (Default
+	// MaxEvents).
+	MaxEvents   int
+	Bodies      bool
+	Redact      *redact.Redactor
+	RedeliverTo string // "" for none
+	Logger      *zap.Logger
+}
+
+// Defaults of the archive, per store.
+const (
+	DefaultRetention       = 30 * 24 * time.Hour
+	DefaultMaxEventsRedis  = 1_000_000
+	DefaultMaxEventsMemory = 10_000
+)
+
+// now is the clock; tests may replace it.
+var now = time.Now
+
+// Archive is one handler's archive.
+type Archive struct {
+	cfg     Config
+	backend backend
+	queue   *queue
+	metrics *archiveMetrics
+	logger  *zap.Logger
+}
+
+// backend is a store's side of the archive.
+type backend interface {
+	// completeAndAppend completes the key and its guard ("" for none), as
+	// the store's CompleteGuarded does, and appends e in the same round
+	// trip; it returns the completion's error and the append's.
+	completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error)
+	// appendBatch appends events, in order, in one round trip.
+	appendBatch(ctx context.Context, es []*Entry) error
+	// page returns up to count events with ids from hi down to lo, both
+	// included, newest first.
+	page(ctx context.Context, hi, lo event.ID, count int) ([]Event, error)
+	// event returns one event, or false when there is none with that id.
+	event(ctx context.Context, id event.ID) (Event, bool, error)
+	// size returns the number of events kept.
+	size(ctx context.Context) (int64, error)
+	// timeout bounds one append.
+	timeout() time.Duration
+	// close releases what the archive holds of its store.
+	close()
+}
+
+// New builds the archive of a handler on its store: a stream per source on
+// the redis store, a ring per source on the memory store.
+func New(cfg Config, s store.Store) (*Archive, error) {
+	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source)}
+	var err error
+	switch s := s.(type) {
+	case *redisstore.Store:
+		if a.cfg.MaxEvents == 0 {
+			a.cfg.MaxEvents = DefaultMaxEventsRedis
+		}
+		a.backend, err = newRedisBackend(s.Seam(), a)
+	case *memstore.Store:
+		if a.cfg.MaxEvents == 0 {
+			a.cfg.MaxEvents = DefaultMaxEventsMemory
+		}
+		a.backend, err = newMemoryBackend(s, a)
+	default:
+		err = fmt.Errorf("the store %T keeps no archive", s)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("archive: %v", err)
+	}
+	a.queue = newQueue(a)
+	return a, nil
+}
+
+// Config returns the archive's configuration, its defaults applied.
+func (a *Archive) Config() Config { return a.cfg }
+
+// Add appends e in the background; a full queue drops it and counts it.
+func (a *Archive) Add(e *Entry) { a.queue.add(e) }
+
+// CompleteAndAppend completes a key (and its guard, "" for none) as the
+// store's CompleteGuarded does and appends e in the same round trip. It
+// returns the completion's error; the append's is counted and logged.
+func (a *Archive) CompleteAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) error {
+	// a call that times out may still be sent after the request is done
+	// with its pooled body: the event keeps a copy
+	e.OwnBody()
+	err, appendErr := a.backend.completeAndAppend(ctx, key, guard, owner, record, ttl, e)
+	a.appended(1, appendErr)
+	return err
+}
+
+// Size returns the number of events kept.
+func (a *Archive) Size(ctx context.Context) (int64, error) { return a.backend.size(ctx) }
+
+// Event returns one event, whole; false when there is none with that id.
+func (a *Archive) Event(ctx context.Context, id event.ID) (Event, bool, error) {
+	ev, ok, err := a.backend.event(ctx, id)
+	if ok {
+		ev.whole()
+	}
+	return ev, ok, err
+}
+
+// Stop stops the background queue, appending what it holds, and releases
+// what the archive holds of its store.
+func (a *Archive) Stop() {
+	a.queue.stop()
+	a.backend.close()
+}
+
+// appended counts the outcome of one append.
+func (a *Archive) appended(n int, err error) {
+	if err != nil {
+		a.metrics.errors.Add(float64(n))
+		a.warn("appending to the archive failed; the events are not archived", err)
+		return
+	}
+	a.metrics.events.Add(float64(n))
+}
+
+// warn logs an archive error at most once every 30 seconds.
+func (a *Archive) warn(msg string, err error) {
+	t := time.Now().UnixNano()
+	if last := a.metrics.lastWarned.Load(); t-last > int64(30*time.Second) && a.metrics.lastWarned.CompareAndSwap(last, t) {
+		a.logger.Warn(msg, zap.Error(err))
+	}
+}
+
+// Entry is one event on its way to the archive: the request (its URI,
+// headers and body redacted; Body nil when not kept) and its outcome.
+type Entry struct {
+	event.Request
+	Result   string
+	Status   int
+	Duration time.Duration
+	BodyHash [32]byte
+	HasBody  bool // Body is kept
+	Redacted bool // values of the body were redacted
+	// BodyOwned tells that Body is not the request's pooled buffer.
+	BodyOwned bool
+}
+
+// OwnBody copies the body out of the request's pooled buffer, for an
+// entry that outlives the request.
+func (e *Entry) OwnBody() {
+	if e.HasBody && !e.BodyOwned {
+		e.Body = append([]byte(nil), e.Body...)
+		e.BodyOwned = true
+	}
+}
+
+// size is what the entry costs the queue.
+func (e *Entry) size() int { return len(e.Headers) + len(e.Body) + 256 }
+
+// fieldCount is the most fields and values of an entry.
+const fieldCount = 34
+
+// appendFields appends the entry's stream fields and values to f.
+func (e *Entry) appendFields(f []any) []any {
+	f = append(f,
+		event.FieldReceived, event.Millis(e.Received),
+		event.FieldSource, e.Source,
+		event.FieldKey, e.Key,
+		event.FieldResult, e.Result,
+		event.FieldStatus, strconv.Itoa(e.Status),
+		event.FieldDurationUS, strconv.FormatInt(e.Duration.Microseconds(), 10),
+		event.FieldMethod, e.Method,
+		event.FieldURI, e.URI,
+		event.FieldHost, e.Host,
+		event.FieldProto, e.Proto,
+		event.FieldRemote, e.Remote,
+		event.FieldHeaders, e.Headers,
+		event.FieldBodySHA256, hex.EncodeToString(e.BodyHash[:]),
+	)
+	if e.HasBody {
+		f = append(f, event.FieldBody, e.Body)
+	}
+	if e.Redacted {
+		f = append(f, event.FieldRedacted, "body")
+	}
+	return f
+}
+
+// archiveMetrics holds one archive's resolved series.
+type archiveMetrics struct {
+	events, errors, dropped prometheus.Counter
+	lastWarned              atomic.Int64
+}
+
+func newArchiveMetrics(source string) *archiveMetrics {
+	return &archiveMetrics{
+		events:  metrics.ArchiveEvents.WithLabelValues(source),
+		errors:  metrics.ArchiveErrors.WithLabelValues(source),
+		dropped: metrics.ArchiveDropped.WithLabelValues(source),
+	}
+}

@@ -1,0 +1,259 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+)
+
+// Delivery: the workers read the queue, deliver each event to deliver_to,
+// and record the outcome: delivered, scheduled for a retry, or
+// dead-lettered.
+
+// SuspectedHeader carries, to the application, the key under which the
+// same signed bytes came first (replay_guard flag).
+const SuspectedHeader = "Webhook-Replay-Suspected"
+
+// readLoop reads new events, one per free delivery slot.
+func (ib *Inbox) readLoop(ctx context.Context) {
+	defer ib.wg.Done()
+	for {
+		select {
+		case ib.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		m, ok, err := ib.q.next(ctx, fetchBlock)
+		if err != nil || !ok {
+			<-ib.slots
+			if err != nil && ctx.Err() == nil {
+				ib.warn("reading the inbox queue failed; retrying", err)
+				sleepCtx(ctx, time.Second)
+			}
+			continue
+		}
+		ib.wg.Add(1)
+		go ib.deliver(m)
+	}
+}
+
+// scheduleLoop makes due retries deliverable, reclaims events a dead worker
+// left in delivery, and updates the gauges.
+func (ib *Inbox) scheduleLoop(ctx context.Context) {
+	defer ib.wg.Done()
+	poll := ib.pollInterval()
+	reclaimEvery := min(max(ib.cfg.Timeout, 250*time.Millisecond), 5*time.Second)
+	ticker := time.NewTicker(poll)
+	defer ticker.Stop()
+	var lastReclaim, lastGauges time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		bg, cancel := ib.bg()
+		if err := ib.q.moveDue(bg, time.Now()); err != nil {
+			ib.warn("moving due inbox retries failed; retrying", err)
+		}
+		cancel()
+		t := time.Now()
+		if t.Sub(lastReclaim) >= reclaimEvery {
+			lastReclaim = t
+			ib.reclaim(ctx)
+		}
+		if t.Sub(lastGauges) >= time.Second {
+			lastGauges = t
+			if c, err := ib.Counts(context.Background()); err == nil {
+				ib.metrics.setCounts(c)
+			}
+		}
+	}
+}
+
+// bg returns a context for one background call; the queue bounds the call
+// by its store's timeout.
+func (ib *Inbox) bg() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+// pollInterval is how often due retries are looked for: a quarter of the
+// shortest wait, between 20ms and 500ms.
+func (ib *Inbox) pollInterval() time.Duration {
+	shortest := ib.cfg.Retries[0]
+	for _, d := range ib.cfg.Retries {
+		shortest = min(shortest, d)
+	}
+	return min(max(shortest/4, 20*time.Millisecond), 500*time.Millisecond)
+}
+
+// reclaim takes over events that have stayed in delivery for several
+// delivery timeouts: their worker died. One event per free slot.
+func (ib *Inbox) reclaim(ctx context.Context) {
+	minIdle := time.Duration(reclaimAfter) * ib.cfg.Timeout
+	for ctx.Err() == nil {
+		select {
+		case ib.slots <- struct{}{}:
+		default:
+			return
+		}
+		bg, cancel := ib.bg()
+		m, ok, err := ib.q.reclaim(bg, minIdle)
+		cancel()
+		if err != nil || !ok {
+			<-ib.slots
+			if err != nil {
+				ib.warn("reclaiming inbox events failed; retrying", err)
+			}
+			return
+		}
+		ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
+		ib.wg.Add(1)
+		go ib.deliver(m)
+	}
+}
+
+// deliver makes one delivery attempt and records its outcome.
+func (ib *Inbox) deliver(m message) {
+	defer ib.wg.Done()
+	defer func() { <-ib.slots }()
+	ev := &m.ev
+	attempt := ev.Attempts + int(max(m.deliveries, 1))
+	logger := ib.logger.With(zap.String("id", m.id), zap.String("key", ev.Key), zap.Int("attempt", attempt))
+	bg, cancel := ib.bg()
+	defer cancel()
+
+	// an event whose deliveries keep killing their worker is not tried for ever
+	if attempt-ev.Base > len(ib.cfg.Retries)+1 {
+		if err := ib.deadLetter(bg, m, attempt-1, 0, "retries exhausted: the worker delivering it stopped without an answer"); err != nil {
+			logger.Warn("dead-lettering an inbox event failed; it will be reclaimed", zap.Error(err))
+		}
+		return
+	}
+	status, asked, derr := ib.post(ev, attempt)
+
+	var err error
+	switch {
+	case derr == nil && status >= 200 && status <= 299:
+		err = ib.q.delivered(bg, m, ib.cfg.TTL)
+		if err == nil {
+			ib.metrics.delivered.Inc()
+			logger.Debug("inbox event delivered", zap.Int("status", status))
+		}
+	case derr == nil && permanentFailure(status):
+		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
+		if err == nil {
+			logger.Warn("inbox event dead-lettered: the application refused it", zap.Int("status", status))
+		}
+	default:
+		reason := "HTTP " + strconv.Itoa(status)
+		if derr != nil {
+			reason = derr.Error()
+		}
+		if n := attempt - ev.Base - 1; n < len(ib.cfg.Retries) {
+			due := time.Now().Add(ib.retryWait(n, asked))
+			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
+			if err == nil {
+				ib.metrics.retried.Inc()
+				logger.Info("inbox delivery failed; retry scheduled", zap.Int("status", status), zap.String("error", reason), zap.Time("due", due))
+			}
+		} else {
+			err = ib.deadLetter(bg, m, attempt, status, "retries exhausted: "+reason)
+			if err == nil {
+				logger.Warn("inbox event dead-lettered: retries exhausted", zap.Int("status", status), zap.String("error", reason))
+			}
+		}
+	}
+	if err != nil {
+		// the event stays in delivery and is reclaimed: delivered again, never lost
+		logger.Warn("recording an inbox delivery's outcome failed; the event will be reclaimed and attempted again", zap.Error(err))
+	}
+}
+
+// deadLetter moves an event to the dead letters and counts it.
+func (ib *Inbox) deadLetter(ctx context.Context, m message, attempts, status int, reason string) error {
+	err := ib.q.deadLetter(ctx, m, attempts, status, oneLine(reason), time.Now())
+	if err == nil {
+		ib.metrics.deadLettered.Inc()
+	}
+	return err
+}
+
+// permanentFailure reports whether a status means the application refuses
+// the event for good: a 4xx other than 408, 425 and 429.
+func permanentFailure(status int) bool {
+	return status >= 400 && status <= 499 && status != http.StatusRequestTimeout &&
+		status != http.StatusTooEarly && status != http.StatusTooManyRequests
+}
+
+// post sends one attempt to deliver_to and returns its status and, for a
+// 429 or 503, the wait its Retry-After asks for (0 when it asks none).
+func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ib.cfg.Timeout)
+	defer cancel()
+	req, err := ev.NewRequest(ctx, ib.cfg.DeliverTo)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
+	if ev.Suspected != "" {
+		req.Header.Set(SuspectedHeader, strings.TrimPrefix(ev.Suspected, strings.TrimSuffix(ev.StoreKey, ev.Key)))
+	}
+	resp, err := ib.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("timeout after %s", ib.cfg.Timeout)
+		}
+		return 0, 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	var wait time.Duration
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		wait = event.RetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return resp.StatusCode, wait, nil
+}
+
+// retryWait is the wait before retry n: the schedule's step with jitter,
+// or longer when the application asked for more with Retry-After, but
+// never longer than the schedule's last step.
+func (ib *Inbox) retryWait(n int, asked time.Duration) time.Duration {
+	wait := ib.withJitter(ib.cfg.Retries[n])
+	return max(wait, min(asked, ib.cfg.Retries[len(ib.cfg.Retries)-1]))
+}
+
+// withJitter varies d at random by up to the jitter fraction either way.
+func (ib *Inbox) withJitter(d time.Duration) time.Duration {
+	if ib.cfg.Jitter == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 + ib.cfg.Jitter*(2*mrand.Float64()-1)))
+}
+
+// oneLine keeps an error text on one line, at most 300 bytes.
+func oneLine(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
