@@ -12,11 +12,10 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
-)
 
-func init() {
-	caddy.RegisterModule(AdminAPI{})
-}
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+)
 
 // AdminAPI is a module that adds the /webhook_idempotency/ endpoints to
 // Caddy's admin API (docs/admin.md): every source of the running
@@ -203,7 +202,7 @@ func findSource(name string) (*adminSource, error) {
 }
 
 // inbox returns the source's inbox, or a 404 error.
-func (s *adminSource) inbox() (*inbox, error) {
+func (s *adminSource) inbox() (*inbox.Inbox, error) {
 	for _, h := range s.handlers {
 		if h.inbox != nil {
 			return h.inbox, nil
@@ -213,7 +212,7 @@ func (s *adminSource) inbox() (*inbox, error) {
 }
 
 // archive returns the source's archive, or a 404 error.
-func (s *adminSource) archive() (*archive, error) {
+func (s *adminSource) archive() (*archive.Archive, error) {
 	for _, h := range s.handlers {
 		if h.archive != nil {
 			return h.archive, nil
@@ -234,7 +233,7 @@ type sourceStatus struct {
 	// Inbox tells whether a route of the source has an inbox; its counts
 	// (pending, scheduled, dead) follow when it has.
 	Inbox bool `json:"inbox"`
-	*inboxCounts
+	*inbox.Counts
 	// Archive is the number of archived events, when the source has an
 	// archive.
 	Archive *archiveStatus `json:"archive,omitempty"`
@@ -254,7 +253,7 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 	h := s.handlers[0]
 	st := sourceStatus{
 		Source:  s.name,
-		Store:   h.store.store.(caddy.Module).CaddyModule().ID.Name(),
+		Store:   moduleName(h.store.backend),
 		Routes:  len(s.handlers),
 		Results: make(map[string]int64, len(allResults)),
 	}
@@ -265,20 +264,21 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 		}
 	}
 	if ib, err := s.inbox(); err == nil {
-		c, err := ib.counts(r.Context())
+		c, err := ib.Counts(r.Context())
 		if err != nil {
 			return st, storeError(s.name, err)
 		}
-		st.Inbox, st.inboxCounts = true, &c
+		st.Inbox, st.Counts = true, &c
 	}
 	if a, err := s.archive(); err == nil {
-		n, err := a.backend.size(r.Context())
+		n, err := a.Size(r.Context())
 		if err != nil {
 			return st, storeError(s.name, err)
 		}
+		cfg := a.Config()
 		st.Archive = &archiveStatus{
-			Events: n, Retention: a.retention.String(), MaxEvents: a.maxEvents,
-			Bodies: a.bodies, RedeliverTo: a.redeliverTo,
+			Events: n, Retention: cfg.Retention.String(), MaxEvents: cfg.MaxEvents,
+			Bodies: cfg.Bodies, RedeliverTo: cfg.RedeliverTo,
 		}
 	}
 	return st, nil

@@ -7,8 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 )
 
 // The archive through the admin API (docs/admin.md#archive): search, one
@@ -17,16 +25,80 @@ import (
 // eventList is the answer to a search: events, newest first, and the
 // cursor that continues it ("" when nothing older is left).
 type eventList struct {
-	Events []archivedEvent `json:"events"`
+	Events []archive.Event `json:"events"`
 	Cursor string          `json:"cursor"`
+}
+
+// Paging of archive lists.
+const (
+	defaultArchiveCount = 50
+	maxArchiveCount     = 1000
+)
+
+// parseArchiveQuery reads the filters of a query string: key, result,
+// since, until (RFC 3339 times, or durations before now such as `1h`),
+// status (a code or a class such as `5xx`), count and cursor.
+func parseArchiveQuery(v url.Values, maxCount int) (archive.Query, error) {
+	q := archive.Query{Key: v.Get("key"), Result: v.Get("result"), Count: defaultArchiveCount}
+	if q.Result != "" && !slices.Contains(allResults[:], q.Result) {
+		return q, fmt.Errorf("invalid result %q: want one of %s", q.Result, strings.Join(allResults[:], ", "))
+	}
+	if s := v.Get("status"); s != "" {
+		lo, hi, ok := parseStatusSpec(s)
+		if !ok {
+			return q, fmt.Errorf("invalid status %q: want a code such as 200 or a class such as 5xx", s)
+		}
+		var set statusSet
+		set.addRange(lo, hi)
+		q.Status = set.has
+	}
+	var err error
+	if q.Since, err = parseQueryTime("since", v.Get("since")); err != nil {
+		return q, err
+	}
+	if q.Until, err = parseQueryTime("until", v.Get("until")); err != nil {
+		return q, err
+	}
+	if s := v.Get("count"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxCount {
+			return q, fmt.Errorf("invalid count %q: want a number from 1 to %d", s, maxCount)
+		}
+		q.Count = n
+	}
+	if s := v.Get("cursor"); s != "" {
+		if q.Cursor, q.HasCursor = event.ParseID(s); !q.HasCursor {
+			return q, fmt.Errorf("invalid cursor %q: want the cursor of an earlier answer, such as 1712345678901-0", s)
+		}
+	}
+	return q, nil
+}
+
+// filtered reports whether the query narrows the archive down at all.
+func filtered(q archive.Query) bool {
+	return q.Key != "" || q.Result != "" || q.Status != nil || !q.Since.IsZero() || !q.Until.IsZero()
+}
+
+// parseQueryTime parses an RFC 3339 time, or a duration before now.
+func parseQueryTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := cfparse.PositiveDuration(name, v); err == nil {
+		return time.Now().Add(-time.Duration(d)), nil
+	}
+	return time.Time{}, fmt.Errorf("invalid %s %q: want an RFC 3339 time such as 2025-01-02T15:04:05Z or a duration before now such as 1h", name, v)
 }
 
 // archiveRequest returns the source's archive and the query of the
 // request, or the error to answer.
-func archiveRequest(r *http.Request, src *adminSource, maxCount int) (*archive, archiveQuery, error) {
+func archiveRequest(r *http.Request, src *adminSource, maxCount int) (*archive.Archive, archive.Query, error) {
 	a, err := src.archive()
 	if err != nil {
-		return nil, archiveQuery{}, err
+		return nil, archive.Query{}, err
 	}
 	q, err := parseArchiveQuery(r.URL.Query(), maxCount)
 	if err != nil {
@@ -41,7 +113,7 @@ func handleEvents(w http.ResponseWriter, r *http.Request, src *adminSource) erro
 	if err != nil {
 		return err
 	}
-	events, cursor, err := a.find(r.Context(), q, archiveScanMax)
+	events, cursor, err := a.Find(r.Context(), q, false)
 	if err != nil {
 		return storeError(src.name, err)
 	}
@@ -54,27 +126,26 @@ func handleEvent(w http.ResponseWriter, r *http.Request, src *adminSource, id st
 	if err != nil {
 		return err
 	}
-	ev.whole()
 	return writeJSON(w, ev)
 }
 
-// findEvent returns one archived event, or a 404.
-func findEvent(ctx context.Context, src *adminSource, id string) (archivedEvent, error) {
+// findEvent returns one archived event, whole, or a 404.
+func findEvent(ctx context.Context, src *adminSource, id string) (archive.Event, error) {
 	a, err := src.archive()
 	if err != nil {
-		return archivedEvent{}, err
+		return archive.Event{}, err
 	}
 	notFound := apiError(http.StatusNotFound, fmt.Errorf("no archived event %q for source %q", id, src.name))
-	sid, ok := parseStreamID(id)
+	sid, ok := event.ParseID(id)
 	if !ok {
-		return archivedEvent{}, notFound
+		return archive.Event{}, notFound
 	}
-	ev, found, err := a.backend.event(ctx, sid)
+	ev, found, err := a.Event(ctx, sid)
 	if err != nil {
-		return archivedEvent{}, storeError(src.name, err)
+		return archive.Event{}, storeError(src.name, err)
 	}
 	if !found {
-		return archivedEvent{}, notFound
+		return archive.Event{}, notFound
 	}
 	return ev, nil
 }
@@ -83,20 +154,20 @@ func findEvent(ctx context.Context, src *adminSource, id string) (archivedEvent,
 // first, one JSON object per line (NDJSON). count, when given, bounds the
 // number of events.
 func handleExport(w http.ResponseWriter, r *http.Request, src *adminSource) error {
-	a, q, err := archiveRequest(r, src, math32)
+	a, q, err := archiveRequest(r, src, exportMax)
 	if err != nil {
 		return err
 	}
-	left := math32
+	left := exportMax
 	if r.URL.Query().Get("count") != "" {
-		left = q.count
+		left = q.Count
 	}
 	ctx := r.Context()
 	wrote := false
 	enc := json.NewEncoder(w)
 	for {
-		q.count = min(left, maxArchiveCount)
-		events, cursor, err := a.find(ctx, q, archiveScanMax)
+		q.Count = min(left, maxArchiveCount)
+		events, cursor, err := a.Find(ctx, q, true)
 		if err != nil {
 			if !wrote {
 				return storeError(src.name, err)
@@ -111,7 +182,6 @@ func handleExport(w http.ResponseWriter, r *http.Request, src *adminSource) erro
 			wrote = true
 		}
 		for i := range events {
-			events[i].whole()
 			if err := enc.Encode(&events[i]); err != nil {
 				return nil // the client went away
 			}
@@ -120,12 +190,12 @@ func handleExport(w http.ResponseWriter, r *http.Request, src *adminSource) erro
 		if cursor == "" || left <= 0 {
 			return nil
 		}
-		q.cursor, q.hasCursor = parseStreamID(cursor)
+		q.Cursor, q.HasCursor = event.ParseID(cursor)
 	}
 }
 
-// math32 bounds an export without count.
-const math32 = 1 << 31
+// exportMax bounds an export without count.
+const exportMax = 1 << 31
 
 // Redelivery.
 
@@ -149,7 +219,7 @@ type redeliveryOutcome struct {
 // redeliveryTarget is where a source's archived events are redelivered:
 // its inbox, else its archive's redeliver_to.
 type redeliveryTarget struct {
-	inbox *inbox
+	inbox *inbox.Inbox
 	url   string
 }
 
@@ -158,14 +228,14 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 	if ib, err := s.inbox(); err == nil {
 		return redeliveryTarget{inbox: ib}, nil
 	}
-	if a, err := s.archive(); err == nil && a.redeliverTo != "" {
-		return redeliveryTarget{url: a.redeliverTo}, nil
+	if a, err := s.archive(); err == nil && a.Config().RedeliverTo != "" {
+		return redeliveryTarget{url: a.Config().RedeliverTo}, nil
 	}
 	return redeliveryTarget{}, apiError(http.StatusConflict, fmt.Errorf("source %q has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to", s.name))
 }
 
 // errNotRedeliverable is why an archived event cannot be redelivered.
-func errNotRedeliverable(ev *archivedEvent) error {
+func errNotRedeliverable(ev *archive.Event) error {
 	switch {
 	case !ev.BodyStored && ev.Result == resultReplayed:
 		return errors.New("a replay's body is not archived: redeliver the original delivery of this key")
@@ -188,14 +258,15 @@ var redeliverClient = &http.Client{
 }
 
 // redeliver sends one archived event to the target.
-func (t redeliveryTarget) redeliver(ctx context.Context, ev *archivedEvent) redeliveryOutcome {
+func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) redeliveryOutcome {
 	out := redeliveryOutcome{ID: ev.ID, Key: ev.Key}
 	if err := errNotRedeliverable(ev); err != nil {
 		out.Error = err.Error()
 		return out
 	}
+	req := ev.Request()
 	if t.inbox != nil {
-		id, err := t.inbox.enqueue(ctx, ev.inboxFields())
+		id, err := t.inbox.Enqueue(ctx, &req)
 		if err != nil {
 			out.Error = "queueing in the inbox: " + err.Error()
 			return out
@@ -205,14 +276,12 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archivedEvent) rede
 	}
 	ctx, cancel := context.WithTimeout(ctx, redeliverTimeout)
 	defer cancel()
-	o := outgoingEvent{method: ev.Method, headers: ev.headerBlock, body: string(ev.body), key: ev.Key,
-		remote: ev.Remote, host: ev.Host, proto: ev.Proto}
-	req, err := o.request(ctx, t.url)
+	hr, err := req.NewRequest(ctx, t.url)
 	if err != nil {
 		out.Error = err.Error()
 		return out
 	}
-	resp, err := redeliverClient.Do(req)
+	resp, err := redeliverClient.Do(hr)
 	if err != nil {
 		out.Error = err.Error()
 		return out
@@ -225,26 +294,6 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archivedEvent) rede
 		out.Error = "redeliver_to answered " + resp.Status
 	}
 	return out
-}
-
-// inboxFields returns an archived event as a new inbox event: the
-// request as received, headers whose value was redacted left out.
-func (ev *archivedEvent) inboxFields() []any {
-	o := outgoingEvent{headers: ev.headerBlock}
-	return []any{
-		fieldSource, ev.Source,
-		fieldKey, ev.Key,
-		fieldMethod, ev.Method,
-		fieldURI, ev.URI,
-		fieldHost, ev.Host,
-		fieldProto, ev.Proto,
-		fieldRemote, ev.Remote,
-		fieldHeaders, o.unredactedHeaders(),
-		fieldBody, ev.body,
-		fieldReceived, strconv.FormatInt(ev.Received.UnixMilli(), 10),
-		fieldAttempts, "0",
-		fieldBase, "0",
-	}
 }
 
 // handleRedeliverEvent redelivers one archived event. An event that cannot
@@ -278,14 +327,14 @@ func handleRedeliverEvents(w http.ResponseWriter, r *http.Request, src *adminSou
 	if err != nil {
 		return err
 	}
-	if !q.filtered() {
+	if !filtered(q) {
 		return apiError(http.StatusBadRequest, errors.New("redelivering a set needs at least one filter (key, result, status, since or until): the whole archive is not redelivered by accident"))
 	}
 	t, err := src.target()
 	if err != nil {
 		return err
 	}
-	events, cursor, err := a.find(r.Context(), q, archiveScanMax)
+	events, cursor, err := a.Find(r.Context(), q, false)
 	if err != nil {
 		return storeError(src.name, err)
 	}
@@ -295,7 +344,7 @@ func handleRedeliverEvents(w http.ResponseWriter, r *http.Request, src *adminSou
 		Skipped     []redeliveryOutcome `json:"skipped"`
 		Cursor      string              `json:"cursor"`
 	}{Redelivered: []redeliveryOutcome{}, Skipped: []redeliveryOutcome{}, Cursor: cursor}
-	var send []*archivedEvent
+	var send []*archive.Event
 	for i := range events {
 		ev := &events[i]
 		if err := errNotRedeliverable(ev); err != nil {

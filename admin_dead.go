@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 )
 
 // The dead letters of a source's inbox (docs/inbox.md#watching-and-redelivering):
@@ -47,12 +49,12 @@ func handleDead(w http.ResponseWriter, r *http.Request, src *adminSource) error 
 		}
 		start = v
 	}
-	events, err := ib.deadEvents(r.Context(), start, count)
+	events, err := ib.DeadLetters(r.Context(), start, count)
 	if err != nil {
-		return storeError(ib.source, err)
+		return storeError(ib.Source(), err)
 	}
 	if events == nil {
-		events = []deadEvent{}
+		events = []inbox.DeadLetter{}
 	}
 	return writeJSON(w, events)
 }
@@ -60,7 +62,7 @@ func handleDead(w http.ResponseWriter, r *http.Request, src *adminSource) error 
 // deadLetterInbox returns the source's inbox, once it has checked a dead
 // letter's id from the path: a whole id, since <ms> alone would name every
 // event of that millisecond.
-func deadLetterInbox(src *adminSource, id string) (*inbox, error) {
+func deadLetterInbox(src *adminSource, id string) (*inbox.Inbox, error) {
 	ib, err := src.inbox()
 	if err != nil {
 		return nil, err
@@ -71,8 +73,8 @@ func deadLetterInbox(src *adminSource, id string) (*inbox, error) {
 	return ib, nil
 }
 
-func errNoDead(ib *inbox, id string) error {
-	return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.source))
+func errNoDead(ib *inbox.Inbox, id string) error {
+	return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.Source()))
 }
 
 // handleRedeliverDead moves a dead-lettered event back into the inbox
@@ -82,12 +84,12 @@ func handleRedeliverDead(w http.ResponseWriter, r *http.Request, src *adminSourc
 	if err != nil {
 		return err
 	}
-	newID, err := ib.redeliver(r.Context(), id)
-	if errors.Is(err, errNoDeadEvent) {
+	newID, err := ib.Redeliver(r.Context(), id)
+	if errors.Is(err, inbox.ErrNoDeadEvent) {
 		return errNoDead(ib, id)
 	}
 	if err != nil {
-		return storeError(ib.source, err)
+		return storeError(ib.Source(), err)
 	}
 	return writeJSON(w, redelivered{ID: newID})
 }
@@ -99,9 +101,9 @@ func handleRedeliverAllDead(w http.ResponseWriter, r *http.Request, src *adminSo
 	if err != nil {
 		return err
 	}
-	n, err := ib.redeliverAll(r.Context())
+	n, err := ib.RedeliverAll(r.Context())
 	if err != nil {
-		return storeError(ib.source, err)
+		return storeError(ib.Source(), err)
 	}
 	return writeJSON(w, struct {
 		Redelivered int `json:"redelivered"`
@@ -115,9 +117,9 @@ func handleDiscardDead(w http.ResponseWriter, r *http.Request, src *adminSource,
 	if err != nil {
 		return err
 	}
-	deleted, err := ib.discard(r.Context(), id)
+	deleted, err := ib.Discard(r.Context(), id)
 	if err != nil {
-		return storeError(ib.source, err)
+		return storeError(ib.Source(), err)
 	}
 	if !deleted {
 		return errNoDead(ib, id)

@@ -1,87 +1,60 @@
 package webhookidempotency
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // A key's state, and forgetting a key, through the admin API
 // (docs/admin.md#keys).
 
-// keyAdmin is implemented by the stores whose keys the admin API shows and
-// forgets; the request path never uses it.
-type keyAdmin interface {
-	// inspect returns the key's state.
-	inspect(ctx context.Context, key string) (keyInfo, error)
-	// forget deletes a completed key and returns the state it found; a
-	// key in flight is left alone.
-	forget(ctx context.Context, key string) (keyInfo, error)
-	// forgetIf deletes a completed key if it holds exactly record, and
-	// reports whether it did.
-	forgetIf(ctx context.Context, key string, record []byte) (bool, error)
-}
-
-// keyState is a key's state as the admin API names it.
-type keyState string
-
-const (
-	keyAbsent    keyState = "absent"
-	keyInFlight  keyState = "in_flight"
-	keyCompleted keyState = "completed"
-)
-
-// keyInfo is what a store knows of a key.
-type keyInfo struct {
-	state  keyState
-	left   time.Duration // time left on the lease or the record; negative: no expiry
-	record []byte        // a completed key's record
-}
-
 // keyStatus is a key's state as the admin API answers it.
 type keyStatus struct {
-	Source      string     `json:"source"`
-	Key         string     `json:"key"`
-	StoreKey    string     `json:"store_key"`
-	State       keyState   `json:"state"`
-	LeaseLeftMs *int64     `json:"lease_left_ms,omitempty"` // in flight
-	Status      int        `json:"status,omitempty"`        // completed: the recorded status
-	RecordedAt  *time.Time `json:"recorded_at,omitempty"`   // completed: when, from the expiry and the route's ttl
-	ExpiresAt   *time.Time `json:"expires_at,omitempty"`    // completed
-	Corrupt     bool       `json:"corrupt,omitempty"`       // completed, but the record cannot be read
+	Source      string         `json:"source"`
+	Key         string         `json:"key"`
+	StoreKey    string         `json:"store_key"`
+	State       store.KeyState `json:"state"`
+	LeaseLeftMs *int64         `json:"lease_left_ms,omitempty"` // in flight
+	Status      int            `json:"status,omitempty"`        // completed: the recorded status
+	RecordedAt  *time.Time     `json:"recorded_at,omitempty"`   // completed: when, from the expiry and the route's ttl
+	ExpiresAt   *time.Time     `json:"expires_at,omitempty"`    // completed
+	Corrupt     bool           `json:"corrupt,omitempty"`       // completed, but the record cannot be read
 }
 
 // keyStore returns the store and the store key of a source's key.
-func (s *adminSource) keyStore(key string) (keyAdmin, string, *Handler, error) {
+func (s *adminSource) keyStore(key string) (store.KeyAdmin, string, *Handler, error) {
 	h := s.handlers[0]
-	ka, ok := h.store.store.(keyAdmin)
+	ka, ok := h.store.backend.(store.KeyAdmin)
 	if !ok {
 		return nil, "", nil, apiError(http.StatusNotFound, fmt.Errorf("the store of source %q cannot show keys", s.name))
 	}
 	return ka, h.keyPrefix + key, h, nil
 }
 
-// status turns what the store knows into the answer.
-func (info keyInfo) status(src *adminSource, h *Handler, key, storeKey string) keyStatus {
-	st := keyStatus{Source: src.name, Key: key, StoreKey: storeKey, State: info.state}
-	switch info.state {
-	case keyInFlight:
-		ms := max(info.left.Milliseconds(), 0)
+// keyAnswer turns what the store knows of a key into the answer.
+func keyAnswer(info store.KeyInfo, src *adminSource, h *Handler, key, storeKey string) keyStatus {
+	st := keyStatus{Source: src.name, Key: key, StoreKey: storeKey, State: info.State}
+	switch info.State {
+	case store.KeyInFlight:
+		ms := max(info.Left.Milliseconds(), 0)
 		st.LeaseLeftMs = &ms
-	case keyCompleted:
-		if rec, err := decodeRecord(info.record); err == nil {
-			st.Status = rec.status
+	case store.KeyCompleted:
+		if rec, err := record.Decode(info.Record); err == nil {
+			st.Status = rec.Status
 		} else {
 			st.Corrupt = true
 		}
-		if info.left >= 0 {
-			t := now()
-			expires := t.Add(info.left).Truncate(time.Millisecond).UTC()
+		if info.Left >= 0 {
+			t := time.Now()
+			expires := t.Add(info.Left).Truncate(time.Millisecond).UTC()
 			ttl := time.Duration(h.TTL)
-			if h.inbox != nil && info.left > ttl {
+			if h.inbox != nil && info.Left > ttl {
 				// accepted, not yet delivered: kept for the retry horizon too
-				ttl = h.inbox.acceptTTL
+				ttl = h.inbox.AcceptTTL()
 			}
 			recorded := expires.Add(-ttl)
 			st.ExpiresAt, st.RecordedAt = &expires, &recorded
@@ -96,11 +69,11 @@ func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key str
 	if err != nil {
 		return err
 	}
-	info, err := ka.inspect(r.Context(), storeKey)
+	info, err := ka.Inspect(r.Context(), storeKey)
 	if err != nil {
 		return storeError(src.name, err)
 	}
-	return writeJSON(w, info.status(src, h, key, storeKey))
+	return writeJSON(w, keyAnswer(info, src, h, key, storeKey))
 }
 
 // handleForget forgets a completed key so that the provider's next retry
@@ -116,25 +89,25 @@ func handleForget(w http.ResponseWriter, r *http.Request, src *adminSource, key 
 		return err
 	}
 	if h.guards() {
-		info, err := ka.inspect(r.Context(), storeKey)
+		info, err := ka.Inspect(r.Context(), storeKey)
 		if err != nil {
 			return storeError(src.name, err)
 		}
 		if guard := h.recordGuard(key, info); guard != "" {
-			if _, err := ka.forgetIf(r.Context(), guard, info.record); err != nil {
+			if _, err := ka.ForgetIf(r.Context(), guard, info.Record); err != nil {
 				return storeError(src.name, err)
 			}
 		}
 	}
-	info, err := ka.forget(r.Context(), storeKey)
+	info, err := ka.Forget(r.Context(), storeKey)
 	if err != nil {
 		return storeError(src.name, err)
 	}
-	switch info.state {
-	case keyAbsent:
+	switch info.State {
+	case store.KeyAbsent:
 		return apiError(http.StatusNotFound, fmt.Errorf("key %q of source %q is absent", key, src.name))
-	case keyInFlight:
-		return apiError(http.StatusConflict, fmt.Errorf("key %q of source %q is in flight (lease left %s): its delivery is being processed; wait for it to complete or its lease to end", key, src.name, info.left.Round(time.Millisecond)))
+	case store.KeyInFlight:
+		return apiError(http.StatusConflict, fmt.Errorf("key %q of source %q is in flight (lease left %s): its delivery is being processed; wait for it to complete or its lease to end", key, src.name, info.Left.Round(time.Millisecond)))
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -11,11 +11,10 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-)
 
-func init() {
-	caddy.RegisterModule(App{})
-}
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
 
 // App is the `webhook_idempotency` app: it holds the default store set by
 // the Caddyfile global option of the same name, and the per-configuration
@@ -26,12 +25,12 @@ type App struct {
 	// each handler uses the memory store.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
 
-	store store
+	store store.Store
 
 	// presetSources and inboxes need no lock: Caddy provisions, starts
 	// and stops one configuration's modules one after another.
 	presetSources map[string]bool
-	inboxes       []*inbox
+	inboxes       []*inbox.Inbox
 	handlers      []*Handler
 }
 
@@ -46,11 +45,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // Provision loads the default store.
 func (a *App) Provision(ctx caddy.Context) error {
 	if a.StoreRaw != nil {
-		mod, err := ctx.LoadModule(a, "StoreRaw")
-		if err != nil {
-			return fmt.Errorf("loading store: %v", err)
-		}
-		a.store = mod.(store)
+		var err error
+		a.store, err = loadStore(ctx, a, "StoreRaw")
+		return err
 	}
 	return nil
 }
@@ -59,7 +56,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 // makes its sources the ones the admin API shows.
 func (a *App) Start() error {
 	for _, ib := range a.inboxes {
-		ib.start()
+		ib.Start()
 	}
 	running.Store(&runningSources{app: a, handlers: a.handlers})
 	return nil
@@ -74,7 +71,7 @@ func (a *App) Stop() error {
 	}
 	var wg sync.WaitGroup
 	for _, ib := range a.inboxes {
-		wg.Go(ib.stop)
+		wg.Go(ib.Stop)
 	}
 	wg.Wait()
 	return nil
@@ -82,10 +79,10 @@ func (a *App) Stop() error {
 
 // addInbox records an inbox to start with the configuration; two inboxes
 // of one source would share a stream and deliver each other's events.
-func (a *App) addInbox(ib *inbox) error {
+func (a *App) addInbox(ib *inbox.Inbox) error {
 	for _, other := range a.inboxes {
-		if other.source == ib.source {
-			return fmt.Errorf("two webhook_idempotency handlers have an inbox for source %q: they would share one stream and deliver each other's events; give each a distinct 'source'", ib.source)
+		if other.Source() == ib.Source() {
+			return fmt.Errorf("two webhook_idempotency handlers have an inbox for source %q: they would share one stream and deliver each other's events; give each a distinct 'source'", ib.Source())
 		}
 	}
 	a.inboxes = append(a.inboxes, ib)

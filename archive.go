@@ -1,8 +1,6 @@
 package webhookidempotency
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,15 +11,18 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 )
 
 // The archive (docs/archive.md): every delivery that passed verification
 // and got a key is appended to a per-source archive, for audit and
-// reprocessing. This file holds its configuration and what the request
-// path does; the background queue is in archive_queue.go, the stores' sides
-// in archive_memory.go and archive_redis.go, and reading it back in
-// archive_query.go.
+// reprocessing. This file holds its configuration, the archive built from
+// it (internal/archive), the route's redaction rules, and what the request
+// path does.
 
 // ArchiveConfig keeps every verified delivery of the route: time received,
 // source, key, result, method, URI, headers, client address, body, the
@@ -57,13 +58,6 @@ type ArchiveConfig struct {
 	RedeliverTo string `json:"redeliver_to,omitempty"`
 }
 
-// Defaults of the archive's options.
-const (
-	defaultArchiveRetention       = 30 * 24 * time.Hour
-	defaultArchiveMaxEventsRedis  = 1_000_000
-	defaultArchiveMaxEventsMemory = 10_000
-)
-
 // unmarshalCaddyfile parses the archive block; the dispenser is on
 // `archive`:
 //
@@ -92,14 +86,14 @@ func (ac *ArchiveConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, inline bool)
 	if inline {
 		return nil
 	}
-	return parseBlock(d, "archive", archiveOptions, ac.setOption)
+	return cfparse.Block(d, "archive", archiveOptions, ac.setOption)
 }
 
 // archiveOptions are the subdirectives of the archive block and the values
 // each takes.
-var archiveOptions = map[string]arity{
-	"retention": takesOne, "max_events": takesOne, "bodies": takesOne, "redact": takesSome,
-	"redeliver_to": takesOne,
+var archiveOptions = map[string]cfparse.Arity{
+	"retention": cfparse.One, "max_events": cfparse.One, "bodies": cfparse.One, "redact": cfparse.Some,
+	"redeliver_to": cfparse.One,
 }
 
 // setOption applies a subdirective of the archive block, its values
@@ -115,7 +109,7 @@ func (ac *ArchiveConfig) setOption(name, v string, args []string) (err error) {
 		_, err = parseArchiveBodies(v)
 	case "redact":
 		for _, a := range args {
-			if _, _, err := parseRedactRule(a); err != nil {
+			if _, _, err := redact.ParseRule(a); err != nil {
 				return err
 			}
 		}
@@ -127,95 +121,63 @@ func (ac *ArchiveConfig) setOption(name, v string, args []string) (err error) {
 	return err
 }
 
-// archive is the runtime of one handler's archive.
-type archive struct {
-	source      string
-	retention   time.Duration
-	maxEvents   int
-	bodies      bool
-	redact      *redactor
-	redeliverTo string
-	backend     archiveBackend
-	queue       *archiveQueue
-	metrics     *archiveMetrics
-	logger      *zap.Logger
-}
-
-// newArchive resolves the configuration with the parser's rules and
-// attaches the archive to the handler's store.
-func newArchive(cfg *ArchiveConfig, h *Handler) (*archive, error) {
-	a := &archive{
-		source:    h.Source,
-		retention: time.Duration(cfg.Retention),
-		maxEvents: cfg.MaxEvents,
-		logger:    h.logger,
-		metrics:   newArchiveMetrics(h.Source),
+// newArchive resolves the archive's configuration with the parser's rules
+// and builds it on the handler's store.
+func (h *Handler) newArchive() (*archive.Archive, error) {
+	cfg := h.Archive
+	ac := archive.Config{
+		Source:    h.Source,
+		Retention: time.Duration(cfg.Retention),
+		MaxEvents: cfg.MaxEvents,
+		Logger:    h.logger,
 	}
-	if a.retention == 0 {
-		a.retention = defaultArchiveRetention
-	} else if a.retention < 0 {
-		return nil, fmt.Errorf("invalid archive retention '%s': must be positive", a.retention)
+	if ac.Retention == 0 {
+		ac.Retention = archive.DefaultRetention
+	} else if ac.Retention < 0 {
+		return nil, fmt.Errorf("invalid archive retention '%s': must be positive", ac.Retention)
 	}
-	if a.maxEvents < 0 {
-		return nil, fmt.Errorf("invalid archive max_events '%d': want a positive integer", a.maxEvents)
+	if ac.MaxEvents < 0 {
+		return nil, fmt.Errorf("invalid archive max_events '%d': want a positive integer", ac.MaxEvents)
 	}
 	bodies := cfg.Bodies
 	if bodies == "" {
 		bodies = "on"
 	}
 	var err error
-	if a.bodies, err = parseArchiveBodies(bodies); err != nil {
+	if ac.Bodies, err = parseArchiveBodies(bodies); err != nil {
 		return nil, err
 	}
 	if cfg.RedeliverTo != "" {
-		a.redeliverTo = caddy.NewReplacer().ReplaceKnown(cfg.RedeliverTo, "")
-		if err := checkRedeliverTo(a.redeliverTo); err != nil {
+		ac.RedeliverTo = caddy.NewReplacer().ReplaceKnown(cfg.RedeliverTo, "")
+		if err := checkRedeliverTo(ac.RedeliverTo); err != nil {
 			return nil, err
 		}
 	}
-	if a.redact, err = h.redactor(cfg.Redact); err != nil {
+	if ac.Redact, err = h.redactor(cfg.Redact); err != nil {
 		return nil, err
 	}
-	if err := a.checkKeyNotRedacted(h.keys); err != nil {
+	if err := checkKeyNotRedacted(ac.Redact, h.keys); err != nil {
 		return nil, err
 	}
-	switch s := h.store.store.(type) {
-	case *RedisStore:
-		if a.maxEvents == 0 {
-			a.maxEvents = defaultArchiveMaxEventsRedis
-		}
-		a.backend, err = newRedisArchive(s, a)
-	case *MemoryStore:
-		if a.maxEvents == 0 {
-			a.maxEvents = defaultArchiveMaxEventsMemory
-		}
-		a.backend, err = newMemoryArchive(s, a)
-	default:
-		err = fmt.Errorf("the archive does not support the store %T", s)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("archive: %v", err)
-	}
-	a.queue = newArchiveQueue(a)
-	return a, nil
+	return archive.New(ac, h.store.backend)
 }
 
 // checkKeyNotRedacted refuses a key taken from a redacted header or JSON
 // path: the key is stored (as the store key and in every event), so the
 // redacted value would be stored after all.
-func (a *archive) checkKeyNotRedacted(keys []keySource) error {
+func checkKeyNotRedacted(rd *redact.Redactor, keys []keySource) error {
 	for _, ks := range keys {
 		switch ks.kind {
 		case keyHeader:
-			if a.redact.redactsHeader(ks.arg) {
+			if rd.RedactsHeader(ks.arg) {
 				return fmt.Errorf("archive redacts header %s, which is a key source: the key is stored, so the header's value would be too; key on another value or stop redacting it", ks.arg)
 			}
 		case keyJSON:
 			probe := []byte(`{}`)
-			if path, err := splitRedactPath(ks.arg); err == nil {
+			if path, err := redact.SplitPath(ks.arg); err == nil {
 				probe = jsonProbe(path)
 			}
-			if _, changed, _ := a.redact.body(probe); changed {
+			if _, changed, _ := rd.Body(probe); changed {
 				return fmt.Errorf("archive redacts the JSON value of key source json:%s: the key is stored, so the value would be too; key on another value or stop redacting it", ks.arg)
 			}
 		}
@@ -238,99 +200,39 @@ func jsonProbe(path []string) []byte {
 	return []byte(doc)
 }
 
-// stop stops the background queue, appending what it holds, and releases
-// what the archive holds of its store.
-func (a *archive) stop() {
-	a.queue.stop()
-	a.backend.close()
+// secretHeaders are the headers a route always redacts: those of
+// redact.SecretHeaders and the header a token scheme reads its secret
+// from.
+func (h *Handler) secretHeaders() []string {
+	out := append([]string(nil), redact.SecretHeaders...)
+	switch h.scheme() {
+	case "token", "jwt", "evolution", "gitlab", "asaas":
+		if h.Verify != nil && h.Verify.Header != "" {
+			out = append(out, h.Verify.Header)
+		}
+	}
+	return out
 }
 
-// appended counts the outcome of one append.
-func (a *archive) appended(n int, err error) {
+// redactor builds the route's redactor: its secret headers and rules
+// (`redact` entries, nil for none). The headers and query parameters the
+// route takes its key from are never redacted for their name alone: the
+// key is stored anyway (a key taken from a header redacted by name, in
+// secretHeaders or a rule, is refused by the archive).
+func (h *Handler) redactor(rules []string) (*redact.Redactor, error) {
+	rd, err := redact.New(rules, h.secretHeaders()...)
 	if err != nil {
-		a.metrics.errors.Add(float64(n))
-		a.warn("appending to the archive failed; the events are not archived", err)
-		return
+		return nil, err
 	}
-	a.metrics.events.Add(float64(n))
-}
-
-// warn logs an archive error at most once every 30 seconds.
-func (a *archive) warn(msg string, err error) {
-	t := time.Now().UnixNano()
-	if last := a.metrics.lastWarned.Load(); t-last > int64(30*time.Second) && a.metrics.lastWarned.CompareAndSwap(last, t) {
-		a.logger.Warn(msg, zap.Error(err))
+	for _, ks := range h.keys {
+		switch ks.kind {
+		case keyHeader:
+			rd.KeepHeader(ks.arg)
+		case keyQuery:
+			rd.KeepQuery(ks.arg)
+		}
 	}
-}
-
-// archiveEntry is one event on its way to the archive.
-type archiveEntry struct {
-	received  time.Time
-	source    string
-	key       string
-	result    string
-	status    int
-	duration  time.Duration
-	method    string
-	uri       string
-	host      string
-	proto     string
-	remote    string
-	headers   string // "Name: value\r\n" lines, redacted
-	body      []byte // redacted; nil when not kept
-	hasBody   bool
-	redacted  bool // the body had values redacted
-	ownsBody  bool // body is not the request's pooled buffer
-	bodyHash  [sha256.Size]byte
-	sizeBytes int
-}
-
-// Stream entry fields of an archived event, besides the fields it shares
-// with an inbox event (inbox_accept.go).
-const (
-	fieldResult     = "result"
-	fieldStatus     = "status"
-	fieldDurationUS = "duration_us"
-	fieldBodySHA256 = "body_sha256"
-	fieldRedacted   = "redacted" // "body" when values of the body were redacted
-)
-
-// archiveFieldCount is the most fields and values of an entry.
-const archiveFieldCount = 34
-
-// appendFields appends the entry's stream fields and values to f.
-func (e *archiveEntry) appendFields(f []any) []any {
-	f = append(f,
-		fieldReceived, strconv.FormatInt(e.received.UnixMilli(), 10),
-		fieldSource, e.source,
-		fieldKey, e.key,
-		fieldResult, e.result,
-		fieldStatus, strconv.Itoa(e.status),
-		fieldDurationUS, strconv.FormatInt(e.duration.Microseconds(), 10),
-		fieldMethod, e.method,
-		fieldURI, e.uri,
-		fieldHost, e.host,
-		fieldProto, e.proto,
-		fieldRemote, e.remote,
-		fieldHeaders, e.headers,
-		fieldBodySHA256, hex.EncodeToString(e.bodyHash[:]),
-	)
-	if e.hasBody {
-		f = append(f, fieldBody, e.body)
-	}
-	if e.redacted {
-		f = append(f, fieldRedacted, "body")
-	}
-	return f
-}
-
-// ownBody copies the body out of the request's pooled buffer, for an
-// entry that outlives the request.
-func (e *archiveEntry) ownBody() {
-	if e.hasBody && !e.ownsBody {
-		e.body = append([]byte(nil), e.body...)
-		e.ownsBody = true
-	}
+	return rd, nil
 }
 
 // The request path.
@@ -343,38 +245,41 @@ func (rs *requestState) trackStatus() {
 }
 
 // archiveEntry builds the archive event of this request: its body is
-// redacted (or not kept), its headers redacted.
-func (rs *requestState) archiveEntry(result string, status int) *archiveEntry {
+// redacted (or not kept), its URI and headers redacted.
+func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 	a := rs.h.archive
+	cfg := a.Config()
 	r := rs.r
-	proto, remote := requestOrigin(r)
-	e := &archiveEntry{
-		received: rs.start,
-		source:   a.source,
-		key:      rs.keyValue,
-		result:   result,
-		status:   status,
-		duration: time.Since(rs.start),
-		method:   r.Method,
-		uri:      a.redact.uri(r.RequestURI),
-		host:     r.Host,
-		proto:    proto,
-		remote:   remote,
-		headers:  headerBlock(r.Header, skipArchiveHeader, a.redact),
-		bodyHash: rs.bodyHash,
+	proto, remote := event.Origin(r)
+	e := &archive.Entry{
+		Request: event.Request{
+			Source:   cfg.Source,
+			Key:      rs.keyValue,
+			Method:   r.Method,
+			URI:      cfg.Redact.URI(r.RequestURI),
+			Host:     r.Host,
+			Proto:    proto,
+			Remote:   remote,
+			Headers:  event.HeaderBlock(r.Header, event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
+			Received: rs.start,
+		},
+		Result:   result,
+		Status:   status,
+		Duration: time.Since(rs.start),
+		BodyHash: rs.bodyHash,
 	}
-	if a.bodies && result != resultReplayed {
-		body, changed, ok := a.redact.body(rs.body.buf)
+	if cfg.Bodies && result != resultReplayed {
+		body, changed, ok := cfg.Redact.Body(rs.body.buf)
 		switch {
 		case !ok:
-			a.warn("redacting an archived body failed; the event is archived without its body", errors.New("a redacted JSON value was not where it was found"))
+			a.Warn("redacting an archived body failed; the event is archived without its body",
+				errors.New("a redacted JSON value was not where it was found"))
 		case changed:
-			e.body, e.hasBody, e.redacted, e.ownsBody = body, true, true, true
+			e.Body, e.HasBody, e.Redacted, e.BodyOwned = body, true, true, true
 		default:
-			e.body, e.hasBody = body, true
+			e.Body, e.HasBody = body, true
 		}
 	}
-	e.sizeBytes = len(e.headers) + len(e.body) + 256
 	return e
 }
 
@@ -385,7 +290,7 @@ func (rs *requestState) archive() {
 		return
 	}
 	rs.archived = true
-	rs.h.archive.queue.add(rs.archiveEntry(rs.result, rs.status.code))
+	rs.h.archive.Add(rs.archiveEntry(rs.result, rs.status.code))
 }
 
 // statusWriter remembers the status of the answer it passes on.

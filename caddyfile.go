@@ -11,6 +11,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 )
 
 func init() {
@@ -82,6 +85,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_response  <size>
 //		methods       <method>...
 //		fail          open | closed
+//		replay_guard  flag | reject | off
 //		store         memory | redis [<redis url>] {
 //			...
 //		}
@@ -163,13 +167,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // lineOptions are the options of the handler that take their values on
 // one line (parseOption), and how many each takes.
-var lineOptions = map[string]arity{
-	"source": takesOne, "provider": takesOne, "secret": takesSome, "header": takesOne,
-	"key": takesSome, "ttl": takesOne, "lease": takesOne, "in_flight": takesSome,
-	"cache_status": takesSome, "mismatch": takesOne, "max_body": takesOne, "body_timeout": takesOne,
-	"max_response": takesOne, "methods": takesSome, "fail": takesOne, "public_key": takesSome,
-	"verify_token": takesOne, "handshake": takesOne, "private_key": takesOne, "jwks_url": takesOne,
-	"jwks_file": takesOne, "decrypt": takesNone,
+var lineOptions = map[string]cfparse.Arity{
+	"source": cfparse.One, "provider": cfparse.One, "secret": cfparse.Some, "header": cfparse.One,
+	"key": cfparse.Some, "ttl": cfparse.One, "lease": cfparse.One, "in_flight": cfparse.Some,
+	"cache_status": cfparse.Some, "mismatch": cfparse.One, "max_body": cfparse.One, "body_timeout": cfparse.One,
+	"max_response": cfparse.One, "methods": cfparse.Some, "fail": cfparse.One, "public_key": cfparse.Some,
+	"verify_token": cfparse.One, "handshake": cfparse.One, "private_key": cfparse.One, "jwks_url": cfparse.One,
+	"jwks_file": cfparse.One, "decrypt": cfparse.None, "replay_guard": cfparse.One,
 }
 
 // blockOptions are the subdirectives of the handler's block: the line
@@ -187,7 +191,7 @@ var blockOptions = func() map[string]bool {
 var inlineOptions = func() map[string]bool {
 	m := map[string]bool{"store": true, "verify": true, "archive": true}
 	for name, a := range lineOptions {
-		if a != takesNone {
+		if a != cfparse.None {
 			m[name] = true
 		}
 	}
@@ -196,7 +200,7 @@ var inlineOptions = func() map[string]bool {
 
 // parseOption applies one line option with its values.
 func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string, keySet, headerSet *bool) error {
-	v, err := lineOptions[name].check(d, "'"+name+"'", args)
+	v, err := lineOptions[name].Check(d, "'"+name+"'", args)
 	if err != nil {
 		return err
 	}
@@ -226,7 +230,7 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 		if *keySet {
 			return errors.New("'header' and 'key' both set the key: use one")
 		}
-		if !validHeaderName(v) {
+		if !httpguts.ValidHeaderFieldName(v) {
 			return fmt.Errorf("invalid header '%s': not a valid header name", v)
 		}
 		*headerSet = true
@@ -241,7 +245,7 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 		*keySet = true
 		h.Key = append(h.Key, args...)
 	case "ttl", "lease", "body_timeout":
-		dur, err := parsePositiveDuration(name, v)
+		dur, err := cfparse.PositiveDuration(name, v)
 		if err != nil {
 			return err
 		}
@@ -294,6 +298,11 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 			return err
 		}
 		h.Fail = v
+	case "replay_guard":
+		if _, err := parseReplayGuard(v); err != nil {
+			return err
+		}
+		h.ReplayGuard = v
 	case "verify_token", "handshake":
 		return h.setHandshakeOption(name, v)
 	}
@@ -335,91 +344,6 @@ func parseStore(d *caddyfile.Dispenser, inline bool) (json.RawMessage, error) {
 		return nil, err
 	}
 	return caddyconfig.JSONModuleObject(unm, "module", name, nil), nil
-}
-
-// The Caddyfile argument helpers of every parser in the package. what
-// names the subdirective in errors: `'ttl'`, `verify 'header'`,
-// `inbox 'respond'`, `redis store 'db'`.
-
-// oneValue returns the one, non-empty value of a subdirective.
-func oneValue(d *caddyfile.Dispenser, what string, args []string) (string, error) {
-	if len(args) != 1 {
-		return "", d.Errf("%s takes exactly one value, got %d", what, len(args))
-	}
-	if args[0] == "" {
-		return "", d.Errf("%s has an empty value", what)
-	}
-	return args[0], nil
-}
-
-// someValues checks that a subdirective has values, none of them empty.
-func someValues(d *caddyfile.Dispenser, what string, args []string) error {
-	if len(args) == 0 {
-		return d.Errf("%s needs at least one value", what)
-	}
-	for _, a := range args {
-		if a == "" {
-			return d.Errf("%s has an empty value", what)
-		}
-	}
-	return nil
-}
-
-// nextValue reads the one value of the subdirective the dispenser is on.
-func nextValue(d *caddyfile.Dispenser, what string) (string, error) {
-	return oneValue(d, what, d.RemainingArgs())
-}
-
-// arity is how many values a subdirective takes.
-type arity uint8
-
-const (
-	takesOne  arity = iota // exactly one value (most subdirectives)
-	takesSome              // one or more values
-	takesNone              // none: a flag such as `tls`
-)
-
-// check checks the values of a subdirective and returns the first ("" for
-// a flag).
-func (a arity) check(d *caddyfile.Dispenser, what string, args []string) (string, error) {
-	switch a {
-	case takesSome:
-		if err := someValues(d, what, args); err != nil {
-			return "", err
-		}
-		return args[0], nil
-	case takesNone:
-		if len(args) > 0 {
-			return "", d.Errf("%s takes no value, got %d", what, len(args))
-		}
-		return "", nil
-	}
-	return oneValue(d, what, args)
-}
-
-// parseBlock reads the subdirectives of the block the dispenser is at: the
-// inbox, archive, verify and redis store blocks. block names it in errors
-// (`unrecognized inbox subdirective 'x'`, `inbox 'respond' takes exactly
-// one value, got 2`); options are its subdirectives and the values each
-// takes. set applies one whose values are checked, v being the first; its
-// error is reported at the subdirective's line.
-func parseBlock(d *caddyfile.Dispenser, block string, options map[string]arity, set func(name, v string, args []string) error) error {
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		args := d.RemainingArgs()
-		a, ok := options[name]
-		if !ok {
-			return d.Errf("unrecognized %s subdirective '%s'", block, name)
-		}
-		v, err := a.check(d, block+" '"+name+"'", args)
-		if err != nil {
-			return err
-		}
-		if err := set(name, v, args); err != nil {
-			return d.Errf("%v", err)
-		}
-	}
-	return nil
 }
 
 // Interface guards

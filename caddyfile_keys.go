@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 )
 
 // The handler's Caddyfile `verify` block and its options for public keys
@@ -68,15 +70,15 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 	if inline {
 		return nil
 	}
-	return parseBlock(d, "verify", verifyBlockOptions, h.setVerifyOption)
+	return cfparse.Block(d, "verify", verifyBlockOptions, h.setVerifyOption)
 }
 
 // verifyBlockOptions are the subdirectives of the verify block and the
 // values each takes.
-var verifyBlockOptions = map[string]arity{
-	"secret": takesSome, "public_key": takesSome, "private_key": takesOne, "jwks_url": takesOne,
-	"jwks_file": takesOne, "header": takesOne, "algorithm": takesOne, "encoding": takesOne,
-	"prefix": takesOne, "tolerance": takesOne, "url": takesOne, "padding": takesOne,
+var verifyBlockOptions = map[string]cfparse.Arity{
+	"secret": cfparse.Some, "public_key": cfparse.Some, "private_key": cfparse.One, "jwks_url": cfparse.One,
+	"jwks_file": cfparse.One, "header": cfparse.One, "algorithm": cfparse.One, "encoding": cfparse.One,
+	"prefix": cfparse.One, "tolerance": cfparse.One, "url": cfparse.One, "padding": cfparse.One,
 }
 
 // setVerifyOption applies a subdirective of the verify block, or one of
@@ -104,7 +106,7 @@ func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
 	case "prefix":
 		cfg.Prefix = v
 	case "tolerance":
-		cfg.Tolerance, err = parsePositiveDuration("tolerance", v)
+		cfg.Tolerance, err = cfparse.PositiveDuration("tolerance", v)
 	case "url":
 		cfg.URL = v
 		err = checkHTTPURL("url", v)

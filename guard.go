@@ -5,20 +5,58 @@ import (
 	"encoding/hex"
 	"strings"
 	"unsafe"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// The replay guard (README: Guarantees). A signature that covers the body
-// but not the header or query parameter a key comes from (GitHub's
-// X-GitHub-Delivery, Shopify's X-Shopify-Webhook-Id, Twilio's
+// The replay guard (docs/providers.md, "Replay guard"). A signature that
+// covers the body but not the header or query parameter a key comes from
+// (GitHub's X-GitHub-Delivery, Shopify's X-Shopify-Webhook-Id, Twilio's
 // I-Twilio-Idempotency-Token, or any header or query key under a scheme
 // that signs the body alone) lets whoever captured one signed delivery send
-// it again under a new id: a new key, executed again. A key taken from such
-// a source is claimed together with its guard, the key of the body alone
-// (`<key_prefix>:<source>:sha256:<hex>`, the key the delivery gets without
-// the header), as one claim in one store round trip: a replay of signed
-// bytes already seen within ttl finds the guard taken and is answered as a
-// duplicate, whatever id it carries. The key itself is unchanged, so a
-// delivery is still found under `<key_prefix>:<source>:<id>`.
+// it again under a new id. But providers also send byte-identical bodies
+// for distinct events (GitHub's org_block, membership, organization,
+// sponsorship and github_app_authorization payloads carry no id or time),
+// and dropping one of those loses an event. So a key taken from such a
+// source is claimed, in the same store round trip, with a second key of
+// the body alone:
+//
+//   - `flag` (the default): a note, `<key_prefix>:<source>:seen-sha256:<hex>`,
+//     holding the first key its bytes came under. A delivery that finds it
+//     holding another key is processed all the same, with
+//     `Webhook-Replay-Suspected: <first key>` for the application, a WARN
+//     and a counter.
+//   - `reject`: a guard, `<key_prefix>:<source>:sha256:<hex>` (the key the
+//     delivery gets without the header), claimed with the key, all or
+//     none: a replay of signed bytes already seen within ttl finds it taken
+//     and is answered as a duplicate of the first, whatever id it carries.
+//   - `off`: the key alone.
+//
+// The key itself is unchanged, so a delivery is still found under
+// `<key_prefix>:<source>:<id>`.
+
+// guardMode is the value of `replay_guard`.
+type guardMode uint8
+
+const (
+	guardFlag guardMode = iota
+	guardReject
+	guardOff
+)
+
+var guardModes = keywords[guardMode]{{"flag", guardFlag}, {"reject", guardReject}, {"off", guardOff}}
+
+// parseReplayGuard parses `replay_guard flag | reject | off` ("" is flag).
+func parseReplayGuard(v string) (guardMode, error) {
+	if v == "" {
+		return guardFlag, nil
+	}
+	return guardModes.parse("replay_guard", v)
+}
+
+// notePrefix starts the value of a note's key (see sanitizeKeyValue).
+const notePrefix = "seen-sha256:"
 
 // markUnsignedKeys marks the header and query key sources whose value the
 // handler's signature does not cover while it covers the body. Schemes
@@ -64,8 +102,12 @@ func signsKey(signed []string, ks keySource) bool {
 	return false
 }
 
-// guards reports whether the handler claims any key with a guard.
+// guards reports whether the handler claims any key with a guard
+// (`replay_guard reject`).
 func (h *Handler) guards() bool {
+	if h.guardMode != guardReject {
+		return false
+	}
 	for _, ks := range h.keys {
 		if ks.unsigned {
 			return true
@@ -78,24 +120,25 @@ func (h *Handler) guards() bool {
 // placeholder, and what the store holds) was claimed with: the body key of
 // its record's body hash. It is "" when the key is a body key itself, is
 // not completed, or its record cannot be read.
-func (h *Handler) recordGuard(key string, info keyInfo) string {
-	if info.state != keyCompleted || strings.HasPrefix(key, bodyHashPrefix) {
+func (h *Handler) recordGuard(key string, info store.KeyInfo) string {
+	if info.State != store.KeyCompleted || strings.HasPrefix(key, bodyHashPrefix) {
 		return ""
 	}
-	rec, err := decodeRecord(info.record)
-	if err != nil || len(rec.bodyHash) != sha256.Size {
+	rec, err := record.Decode(info.Record)
+	if err != nil || len(rec.BodyHash) != sha256.Size {
 		return ""
 	}
-	return h.guardKey((*[sha256.Size]byte)(rec.bodyHash))
+	return h.guardKey(bodyHashPrefix, (*[sha256.Size]byte)(rec.BodyHash))
 }
 
-// guardKey is the guard of a key taken from an unsigned source: the key of
-// the body hash, `<key_prefix>:<source>:sha256:<hex>`, built in one
+// guardKey is the guard (with bodyHashPrefix) or the note (with
+// notePrefix) of a key taken from an unsigned source:
+// `<key_prefix>:<source>:<prefix><hex>` of the body hash, built in one
 // allocation.
-func (h *Handler) guardKey(bodyHash *[32]byte) string {
-	b := make([]byte, len(h.keyPrefix)+len(bodyHashPrefix)+hex.EncodedLen(len(bodyHash)))
+func (h *Handler) guardKey(prefix string, bodyHash *[32]byte) string {
+	b := make([]byte, len(h.keyPrefix)+len(prefix)+hex.EncodedLen(len(bodyHash)))
 	n := copy(b, h.keyPrefix)
-	n += copy(b[n:], bodyHashPrefix)
+	n += copy(b[n:], prefix)
 	hex.Encode(b[n:], bodyHash[:])
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }

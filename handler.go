@@ -20,12 +20,11 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
 )
-
-func init() {
-	caddy.RegisterModule(Handler{})
-}
 
 // Handler deduplicates webhook deliveries: the first delivery of a key is
 // passed to the next handler and its response recorded; every duplicate gets
@@ -123,6 +122,14 @@ type Handler struct {
 	// Default: `open`; with an inbox, `closed` (and `open` is refused).
 	Fail string `json:"fail,omitempty"`
 
+	// What a delivery whose signed bytes were seen within ttl under
+	// another id gets, when the key comes from a header or query parameter
+	// the signature does not cover (docs/providers.md, "Replay guard"):
+	// `flag` (processed, with `Webhook-Replay-Suspected: <first key>` to
+	// the application, a WARN and a counter), `reject` (answered as a
+	// duplicate of the first) or `off`. Default: `flag`.
+	ReplayGuard string `json:"replay_guard,omitempty"`
+
 	// The store module (`memory` or `redis`). Default: the store of the
 	// global `webhook_idempotency` option, else `memory`.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
@@ -140,9 +147,9 @@ type Handler struct {
 	Archive *ArchiveConfig `json:"archive,omitempty"`
 
 	store       *meteredStore
-	archive     *archive
-	inbox       *inbox
-	ownedStore  *MemoryStore // a default store this handler provisioned itself
+	archive     *archive.Archive
+	inbox       *inbox.Inbox
+	ownedStore  *memstore.Store // a default store this handler provisioned itself
 	verifier    signature.Verifier
 	opener      signature.Opener // a verifier whose content is sealed (stone)
 	decrypt     bool             // hand the opened content on (stone's decrypt)
@@ -153,6 +160,7 @@ type Handler struct {
 	methods     []string
 	cacheable   statusSet
 	inFlight    inFlightMode
+	guardMode   guardMode
 	failClosed  bool
 	rejectDiffs bool
 	logger      *zap.Logger // carries the source
@@ -224,12 +232,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if h.Archive != nil {
-		if h.archive, err = newArchive(h.Archive, h); err != nil {
+		if h.archive, err = h.newArchive(); err != nil {
 			return err
 		}
 	}
 	if h.Inbox != nil {
-		if h.inbox, err = newInbox(h.Inbox, h); err != nil {
+		if h.inbox, err = h.newInbox(); err != nil {
 			return err
 		}
 		// workers start and stop with the configuration
@@ -310,6 +318,9 @@ func (h *Handler) provisionOptions() error {
 	if h.rejectDiffs, err = parseMismatch(h.Mismatch); err != nil {
 		return err
 	}
+	if h.guardMode, err = parseReplayGuard(h.ReplayGuard); err != nil {
+		return err
+	}
 	if h.failClosed, err = parseFail(h.Fail, h.Inbox != nil); err != nil {
 		return err
 	}
@@ -325,49 +336,6 @@ func (h *Handler) provisionOptions() error {
 	}
 	h.cacheable, err = parseStatusSet(h.CacheStatus)
 	return err
-}
-
-// provisionStore loads the store: the handler's own, else the global
-// option's, else a memory store of its own. Every call to it is metered.
-func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
-	var s store
-	switch {
-	case h.StoreRaw != nil:
-		mod, err := ctx.LoadModule(h, "StoreRaw")
-		if err != nil {
-			return fmt.Errorf("loading store: %v", err)
-		}
-		s = mod.(store)
-	case app.store != nil:
-		s = app.store
-	default:
-		h.ownedStore = new(MemoryStore)
-		if err := h.ownedStore.Provision(ctx); err != nil {
-			return err
-		}
-		s = h.ownedStore
-	}
-	if h.Inbox != nil {
-		if err := checkInboxStore(s.(caddy.Module).CaddyModule().ID.Name()); err != nil {
-			return err
-		}
-	}
-	if rs, ok := s.(*RedisStore); ok && (h.Inbox != nil || h.failClosed) {
-		rs.requireDurable(h.Source)
-	}
-	prefix := defaultKeyPrefix
-	if p, ok := s.(interface{ KeyPrefix() string }); ok {
-		prefix = p.KeyPrefix()
-	}
-	h.keyPrefix = prefix + ":" + h.Source + ":"
-	h.store = &meteredStore{store: s, m: h.metrics}
-	if h.store.guarded, _ = s.(guardedStore); h.store.guarded == nil {
-		// a store that holds no guard: every key is claimed alone
-		for i := range h.keys {
-			h.keys[i].unsigned = false
-		}
-	}
-	return nil
 }
 
 // Validate checks the configuration.
@@ -389,11 +357,11 @@ func (h *Handler) Validate() error {
 // the app.
 func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
-		h.inbox.stop()
+		h.inbox.Stop()
 	}
 	h.releaseStoneKeys()
 	if h.archive != nil {
-		h.archive.stop()
+		h.archive.Stop()
 	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()

@@ -1,30 +1,20 @@
 package webhookidempotency
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 )
 
-// Inbox mode (docs/inbox.md). This file holds its configuration, its
-// lifecycle and the registry of running inboxes; acceptance on the request
-// path is in inbox_accept.go, delivery in inbox_worker.go, and what the
-// admin API reads in inbox_query.go.
+// Inbox mode (docs/inbox.md): the configuration of a handler's inbox, its
+// Caddyfile block, and the inbox built from it (internal/inbox).
 
 // InboxConfig turns the handler into an inbox: a verified, new delivery is
 // stored in a Redis Stream and answered at once; background workers deliver
@@ -70,56 +60,6 @@ var defaultInboxRetries = []caddy.Duration{
 	caddy.Duration(30 * time.Minute), caddy.Duration(2 * time.Hour), caddy.Duration(12 * time.Hour),
 }
 
-// Inbox timing.
-var (
-	// inboxFetchBlock is how long one read of the stream blocks; it bounds
-	// how long stopping waits for an idle reader.
-	inboxFetchBlock = 250 * time.Millisecond
-	// inboxReclaimAfter is how many delivery timeouts an event may stay
-	// unacknowledged before another worker reclaims it.
-	inboxReclaimAfter = 3
-)
-
-// inboxGroup is the consumer group of every inbox stream.
-const inboxGroup = "webhook_idempotency"
-
-// inbox is the runtime of one handler's inbox: acceptance on the request
-// path, and the workers that deliver.
-type inbox struct {
-	source      string
-	deliverTo   string
-	respond     int
-	retries     []time.Duration
-	jitter      float64
-	timeout     time.Duration
-	concurrency int
-	ttl         time.Duration // the handler's ttl
-	acceptTTL   time.Duration // ttl of an accepted key: ttl plus the retry horizon
-
-	store       *RedisStore
-	rc          *redisClient // a reference of our own, held until stop
-	release     func()       // gives that reference back
-	callTimeout time.Duration
-	cluster     bool
-	stream      string
-	retry       string
-	dead        string
-	consumer    string
-
-	http    *http.Client
-	redact  *redactor   // what the admin API shows of its events is redacted with it
-	logger  *zap.Logger // carries the source
-	metrics *inboxMetrics
-
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	slots   chan struct{}
-	warned  time.Time // last background error logged
-}
-
 // unmarshalCaddyfile parses the inbox block; the dispenser is on `inbox`:
 //
 //	inbox [<deliver_to>] {
@@ -140,7 +80,7 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("%v", err)
 		}
 	}
-	if err := parseBlock(d, "inbox", inboxOptions, ib.setOption); err != nil {
+	if err := cfparse.Block(d, "inbox", inboxOptions, ib.setOption); err != nil {
 		return err
 	}
 	if ib.DeliverTo == "" {
@@ -151,9 +91,9 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // inboxOptions are the subdirectives of the inbox block and the values each
 // takes.
-var inboxOptions = map[string]arity{
-	"deliver_to": takesOne, "respond": takesOne, "retries": takesSome, "jitter": takesOne,
-	"timeout": takesOne, "concurrency": takesOne,
+var inboxOptions = map[string]cfparse.Arity{
+	"deliver_to": cfparse.One, "respond": cfparse.One, "retries": cfparse.Some, "jitter": cfparse.One,
+	"timeout": cfparse.One, "concurrency": cfparse.One,
 }
 
 // setOption applies a subdirective of the inbox block, its values checked
@@ -167,7 +107,7 @@ func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
 	case "retries":
 		ib.Retries = ib.Retries[:0]
 		for _, a := range args {
-			dur, err := parsePositiveDuration("inbox retry", a)
+			dur, err := cfparse.PositiveDuration("inbox retry", a)
 			if err != nil {
 				return err
 			}
@@ -177,7 +117,7 @@ func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
 		ib.Jitter = v
 		_, err = parseJitter(v)
 	case "timeout":
-		ib.Timeout, err = parsePositiveDuration("inbox timeout", v)
+		ib.Timeout, err = cfparse.PositiveDuration("inbox timeout", v)
 	case "concurrency":
 		ib.Concurrency, err = checkConcurrency(v)
 	}
@@ -197,35 +137,30 @@ func (ib *InboxConfig) setDeliverTo(v string) error {
 	return nil
 }
 
-// newInbox resolves the configuration with the parser's rules; workers
-// start with start.
-func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
-	rs, ok := h.store.store.(*RedisStore)
-	if !ok {
-		return nil, checkInboxStore("memory")
+// newInbox resolves the inbox's configuration with the parser's rules and
+// builds it on the handler's store; workers start with the configuration
+// (App.Start).
+func (h *Handler) newInbox() (*inbox.Inbox, error) {
+	cfg := h.Inbox
+	ic := inbox.Config{
+		Source:      h.Source,
+		DeliverTo:   caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
+		Respond:     cfg.Respond,
+		Timeout:     time.Duration(cfg.Timeout),
+		Concurrency: cfg.Concurrency,
+		TTL:         time.Duration(h.TTL),
+		Logger:      h.logger,
 	}
-	ib := &inbox{
-		source:      h.Source,
-		deliverTo:   caddy.NewReplacer().ReplaceKnown(cfg.DeliverTo, ""),
-		respond:     cfg.Respond,
-		timeout:     time.Duration(cfg.Timeout),
-		concurrency: cfg.Concurrency,
-		ttl:         time.Duration(h.TTL),
-		store:       rs,
-		callTimeout: rs.callTimeout(),
-		logger:      h.logger,
-		metrics:     newInboxMetrics(h.Source),
-	}
-	if ib.deliverTo == "" {
+	if ic.DeliverTo == "" {
 		return nil, errNoDeliverTo
 	}
-	if err := checkDeliverTo(ib.deliverTo); err != nil {
+	if err := checkDeliverTo(ic.DeliverTo); err != nil {
 		return nil, err
 	}
-	if ib.respond == 0 {
-		ib.respond = defaultInboxRespond
+	if ic.Respond == 0 {
+		ic.Respond = defaultInboxRespond
 	}
-	if _, err := checkInboxRespond(strconv.Itoa(ib.respond)); err != nil {
+	if _, err := checkInboxRespond(strconv.Itoa(ic.Respond)); err != nil {
 		return nil, err
 	}
 	retries := cfg.Retries
@@ -236,14 +171,14 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 		if err := checkPositive("retry", d); err != nil {
 			return nil, err
 		}
-		ib.retries = append(ib.retries, time.Duration(d))
+		ic.Retries = append(ic.Retries, time.Duration(d))
 	}
 	jitter := cfg.Jitter
 	if jitter == "" {
 		jitter = defaultInboxJitter
 	}
 	var err error
-	if ib.jitter, err = parseJitter(jitter); err != nil {
+	if ic.Jitter, err = parseJitter(jitter); err != nil {
 		return nil, err
 	}
 	// the admin API shows events redacted as the archive stores them
@@ -251,171 +186,19 @@ func newInbox(cfg *InboxConfig, h *Handler) (*inbox, error) {
 	if h.Archive != nil {
 		rules = h.Archive.Redact
 	}
-	if ib.redact, err = h.redactor(rules); err != nil {
+	if ic.Redact, err = h.redactor(rules); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {
-		ib.timeout = defaultInboxTimeout
+		ic.Timeout = defaultInboxTimeout
 	} else if err := checkPositive("timeout", cfg.Timeout); err != nil {
 		return nil, err
 	}
-	if ib.concurrency == 0 {
-		ib.concurrency = defaultInboxConcurrency
+	if ic.Concurrency == 0 {
+		ic.Concurrency = defaultInboxConcurrency
 	}
-	if _, err := checkConcurrency(strconv.Itoa(ib.concurrency)); err != nil {
+	if _, err := checkConcurrency(strconv.Itoa(ic.Concurrency)); err != nil {
 		return nil, err
 	}
-	// an accepted key outlives every retry of its event
-	horizon := time.Duration(len(ib.retries)+1) * ib.timeout
-	for _, d := range ib.retries {
-		horizon += time.Duration(float64(d) * (1 + ib.jitter))
-	}
-	ib.acceptTTL = ib.ttl + horizon
-	ib.stream, ib.retry, ib.dead = rs.streamKeys(h.Source)
-
-	// a reference of our own: the store may be cleaned up before the
-	// workers have finished their deliveries
-	if ib.rc, ib.release, err = rs.acquireClient(); err != nil {
-		return nil, fmt.Errorf("inbox: %v", err)
-	}
-	_, ib.cluster = ib.rc.client.(*redis.ClusterClient)
-
-	ib.http = &http.Client{
-		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: ib.timeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: ib.concurrency,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: ib.timeout,
-			ForceAttemptHTTP2:   true,
-		},
-		// a redirect is an answer: it is not followed
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	return ib, nil
-}
-
-// Lifecycle.
-
-// start starts the workers: one reader of the stream, one scheduler (due
-// retries, reclaiming, gauges) and up to concurrency deliveries at once.
-func (ib *inbox) start() {
-	ib.mu.Lock()
-	defer ib.mu.Unlock()
-	if ib.started || ib.stopped {
-		return
-	}
-	ib.started = true
-	ib.consumer = inboxConsumerName()
-	ib.slots = make(chan struct{}, ib.concurrency)
-	ctx, cancel := context.WithCancel(context.Background())
-	ib.cancel = cancel
-	ib.wg.Add(2)
-	go ib.readLoop(ctx)
-	go ib.scheduleLoop(ctx)
-	registerInbox(ib)
-	ib.logger.Info("inbox started", zap.String("deliver_to", ib.deliverTo), zap.String("consumer", ib.consumer))
-}
-
-// stop stops reading, waits for the deliveries in progress (each bounded by
-// the timeout) and releases the Redis client. It is idempotent.
-func (ib *inbox) stop() {
-	ib.mu.Lock()
-	if ib.stopped {
-		ib.mu.Unlock()
-		return
-	}
-	ib.stopped = true
-	started := ib.started
-	if ib.cancel != nil {
-		ib.cancel()
-	}
-	ib.mu.Unlock()
-	if started {
-		ib.wg.Wait()
-		unregisterInbox(ib)
-		ib.removeConsumer()
-		ib.http.CloseIdleConnections()
-	}
-	ib.release()
-}
-
-// inboxConsumerName names this worker set in the consumer group.
-func inboxConsumerName() string {
-	host, _ := os.Hostname()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-}
-
-// bg returns a context bounded by the store timeout for a background call.
-func (ib *inbox) bg() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), ib.callTimeout)
-}
-
-// ensureGroup creates the stream and its consumer group if needed.
-func (ib *inbox) ensureGroup() {
-	ctx, cancel := ib.bg()
-	defer cancel()
-	err := ib.rc.client.XGroupCreateMkStream(ctx, ib.stream, inboxGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		ib.warn("creating the inbox consumer group failed; retrying", err)
-	}
-}
-
-// warn logs a background error at most once every 30 seconds.
-func (ib *inbox) warn(msg string, err error, fields ...zap.Field) {
-	ib.mu.Lock()
-	t := time.Now()
-	quiet := t.Sub(ib.warned) < 30*time.Second
-	if !quiet {
-		ib.warned = t
-	}
-	ib.mu.Unlock()
-	if !quiet {
-		ib.logger.Warn(msg, append(fields, zap.Error(err))...)
-	}
-}
-
-// The inboxes running in this process, by source, for the admin API. On a
-// reload the new configuration's inbox replaces the old one.
-var (
-	inboxesMu sync.Mutex
-	inboxes   = make(map[string]*inbox)
-)
-
-func registerInbox(ib *inbox) {
-	inboxesMu.Lock()
-	inboxes[ib.source] = ib
-	inboxesMu.Unlock()
-}
-
-// unregisterInbox removes a stopped inbox; when no newer one took its
-// source over, its gauges go too, so a removed inbox leaves no stale counts.
-func unregisterInbox(ib *inbox) {
-	inboxesMu.Lock()
-	defer inboxesMu.Unlock()
-	if inboxes[ib.source] == ib {
-		delete(inboxes, ib.source)
-		metricInboxEvents.DeletePartialMatch(prometheus.Labels{"source": ib.source})
-	}
-}
-
-// runningInboxes returns the inboxes running in this process, sorted by
-// source.
-func runningInboxes() []*inbox {
-	inboxesMu.Lock()
-	running := make([]*inbox, 0, len(inboxes))
-	for _, ib := range inboxes {
-		running = append(running, ib)
-	}
-	inboxesMu.Unlock()
-	slices.SortFunc(running, func(a, b *inbox) int { return strings.Compare(a.source, b.source) })
-	return running
-}
-
-// inboxFor returns the running inbox of a source, or nil.
-func inboxFor(source string) *inbox {
-	inboxesMu.Lock()
-	defer inboxesMu.Unlock()
-	return inboxes[source]
+	return inbox.New(ic, h.store.backend)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -70,7 +71,7 @@ func checkKeyMaterial(cfg VerifyConfig) error {
 // once Provision has resolved it. The Caddyfile parser and Provision both
 // call it.
 func checkPublicKey(scheme, value string) error {
-	if hasPlaceholder(value) {
+	if cfparse.HasPlaceholder(value) {
 		return nil
 	}
 	var err error

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
@@ -62,7 +63,7 @@ func parseKeySource(s string) (keySource, error) {
 	}
 	switch kind {
 	case "header":
-		if !validHeaderName(arg) {
+		if !httpguts.ValidHeaderFieldName(arg) {
 			return keySource{}, fmt.Errorf("invalid key source %q: %q is not a valid header name", s, arg)
 		}
 		return keySource{kind: keyHeader, arg: textproto.CanonicalMIMEHeaderKey(arg)}, nil
@@ -107,25 +108,6 @@ func checkJSONPath(p string) error {
 		return fmt.Errorf("path has an empty segment")
 	}
 	return nil
-}
-
-// validHeaderName reports whether name is an HTTP header field name (an
-// RFC 9110 token); a name that no request can carry would silently never
-// match.
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }
 
 // parseKeySources parses a whole `key` list.
@@ -179,9 +161,10 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 }
 
 // sanitizeKeyValue returns v if it is short printable ASCII that does not
-// start with a hash prefix, else `key-sha256:<hex>` of v.
+// start with a hash prefix (a body's, a hashed value's or a note's), else
+// `key-sha256:<hex>` of v.
 func sanitizeKeyValue(v string) string {
-	if len(v) > maxKeyValueLen || strings.HasPrefix(v, bodyHashPrefix) || strings.HasPrefix(v, valueHashPrefix) {
+	if len(v) > maxKeyValueLen || strings.HasPrefix(v, bodyHashPrefix) || strings.HasPrefix(v, valueHashPrefix) || strings.HasPrefix(v, notePrefix) {
 		return hashValue(v)
 	}
 	for i := 0; i < len(v); i++ {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // renewal keeps a claim's lease alive while the request is handled: it
@@ -35,7 +37,7 @@ func (rn *renewal) fire() {
 	if rn.stopped {
 		return
 	}
-	if errors.Is(err, errNotOwner) {
+	if errors.Is(err, store.ErrNotOwner) {
 		rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
 			zap.String("key", rn.key))
 		return

@@ -12,6 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/dustin/go-humanize"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 )
 
 // The rules of the handler's options. Each is one function, called by the
@@ -67,7 +69,7 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	var timeout caddy.Duration
 	if len(args) == 2 {
 		var err error
-		if timeout, err = parsePositiveDuration("in_flight wait timeout", args[1]); err != nil {
+		if timeout, err = cfparse.PositiveDuration("in_flight wait timeout", args[1]); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -236,20 +238,6 @@ func parseStatusSpec(v string) (lo, hi int, ok bool) {
 // and a 1xx is not a final answer.
 const statusNeverRecorded = "a 5xx answer must be processed again when the provider retries, and a 1xx is not a final answer"
 
-// parsePositiveDuration parses the duration of an option with
-// caddy.ParseDuration (`1d` works) and refuses zero and negative values;
-// errors name the option: `invalid ttl '0s': must be positive`.
-func parsePositiveDuration(what, v string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(v)
-	if err == nil && dur <= 0 {
-		err = errors.New("must be positive")
-	}
-	if err != nil {
-		return 0, fmt.Errorf("invalid %s '%s': %v", what, v, err)
-	}
-	return caddy.Duration(dur), nil
-}
-
 // parseSize parses `1MiB`, `512KB` or plain bytes.
 func parseSize(s string) (int64, error) {
 	n, err := humanize.ParseBytes(s)
@@ -276,15 +264,11 @@ func validMethod(m string) bool {
 	return true
 }
 
-// hasPlaceholder reports whether v holds a placeholder such as `{env.X}`,
-// which only Provision can resolve.
-func hasPlaceholder(v string) bool { return strings.Contains(v, "{") }
-
 // checkHTTPURL checks an absolute http(s) URL with a host, such as an
 // inbox's deliver_to or a verify url; errors name the option. A URL with a
 // placeholder is checked once Provision has resolved it.
 func checkHTTPURL(what, v string) error {
-	if hasPlaceholder(v) {
+	if cfparse.HasPlaceholder(v) {
 		return nil
 	}
 	u, err := url.Parse(v)
@@ -348,7 +332,7 @@ func checkDeliverTo(v string) error { return checkHTTPURL("inbox deliver_to", v)
 // parseArchiveRetention parses the archive's retention, a positive
 // duration (`30d` works).
 func parseArchiveRetention(v string) (caddy.Duration, error) {
-	return parsePositiveDuration("archive retention", v)
+	return cfparse.PositiveDuration("archive retention", v)
 }
 
 // parseMaxEvents accepts a positive integer.

@@ -8,13 +8,18 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // requestState is one delivery on its way through the handler. Its steps
@@ -33,7 +38,8 @@ type requestState struct {
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
 	key         string // the store key: <key_prefix>:<source>:<value>
-	guard       string // the key's guard, "" for none (guard.go)
+	guard       string // the key's guard or note, "" for none (guard.go)
+	noted       bool   // guard is a note (`replay_guard flag`)
 	owner       string
 
 	// with an archive (archive.go)
@@ -63,9 +69,6 @@ const (
 	placeholderKey    = "http.webhook_idempotency.key"
 	placeholderResult = "http.webhook_idempotency.result"
 )
-
-// replayedHeader marks a replayed response.
-const replayedHeader = "Idempotent-Replayed"
 
 // storeRetryAfter is the Retry-After of a 503 when the store is down.
 const storeRetryAfter = "5"
@@ -182,36 +185,69 @@ func (rs *requestState) resolveKey() {
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
-		rs.guard = h.guardKey(&rs.bodyHash)
+		switch h.guardMode {
+		case guardReject:
+			rs.guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
+		case guardFlag:
+			rs.guard, rs.noted = h.guardKey(notePrefix, &rs.bodyHash), true
+		}
 	}
-	rs.owner = newOwner()
+	rs.owner = store.NewOwner()
 }
 
 // claim claims the key in one store round trip, or in inbox mode accepts
 // the event with its key in that one trip; with `in_flight wait` it then
 // waits for a key in flight.
-func (rs *requestState) claim() (claimResult, error) {
+func (rs *requestState) claim() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		event := eventFields(rs.r, rs.forwarded(), h.Source, rs.keyValue, rs.key)
-		return h.store.accept(rs.r.Context(), ib, rs.key, rs.guard, rs.owner, ib.acceptRecord(&rs.bodyHash), event)
+		return h.store.accept(rs.r.Context(), ib, rs)
 	}
-	res, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease))
-	if err == nil && res.State == stateInFlight && h.inFlight == inFlightWait {
+	res, err := rs.claimOnce()
+	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
 		res, err = rs.wait(res)
 	}
 	return res, err
 }
 
+// claimOnce makes one claim of the key (with its guard or note); a note
+// that holds another key marks the delivery as a suspected replay.
+func (rs *requestState) claimOnce() (store.ClaimResult, error) {
+	h := rs.h
+	res, prev, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.noted, rs.owner, time.Duration(h.Lease), time.Duration(h.TTL))
+	if err == nil && res.State == store.StateClaimed && prev != "" && prev != rs.key {
+		rs.suspect(prev)
+	}
+	return res, err
+}
+
+// suspect marks a delivery whose signed bytes came before under the store
+// key first (replay_guard flag): it is processed all the same, and the
+// application is told.
+func (rs *requestState) suspect(first string) {
+	firstKey := strings.TrimPrefix(first, rs.h.keyPrefix)
+	rs.r.Header.Set(inbox.SuspectedHeader, firstKey)
+	rs.h.metrics.suspected.Inc()
+	rs.h.logger.Warn("delivery's signed bytes were seen within ttl under another id; processing it, marked Webhook-Replay-Suspected",
+		zap.String("key", rs.key), zap.String("first_key", firstKey))
+}
+
+// inboxEvent is the request as an inbox stores it.
+func (rs *requestState) inboxEvent() event.Request {
+	ev := event.FromHTTP(rs.r, rs.forwarded(), event.SkipInboxHeader, time.Now())
+	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.key
+	return ev
+}
+
 // wait polls the store until an in-flight key is completed or released (it
 // then claims it), or until wait_timeout.
-func (rs *requestState) wait(res claimResult) (claimResult, error) {
+func (rs *requestState) wait(res store.ClaimResult) (store.ClaimResult, error) {
 	h := rs.h
 	deadline := time.Now().Add(time.Duration(h.WaitTimeout))
 	interval := 10 * time.Millisecond
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	for res.State == stateInFlight {
+	for res.State == store.StateInFlight {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return res, nil
@@ -224,7 +260,7 @@ func (rs *requestState) wait(res claimResult) (claimResult, error) {
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
 		var err error
-		if res, err = h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.owner, time.Duration(h.Lease)); err != nil {
+		if res, err = rs.claimOnce(); err != nil {
 			return res, err
 		}
 	}
@@ -234,11 +270,11 @@ func (rs *requestState) wait(res claimResult) (claimResult, error) {
 // dispatch answers according to what the claim found: a replay, a
 // conflict (or, with `in_flight proceed`, the next handler unguarded), an
 // accepted inbox event, or the first delivery, processed.
-func (rs *requestState) dispatch(res claimResult) error {
+func (rs *requestState) dispatch(res store.ClaimResult) error {
 	switch res.State {
-	case stateCompleted:
+	case store.StateCompleted:
 		return rs.replay(res.Record)
-	case stateInFlight:
+	case store.StateInFlight:
 		if rs.h.inFlight == inFlightProceed && rs.h.inbox == nil {
 			rs.setResult(resultNew)
 			rs.handOn()
@@ -256,12 +292,12 @@ func (rs *requestState) dispatch(res claimResult) error {
 // store failure.
 func (rs *requestState) replay(encoded []byte) error {
 	h := rs.h
-	rec, err := decodeRecord(encoded)
+	rec, err := record.Decode(encoded)
 	if err != nil {
 		h.metrics.storeErrors[opReplay].Inc()
 		return rs.storeFailed(opReplay, err)
 	}
-	if !rs.keyFromBody && !bytes.Equal(rec.bodyHash, rs.bodyHash[:]) {
+	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
 			rs.setResult(resultMismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
@@ -272,19 +308,19 @@ func (rs *requestState) replay(encoded []byte) error {
 	rs.setResult(resultReplayed)
 	w := rs.w
 	contentLength := ""
-	if bodyAllowed(rec.status) {
-		contentLength = strconv.Itoa(len(rec.body))
+	if bodyAllowed(rec.Status) {
+		contentLength = strconv.Itoa(len(rec.Body))
 	}
-	rec.writeReplayHeaders(w.Header(), contentLength)
-	w.WriteHeader(rec.status)
-	if bodyAllowed(rec.status) && len(rec.body) > 0 && rs.r.Method != http.MethodHead {
-		_, _ = w.Write(rec.body)
+	rec.WriteReplayHeaders(w.Header(), contentLength)
+	w.WriteHeader(rec.Status)
+	if bodyAllowed(rec.Status) && len(rec.Body) > 0 && rs.r.Method != http.MethodHead {
+		_, _ = w.Write(rec.Body)
 	}
 	return nil
 }
 
 // conflict answers a duplicate of a delivery still in flight.
-func (rs *requestState) conflict(res claimResult) error {
+func (rs *requestState) conflict(res store.ClaimResult) error {
 	rs.setResult(resultConflict)
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
@@ -292,7 +328,7 @@ func (rs *requestState) conflict(res claimResult) error {
 // accepted answers an event the inbox has stored: `respond`, at once.
 func (rs *requestState) accepted() error {
 	rs.setResult(resultNew)
-	respond := rs.h.inbox.respond
+	respond := rs.h.inbox.Respond()
 	if bodyAllowed(respond) {
 		rs.w.Header().Set("Content-Length", "0")
 	}
@@ -306,7 +342,7 @@ func (rs *requestState) accepted() error {
 func (rs *requestState) process() error {
 	h := rs.h
 	rs.setResult(resultNew)
-	rn := h.startRenewal(rs.key, rs.guard, rs.owner)
+	rn := h.startRenewal(rs.key, rs.completionGuard(), rs.owner)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -351,25 +387,32 @@ func (rs *requestState) process() error {
 
 // complete records the answer under the key; with an archive, the event is
 // appended in the same round trip.
-func (rs *requestState) complete(record []byte, status int) error {
+func (rs *requestState) complete(rec []byte, status int) error {
 	h := rs.h
 	if h.archive == nil {
-		return h.store.complete(completionCtx, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL))
+		return h.store.complete(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL))
 	}
 	rs.archived = true
-	e := rs.archiveEntry(resultNew, status)
-	// a call that times out may still be sent after the request is done
-	// with its pooled body: the event keeps a copy
-	e.ownBody()
-	err, appendErr := h.store.completeArchived(completionCtx, h.archive, rs.key, rs.guard, rs.owner, record, time.Duration(h.TTL), e)
-	h.archive.appended(1, appendErr)
+	start := time.Now()
+	err := h.archive.CompleteAndAppend(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL), rs.archiveEntry(resultNew, status))
+	h.store.observe(opComplete, start, err)
 	return err
+}
+
+// completionGuard is the guard completed, released and renewed with the
+// key: the guard of `replay_guard reject`; a note is the first key's, not
+// this request's.
+func (rs *requestState) completionGuard() string {
+	if rs.noted {
+		return ""
+	}
+	return rs.guard
 }
 
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release() {
-	err := rs.h.store.release(completionCtx, rs.key, rs.guard, rs.owner)
-	if err != nil && !errors.Is(err, errNotOwner) {
+	err := rs.h.store.release(completionCtx, rs.key, rs.completionGuard(), rs.owner)
+	if err != nil && !errors.Is(err, store.ErrNotOwner) {
 		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
 			zap.String("key", rs.key), zap.Error(err))
 	}
@@ -381,7 +424,7 @@ func (rs *requestState) release() {
 func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h := rs.h
 	if op == opClaim && h.inbox == nil {
-		if rec, ok := h.store.recent(rs.key, rs.guard); ok {
+		if rec, ok := h.store.recentRecord(rs.key, rs.completionGuard()); ok {
 			h.logger.Warn("store error; answering a duplicate with this instance's copy of its record",
 				zap.Stringer("op", op), zap.String("key", rs.key), zap.Error(err))
 			return rs.replay(rec)

@@ -2,147 +2,182 @@ package webhookidempotency
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"strconv"
-	"sync/atomic"
+	"fmt"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
 )
 
-// store keeps the state of every idempotency key: absent, in flight
-// (claimed by an owner, with a lease) or completed (a recorded response).
-// Implementations must be safe for concurrent use, and every method is
-// one round trip to the backing store.
-//
-// Keys arrive fully resolved (`<key_prefix>:<source>:<value>`); records
-// are opaque bytes (encoded by recorder.go) returned as stored: callers
-// must not modify a returned record. The memory and redis stores are its
-// implementations, in store_memory.go and store_redis.go.
-type store interface {
-	// Claim atomically claims key for owner with the given lease when the
-	// key is absent. Otherwise it reports the key's state: in flight, with
-	// the time left on the current owner's lease, or completed, with the
-	// recorded response.
-	Claim(ctx context.Context, key, owner string, lease time.Duration) (claimResult, error)
+// The handler's side of the store seam (package store): loading a backend
+// from the http.webhook_idempotency.stores namespace, the optional
+// capabilities it is checked for, and the metering of every call.
 
-	// Complete replaces the claim with the encoded record, kept for ttl,
-	// if owner still owns the key; otherwise it returns errNotOwner and
-	// changes nothing.
-	Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error
-
-	// Release deletes the claim if owner still owns the key, so the next
-	// delivery is processed; otherwise it returns errNotOwner.
-	Release(ctx context.Context, key, owner string) error
-
-	// Renew extends owner's lease on an in-flight key; it returns
-	// ErrNotOwner when the key is no longer owned by owner.
-	Renew(ctx context.Context, key, owner string, lease time.Duration) error
-}
-
-// guardedStore is a store that holds a delivery's key together with a
-// second key, its guard: the key of the delivery's signed bytes alone,
-// which a replay of those bytes under another unsigned id also hits (see
-// guard.go). Each method acts on both keys, owner-checked, in one round
-// trip; Claim claims both or neither and reports the state of whichever
-// is taken (the key's first). With a guard of "", each is the plain
-// method of the key alone.
-type guardedStore interface {
-	ClaimGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) (claimResult, error)
-	CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error
-	ReleaseGuarded(ctx context.Context, key, guard, owner string) error
-	RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error
-}
-
-// claimState is the state of a key as seen by Claim.
-type claimState uint8
-
-const (
-	// stateClaimed means the caller now owns the key and must complete or
-	// release it.
-	stateClaimed claimState = iota
-	// stateInFlight means another request owns the key and has not answered yet.
-	stateInFlight
-	// stateCompleted means a response was recorded for the key.
-	stateCompleted
-)
-
-// String returns the state's name.
-func (s claimState) String() string {
-	switch s {
-	case stateClaimed:
-		return "claimed"
-	case stateInFlight:
-		return "in_flight"
-	case stateCompleted:
-		return "completed"
+// loadStore loads the store module of a field (the handler's or the app's
+// StoreRaw): a module of the namespace that is not a store is an error.
+func loadStore(ctx caddy.Context, owner any, field string) (store.Store, error) {
+	mod, err := ctx.LoadModule(owner, field)
+	if err != nil {
+		return nil, fmt.Errorf("loading store: %v", err)
 	}
-	return "unknown(" + strconv.Itoa(int(s)) + ")"
-}
-
-// claimResult is what Claim found or did.
-type claimResult struct {
-	// State of the key.
-	State claimState
-	// Record is the encoded response when State is stateCompleted. It is
-	// shared and must not be modified.
-	Record []byte
-	// LeaseLeft is the time left on the owner's lease when State is
-	// stateInFlight (zero when the store cannot tell).
-	LeaseLeft time.Duration
-}
-
-// errNotOwner is returned by Complete, Release and Renew when the key is no
-// longer owned by the caller: its lease expired and the key was released,
-// completed or claimed again by another request.
-var errNotOwner = errors.New("idempotency key is no longer owned by this request")
-
-// poolRef is a reference taken on a value shared through a
-// caddy.UsagePool; release gives it back once, and the pool destructs the
-// value when its last reference is given back. The zero poolRef holds
-// none.
-type poolRef struct {
-	pool *caddy.UsagePool
-	key  string
-}
-
-// held reports whether the reference is still to be given back.
-func (r *poolRef) held() bool { return r.pool != nil }
-
-// release gives the reference back, the first time it is called.
-func (r *poolRef) release() error {
-	if r.pool == nil {
-		return nil
+	s, ok := mod.(store.Store)
+	if !ok {
+		return nil, fmt.Errorf("loading store: module %s is not a store: it does not implement store.Store", moduleName(mod))
 	}
-	pool := r.pool
-	r.pool = nil
-	_, err := pool.Delete(r.key)
+	return s, nil
+}
+
+// moduleName returns the name of a module in its namespace (`redis`).
+func moduleName(v any) string {
+	if m, ok := v.(caddy.Module); ok {
+		return m.CaddyModule().ID.Name()
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// provisionStore loads the store: the handler's own, else the global
+// option's, else a store of its own (the default). Every call to it is
+// metered, and what it can do beyond the contract decides how keys are
+// claimed.
+func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
+	var s store.Store
+	switch {
+	case h.StoreRaw != nil:
+		var err error
+		if s, err = loadStore(ctx, h, "StoreRaw"); err != nil {
+			return err
+		}
+	case app.store != nil:
+		s = app.store
+	default:
+		h.ownedStore = new(memstore.Store)
+		if err := h.ownedStore.Provision(ctx); err != nil {
+			return err
+		}
+		s = h.ownedStore
+	}
+	if h.Inbox != nil {
+		if err := checkInboxStore(moduleName(s)); err != nil {
+			return err
+		}
+	}
+	if dw, ok := s.(store.DurabilityWatcher); ok && (h.Inbox != nil || h.failClosed) {
+		dw.RequireDurable(h.Source)
+	}
+	prefix := defaultKeyPrefix
+	if p, ok := s.(store.Prefixer); ok {
+		prefix = p.KeyPrefix()
+	}
+	h.keyPrefix = prefix + ":" + h.Source + ":"
+	h.store = &meteredStore{backend: s, m: h.metrics}
+	h.store.guarded, _ = s.(store.GuardedStore)
+	h.store.recent, _ = s.(store.RecentRecords)
+	if h.store.guarded == nil {
+		// a store that holds no guard: every key is claimed alone
+		h.guardMode = guardOff
+	}
+	return nil
+}
+
+// meteredStore is a handler's store with every call timed and its failures
+// counted: the one place that observes store calls. Its methods take the
+// key's guard ("" for none: guard.go); noted makes the guard a note.
+type meteredStore struct {
+	backend store.Store
+	guarded store.GuardedStore  // the same store, when it holds guards
+	recent  store.RecentRecords // the same store, when it keeps recent records
+	m       *handlerMetrics
+}
+
+// observe records a store call's duration, and its failure (not counting
+// store.ErrNotOwner, which is an answer, not a failure).
+func (s *meteredStore) observe(op storeOp, start time.Time, err error) {
+	s.m.duration[op].Observe(time.Since(start).Seconds())
+	if err != nil && !errors.Is(err, store.ErrNotOwner) {
+		s.m.storeErrors[op].Inc()
+	}
+}
+
+// claim claims key, with its guard unless guard is "" (or, noted, with
+// its note, returning the key the note held before).
+func (s *meteredStore) claim(ctx context.Context, key, guard string, noted bool, owner string, lease, noteTTL time.Duration) (res store.ClaimResult, prev string, err error) {
+	start := time.Now()
+	switch {
+	case guard == "":
+		res, err = s.backend.Claim(ctx, key, owner, lease)
+	case noted:
+		res, prev, err = s.guarded.ClaimNoted(ctx, key, guard, owner, lease, noteTTL)
+	default:
+		res, err = s.guarded.ClaimGuarded(ctx, key, guard, owner, lease)
+	}
+	s.observe(opClaim, start, err)
+	return res, prev, err
+}
+
+// accept accepts an event into an inbox: the claim of inbox mode.
+func (s *meteredStore) accept(ctx context.Context, ib *inbox.Inbox, rs *requestState) (store.ClaimResult, error) {
+	start := time.Now()
+	ev := rs.inboxEvent()
+	res, err := ib.Accept(ctx, rs.key, rs.guard, rs.noted, rs.owner, &rs.bodyHash, &ev)
+	s.observe(opClaim, start, err)
+	return res, err
+}
+
+// complete completes key, with its guard unless guard is "".
+func (s *meteredStore) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
+	start := time.Now()
+	var err error
+	if guard == "" {
+		err = s.backend.Complete(ctx, key, owner, record, ttl)
+	} else {
+		err = s.guarded.CompleteGuarded(ctx, key, guard, owner, record, ttl)
+	}
+	s.observe(opComplete, start, err)
 	return err
 }
 
-// newOwner returns an owner token unique to one request across processes:
-// a random per-process prefix and a counter.
-func newOwner() string {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], ownerCounter.Add(1))
-	var b [ownerPrefixLen + 16]byte
-	copy(b[:], ownerPrefix)
-	hex.Encode(b[ownerPrefixLen:], n[:])
-	return string(b[:])
+// release releases key, with its guard unless guard is "".
+func (s *meteredStore) release(ctx context.Context, key, guard, owner string) error {
+	start := time.Now()
+	var err error
+	if guard == "" {
+		err = s.backend.Release(ctx, key, owner)
+	} else {
+		err = s.guarded.ReleaseGuarded(ctx, key, guard, owner)
+	}
+	s.observe(opRelease, start, err)
+	return err
 }
 
-const ownerPrefixLen = 24
+// renew renews key, with its guard unless guard is "".
+func (s *meteredStore) renew(ctx context.Context, key, guard, owner string, lease time.Duration) error {
+	start := time.Now()
+	var err error
+	if guard == "" {
+		err = s.backend.Renew(ctx, key, owner, lease)
+	} else {
+		err = s.guarded.RenewGuarded(ctx, key, guard, owner, lease)
+	}
+	s.observe(opRenew, start, err)
+	return err
+}
 
-var (
-	ownerCounter atomic.Uint64
-	ownerPrefix  = func() string {
-		var b [ownerPrefixLen / 2]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("webhook_idempotency: reading random owner prefix: " + err.Error())
-		}
-		return hex.EncodeToString(b[:])
-	}()
-)
+// recentRecord returns the store's local copy of the record of key or,
+// unless guard is "", of its guard: what a store that keeps one answers a
+// duplicate with while it cannot claim.
+func (s *meteredStore) recentRecord(key, guard string) ([]byte, bool) {
+	if s.recent == nil {
+		return nil, false
+	}
+	if rec, ok := s.recent.Recent(key); ok {
+		return rec, true
+	}
+	if guard != "" {
+		return s.recent.Recent(guard)
+	}
+	return nil, false
+}

@@ -148,14 +148,14 @@ func (a *Archive) Stop() {
 func (a *Archive) appended(n int, err error) {
 	if err != nil {
 		a.metrics.errors.Add(float64(n))
-		a.warn("appending to the archive failed; the events are not archived", err)
+		a.Warn("appending to the archive failed; the events are not archived", err)
 		return
 	}
 	a.metrics.events.Add(float64(n))
 }
 
-// warn logs an archive error at most once every 30 seconds.
-func (a *Archive) warn(msg string, err error) {
+// Warn logs an archive error at most once every 30 seconds.
+func (a *Archive) Warn(msg string, err error) {
 	t := time.Now().UnixNano()
 	if last := a.metrics.lastWarned.Load(); t-last > int64(30*time.Second) && a.metrics.lastWarned.CompareAndSwap(last, t) {
 		a.logger.Warn(msg, zap.Error(err))
