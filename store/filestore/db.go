@@ -1,0 +1,707 @@
+package filestore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
+
+// The file: one bbolt database per path and process, shared across config
+// reloads through pool.
+//
+// Layout. Bucket `records` maps a key to its value: 8 bytes of expiry (unix
+// nanoseconds, big endian), a kind byte (kindRecord: a completed key's
+// record; kindNote: the first key a note saw) and the payload. Bucket
+// `expiry` indexes them: 8 bytes of expiry then the key, to nothing; the
+// sweeper walks it from the start and deletes what has expired, checking
+// that the record still carries that expiry (an index entry whose record
+// was rewritten is dropped alone). The inbox and the archive keep buckets
+// of their own (seam.go).
+//
+// In memory: the claims in flight, which are never written, and a bounded
+// cache of the records read or written lately, so that duplicates are
+// answered without reading the file; both sharded by key.
+
+var (
+	bucketRecords = []byte("records")
+	bucketExpiry  = []byte("expiry")
+)
+
+// Kinds of a value.
+const (
+	kindRecord = 1
+	kindNote   = 2
+)
+
+// pool shares each open file across config reloads, by absolute path.
+var pool = caddy.NewUsagePool()
+
+// Timing, variables for tests.
+var (
+	// lockTimeout is how long opening waits for a file another process
+	// holds.
+	lockTimeout = time.Second
+	// sweepEvery is how often expired records are swept.
+	sweepEvery = 10 * time.Second
+)
+
+// Bounds.
+const (
+	shards       = 64
+	cachePerShard = 1024 // records cached per shard (65,536 in all)
+	batchMax      = 1024 // writes per commit at most
+	sweepBatch    = 4096 // expired records deleted per commit at most
+)
+
+// now is the clock; tests may replace it.
+var now = time.Now
+
+// db is one open file.
+type db struct {
+	path   string
+	bolt   *bolt.DB
+	logger *zap.Logger
+	seed   maphash.Seed
+	shards [shards]shard
+
+	writes chan *write // the committer's queue
+	stop   chan struct{}
+	done   sync.WaitGroup
+
+	syncMu    sync.Mutex
+	syncs     map[*Store]time.Duration // the sync setting of every store in use
+	syncEvery atomic.Int64             // the strictest (0: always)
+	syncKick  chan struct{}
+}
+
+// shard is one part of the in-memory state, under one lock.
+type shard struct {
+	mu     sync.Mutex
+	claims map[string]*claim
+	cache  map[string]cached
+	_      [40]byte // keep shards on separate cache lines
+}
+
+// claim is a key in flight.
+type claim struct {
+	owner   string
+	expires int64 // unix nanoseconds
+	// pinned is set while the claim's completion is being written: it
+	// neither expires nor may be completed or released meanwhile.
+	pinned bool
+	// note is the note this claim took (replay_guard flag), written with
+	// the key's completion.
+	note    string
+	noteTTL time.Duration
+}
+
+// cached is a value read from or written to the file lately.
+type cached struct {
+	kind    byte
+	payload string // the record, or the note's first key
+	expires int64
+}
+
+// openDB opens (or creates) the file at path; a file another process holds
+// is an error within lockTimeout, and so is a corrupt one.
+func openDB(path string, logger *zap.Logger) (_ *db, err error) {
+	if err := ensureDir(path); err != nil {
+		return nil, fmt.Errorf("file store: cannot make the directory of %s: %v", path, err)
+	}
+	if err := preflight(path); err != nil {
+		return nil, corrupt(path, err)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = corrupt(path, fmt.Errorf("%v", p))
+		}
+	}()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         lockTimeout,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: 1 << 30,
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("file store: %s is in use by another process (another Caddy with the same file store?): give each instance its own path (`store file <path>`), or use the redis store for several instances", path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, corrupt(path, err)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
+		return nil, fmt.Errorf("file store: cannot open %s for writing: %v: give Caddy a writable path (`store file <path>`)", path, err)
+	case err != nil:
+		if fi, serr := os.Stat(path); serr == nil && fi.Size() > 0 {
+			return nil, corrupt(path, err)
+		}
+		return nil, fmt.Errorf("file store: opening %s: %v", path, err)
+	}
+	if err := check(b); err != nil {
+		_ = b.Close()
+		return nil, corrupt(path, err)
+	}
+	if err := b.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketRecords, bucketExpiry} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("file store: preparing %s: %v", path, err)
+	}
+	d := &db{
+		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
+		writes: make(chan *write, 4096), stop: make(chan struct{}),
+		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
+	}
+	for i := range d.shards {
+		d.shards[i].claims = make(map[string]*claim)
+		d.shards[i].cache = make(map[string]cached)
+	}
+	d.done.Add(3)
+	go d.commitLoop()
+	go d.sweepLoop()
+	go d.syncLoop()
+	return d, nil
+}
+
+// corrupt is the error of a file that is not a sound store.
+func corrupt(path string, cause error) error {
+	return fmt.Errorf("file store: %s is damaged (%v): move it aside to start with an empty store (the records it held are lost, and deliveries recorded in it may be processed again), or restore a copy", path, cause)
+}
+
+// Destruct closes the file when the last configuration using it is
+// cleaned up: the writes queued are committed first.
+func (d *db) Destruct() error {
+	close(d.stop)
+	d.done.Wait()
+	if d.syncEvery.Load() > 0 {
+		_ = d.bolt.Sync()
+	}
+	return d.bolt.Close()
+}
+
+// setSync records a store's sync setting and applies the strictest in use.
+func (d *db) setSync(s *Store, every time.Duration) {
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
+	d.syncs[s] = every
+	d.applySync()
+}
+
+// dropSync forgets the setting of a store no longer in use.
+func (d *db) dropSync(s *Store) {
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
+	delete(d.syncs, s)
+	d.applySync()
+}
+
+// applySync applies the strictest setting: always, else the shortest
+// interval. Called with syncMu held.
+func (d *db) applySync() {
+	strictest := time.Duration(-1)
+	for _, every := range d.syncs {
+		if strictest < 0 || every < strictest {
+			strictest = every
+		}
+	}
+	strictest = max(strictest, 0)
+	if time.Duration(d.syncEvery.Swap(int64(strictest))) != strictest {
+		select {
+		case d.syncKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// syncLoop syncs the file every interval while the setting is one.
+func (d *db) syncLoop() {
+	defer d.done.Done()
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	for {
+		every := time.Duration(d.syncEvery.Load())
+		if ticker != nil {
+			ticker.Stop()
+			ticker, tick = nil, nil
+		}
+		if every > 0 {
+			ticker = time.NewTicker(every)
+			tick = ticker.C
+		}
+		select {
+		case <-d.stop:
+			if ticker != nil {
+				ticker.Stop()
+			}
+			return
+		case <-d.syncKick:
+		case <-tick:
+			if err := d.bolt.Sync(); err != nil {
+				d.logger.Warn("file store: syncing the file failed", zap.String("path", d.path), zap.Error(err))
+			}
+		}
+	}
+}
+
+// shardIndex returns the index of key's shard.
+func (d *db) shardIndex(key string) uint64 { return maphash.String(d.seed, key) % shards }
+
+// shardOf returns the shard of key.
+func (d *db) shardOf(key string) *shard { return &d.shards[d.shardIndex(key)] }
+
+// lockShards locks the shards of a and b ("" for none), each once, in
+// index order (so two such locks never wait on each other in a cycle), and
+// returns the unlock.
+func (d *db) lockShards(a, b string) func() {
+	i := d.shardIndex(a)
+	if b == "" {
+		d.shards[i].mu.Lock()
+		return d.shards[i].mu.Unlock
+	}
+	j := d.shardIndex(b)
+	if i == j {
+		d.shards[i].mu.Lock()
+		return d.shards[i].mu.Unlock
+	}
+	first, second := &d.shards[min(i, j)], &d.shards[max(i, j)]
+	first.mu.Lock()
+	second.mu.Lock()
+	return func() {
+		second.mu.Unlock()
+		first.mu.Unlock()
+	}
+}
+
+// lookup returns key's live value, from the cache or the file. Called with
+// the key's shard locked.
+func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
+	if c, ok := s.cache[key]; ok {
+		if c.expires > nowNano {
+			return c, true, nil
+		}
+		delete(s.cache, key)
+	}
+	var c cached
+	found := false
+	err := d.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get([]byte(key))
+		if len(v) < 9 {
+			return nil
+		}
+		c = cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
+		found = c.expires > nowNano
+		return nil
+	})
+	if err != nil || !found {
+		return cached{}, false, err
+	}
+	s.remember(key, c)
+	return c, true, nil
+}
+
+// remember caches a value, making room by dropping another when the shard
+// is full (the file keeps every value: the cache loses nothing).
+func (s *shard) remember(key string, c cached) {
+	if _, ok := s.cache[key]; !ok && len(s.cache) >= cachePerShard {
+		for k := range s.cache {
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[key] = c
+}
+
+// view runs fn in a read transaction; a panic (a damaged page) is an
+// error.
+func (d *db) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("file store: reading %s: %v", d.path, p)
+		}
+	}()
+	return d.bolt.View(fn)
+}
+
+// claim modes.
+const (
+	claimPlain   = iota // the key alone
+	claimGuarded        // the key and its guard, all or none
+	claimNoted          // the key, and its note read and taken when free
+)
+
+// claim claims key (and second, its guard or note, by mode) for owner.
+func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (store.ClaimResult, string, error) {
+	if mode != claimPlain && second == "" {
+		mode = claimPlain
+	}
+	nowNano := now().UnixNano()
+	unlock := d.lockShards(key, second)
+	defer unlock()
+	ks := d.shardOf(key)
+	prev := ""
+	if mode == claimNoted {
+		ns := d.shardOf(second)
+		c, ok, err := d.lookup(ns, second, nowNano)
+		if err != nil {
+			return store.ClaimResult{}, "", err
+		}
+		if ok && c.kind == kindNote {
+			prev = c.payload
+		}
+	}
+	res, err := d.state(ks, key, nowNano)
+	if err != nil || res.State != store.StateClaimed {
+		return res, prev, err
+	}
+	if mode == claimGuarded {
+		gs := d.shardOf(second)
+		gres, err := d.state(gs, second, nowNano)
+		if err != nil || gres.State != store.StateClaimed {
+			return gres, "", err
+		}
+		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease)}
+	}
+	c := &claim{owner: owner, expires: nowNano + int64(lease)}
+	if mode == claimNoted && prev == "" {
+		// the note is this key's from now on: kept in memory at once and
+		// written with the key's completion
+		ns := d.shardOf(second)
+		ns.remember(second, cached{kind: kindNote, payload: key, expires: nowNano + int64(noteTTL)})
+		c.note, c.noteTTL = second, noteTTL
+	}
+	ks.claims[key] = c
+	return store.ClaimResult{State: store.StateClaimed}, prev, nil
+}
+
+// state is what a claim of key finds: claimed (free), in flight or
+// completed. Called with the key's shard locked.
+func (d *db) state(s *shard, key string, nowNano int64) (store.ClaimResult, error) {
+	if c, ok := s.claims[key]; ok {
+		if c.pinned || c.expires > nowNano {
+			return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(max(c.expires-nowNano, 1))}, nil
+		}
+		delete(s.claims, key)
+	}
+	v, ok, err := d.lookup(s, key, nowNano)
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	if ok && v.kind == kindRecord {
+		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}, nil
+	}
+	return store.ClaimResult{State: store.StateClaimed}, nil
+}
+
+// owned returns key's claim if owner holds it live and unpinned. Called
+// with the key's shard locked.
+func owned(s *shard, key, owner string, nowNano int64) (*claim, bool) {
+	c, ok := s.claims[key]
+	return c, ok && c.owner == owner && !c.pinned && c.expires > nowNano
+}
+
+// also is more to write in a completion's transaction: before, written
+// first, and the completion only if it succeeds (an inbox event, which its
+// key must not be completed without); after, written after the completion
+// whatever becomes of it, its error apart (an archive event).
+type also struct {
+	before   func(tx *bolt.Tx) error
+	after    func(tx *bolt.Tx) error
+	afterErr error
+}
+
+// complete replaces owner's claim of key (and of guard, when owner holds
+// it) with record, kept for ttl, in one commit, with what more (nil for
+// nothing) is written in the same transaction. When the commit fails the
+// claims go: the key is released, so the provider's retry is processed.
+func (d *db) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, more *also) error {
+	nowNano := now().UnixNano()
+	unlock := d.lockShards(key, guard)
+	ks := d.shardOf(key)
+	c, ok := owned(ks, key, owner, nowNano)
+	if !ok {
+		retried := false
+		if _, inFlight := ks.claims[key]; !inFlight {
+			v, found, err := d.lookup(ks, key, nowNano)
+			retried = err == nil && found && v.kind == kindRecord && v.payload == string(record)
+		}
+		unlock()
+		if retried {
+			return nil
+		}
+		return store.ErrNotOwner
+	}
+	c.pinned = true
+	var gc *claim
+	if guard != "" {
+		if gc, ok = owned(d.shardOf(guard), guard, owner, nowNano); ok {
+			gc.pinned = true
+		} else {
+			gc = nil
+		}
+	}
+	unlock()
+
+	expires := nowNano + int64(ttl)
+	err := d.commit(ctx, func(tx *bolt.Tx) error {
+		if more != nil && more.before != nil {
+			if err := more.before(tx); err != nil {
+				return err
+			}
+		}
+		if err := putValue(tx, key, kindRecord, record, expires); err != nil {
+			return err
+		}
+		if gc != nil {
+			if err := putValue(tx, guard, kindRecord, record, expires); err != nil {
+				return err
+			}
+		}
+		if c.note != "" {
+			if err := putValue(tx, c.note, kindNote, []byte(key), nowNano+int64(c.noteTTL)); err != nil {
+				return err
+			}
+		}
+		if more != nil && more.after != nil {
+			more.afterErr = more.after(tx)
+		}
+		return nil
+	})
+
+	unlock = d.lockShards(key, guard)
+	defer unlock()
+	finish := func(k string, cl *claim) {
+		s := d.shardOf(k)
+		if s.claims[k] == cl {
+			delete(s.claims, k)
+		}
+		if err == nil {
+			s.remember(k, cached{kind: kindRecord, payload: string(record), expires: expires})
+		}
+	}
+	finish(key, c)
+	if gc != nil {
+		finish(guard, gc)
+	}
+	return err
+}
+
+// release deletes owner's claims of key and guard.
+func (d *db) release(key, guard, owner string) error {
+	nowNano := now().UnixNano()
+	unlock := d.lockShards(key, guard)
+	defer unlock()
+	ks := d.shardOf(key)
+	_, ok := owned(ks, key, owner, nowNano)
+	if guard != "" {
+		gs := d.shardOf(guard)
+		if _, gok := owned(gs, guard, owner, nowNano); gok {
+			delete(gs.claims, guard)
+		}
+	}
+	if !ok {
+		return store.ErrNotOwner
+	}
+	// a note this claim took stays in memory, unwritten: it is written
+	// only with a completion
+	delete(ks.claims, key)
+	return nil
+}
+
+// renew extends owner's leases on key and guard.
+func (d *db) renew(key, guard, owner string, lease time.Duration) error {
+	nowNano := now().UnixNano()
+	unlock := d.lockShards(key, guard)
+	defer unlock()
+	if guard != "" {
+		if gc, ok := owned(d.shardOf(guard), guard, owner, nowNano); ok {
+			gc.expires = nowNano + int64(lease)
+		}
+	}
+	c, ok := owned(d.shardOf(key), key, owner, nowNano)
+	if !ok {
+		return store.ErrNotOwner
+	}
+	c.expires = nowNano + int64(lease)
+	return nil
+}
+
+// inspect returns what the store knows of key.
+func (d *db) inspect(key string) (store.KeyInfo, error) {
+	nowNano := now().UnixNano()
+	unlock := d.lockShards(key, "")
+	defer unlock()
+	s := d.shardOf(key)
+	if c, ok := s.claims[key]; ok && (c.pinned || c.expires > nowNano) {
+		return store.KeyInfo{State: store.KeyInFlight, Left: time.Duration(max(c.expires-nowNano, 0))}, nil
+	}
+	v, ok, err := d.lookup(s, key, nowNano)
+	if err != nil {
+		return store.KeyInfo{}, err
+	}
+	if !ok {
+		return store.KeyInfo{State: store.KeyAbsent}, nil
+	}
+	return store.KeyInfo{State: store.KeyCompleted, Left: time.Duration(v.expires - nowNano), Record: []byte(v.payload)}, nil
+}
+
+// forget deletes a completed key (if it holds exactly record, when record
+// is not nil) and returns what it found; a key in flight is left alone.
+func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyInfo, error) {
+	info, err := d.inspect(key)
+	if err != nil || info.State != store.KeyCompleted {
+		return info, err
+	}
+	if record != nil && string(info.Record) != string(record) {
+		return store.KeyInfo{State: store.KeyAbsent}, nil
+	}
+	err = d.commit(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get([]byte(key))
+		if len(v) < 9 || (record != nil && string(v[9:]) != string(record)) {
+			return nil
+		}
+		return deleteValue(tx, key, v)
+	})
+	if err != nil {
+		return store.KeyInfo{}, err
+	}
+	unlock := d.lockShards(key, "")
+	delete(d.shardOf(key).cache, key)
+	unlock()
+	return info, nil
+}
+
+// putValue writes key's value and its expiry index entry.
+func putValue(tx *bolt.Tx, key string, kind byte, payload []byte, expires int64) error {
+	records := tx.Bucket(bucketRecords)
+	if old := records.Get([]byte(key)); len(old) >= 8 {
+		// the old value's index entry would delete the new one early: it
+		// goes
+		if err := tx.Bucket(bucketExpiry).Delete(indexKey(int64(binary.BigEndian.Uint64(old)), key)); err != nil {
+			return err
+		}
+	}
+	v := make([]byte, 9+len(payload))
+	binary.BigEndian.PutUint64(v, uint64(expires))
+	v[8] = kind
+	copy(v[9:], payload)
+	if err := records.Put([]byte(key), v); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketExpiry).Put(indexKey(expires, key), nil)
+}
+
+// deleteValue deletes key, whose value is v, and its index entry.
+func deleteValue(tx *bolt.Tx, key string, v []byte) error {
+	if err := tx.Bucket(bucketExpiry).Delete(indexKey(int64(binary.BigEndian.Uint64(v)), key)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketRecords).Delete([]byte(key))
+}
+
+// indexKey is the expiry index's key of key expiring at expires.
+func indexKey(expires int64, key string) []byte {
+	k := make([]byte, 8+len(key))
+	binary.BigEndian.PutUint64(k, uint64(expires))
+	copy(k[8:], key)
+	return k
+}
+
+// sweepLoop deletes expired records every sweepEvery, and the claims of
+// requests that died.
+func (d *db) sweepLoop() {
+	defer d.done.Done()
+	ticker := time.NewTicker(sweepEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-ticker.C:
+		}
+		if _, err := d.sweep(context.Background()); err != nil {
+			d.logger.Warn("file store: sweeping expired records failed; retrying", zap.String("path", d.path), zap.Error(err))
+		}
+		d.sweepClaims()
+	}
+}
+
+// sweep deletes every record that has expired, walking the expiry index
+// from its start, sweepBatch per commit; it returns how many it deleted.
+func (d *db) sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		nowNano := now().UnixNano()
+		n := 0
+		err := d.commit(ctx, func(tx *bolt.Tx) error {
+			records, index := tx.Bucket(bucketRecords), tx.Bucket(bucketExpiry)
+			cur := index.Cursor()
+			var stale [][]byte
+			for k, _ := cur.First(); k != nil && n < sweepBatch; k, _ = cur.Next() {
+				if len(k) < 8 || int64(binary.BigEndian.Uint64(k)) > nowNano {
+					break
+				}
+				stale = append(stale, append([]byte(nil), k...))
+				n++
+			}
+			for _, k := range stale {
+				key := k[8:]
+				if v := records.Get(key); len(v) >= 8 && binary.BigEndian.Uint64(v) == binary.BigEndian.Uint64(k) {
+					if err := records.Delete(key); err != nil {
+						return err
+					}
+				}
+				if err := index.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		total += n
+		if err != nil || n < sweepBatch {
+			return total, err
+		}
+	}
+}
+
+// sweepClaims drops the claims whose lease ended without a completion or
+// a release (their request died), and expired cache entries.
+func (d *db) sweepClaims() {
+	nowNano := now().UnixNano()
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		for k, c := range s.claims {
+			if !c.pinned && c.expires <= nowNano {
+				delete(s.claims, k)
+			}
+		}
+		for k, c := range s.cache {
+			if c.expires <= nowNano {
+				delete(s.cache, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Interface guard
+var _ caddy.Destructor = (*db)(nil)

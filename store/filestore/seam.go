@@ -1,0 +1,114 @@
+package filestore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
+
+// Seam is what the inbox (internal/inbox) and the archive
+// (internal/archive) use of a file store, and nothing more: transactions on
+// the file (their buckets are theirs), claim-and-append, a completion with
+// writes of their own in the same transaction, and a reference on the open
+// file. Nothing outside this package reads the store's fields.
+type Seam struct{ s *Store }
+
+// Seam returns the store's seam; the store must be provisioned.
+func (s *Store) Seam() Seam { return Seam{s} }
+
+// Path returns the path of the file; it names the file in errors and
+// identifies it among the files of the process.
+func (sm Seam) Path() string { return sm.s.db.path }
+
+// Hold takes a reference of the caller's own on the open file, which
+// release gives back: the store may be cleaned up before the caller is done
+// with the file (a reload while an inbox finishes its deliveries).
+func (sm Seam) Hold() (release func(), err error) {
+	path := sm.s.db.path
+	if _, _, err := pool.LoadOrNew(path, func() (caddy.Destructor, error) {
+		return nil, fmt.Errorf("file store: %s is closed", path)
+	}); err != nil {
+		return nil, err
+	}
+	return func() { _, _ = pool.Delete(path) }, nil
+}
+
+// View runs fn in a read transaction.
+func (sm Seam) View(fn func(tx *bolt.Tx) error) error { return sm.s.db.view(fn) }
+
+// Update runs fn in the next commit (group commit, durable as the store's
+// sync setting says) and returns its error or the commit's. fn must check
+// what it needs before it writes: a failing fn does not roll back the
+// writes of others in its commit.
+func (sm Seam) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return sm.s.db.commit(ctx, fn)
+}
+
+// ClaimAndAppend claims an absent key (with its guard, or noted its note,
+// "" for neither), then in one commit runs appendFn and, if it succeeds,
+// completes the key (and its guard) with record, kept for ttl: the event
+// and its key are stored together or not at all. Otherwise it reports the
+// key's state as Claim does. appendFn gets the key the note held before,
+// when that is another key (a suspected replay), else "".
+func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, record []byte, ttl, noteTTL time.Duration, appendFn func(tx *bolt.Tx, suspected string) error) (store.ClaimResult, error) {
+	d := sm.s.db
+	owner := store.NewOwner()
+	mode := claimGuarded
+	if noted {
+		mode = claimNoted
+	}
+	res, prev, err := d.claim(key, guard, owner, time.Minute, noteTTL, mode)
+	if err != nil || res.State != store.StateClaimed {
+		return res, err
+	}
+	suspected := ""
+	if noted && prev != "" && prev != key {
+		suspected = prev
+	}
+	completeGuard := guard
+	if noted {
+		completeGuard = ""
+	}
+	err = d.complete(ctx, key, completeGuard, owner, record, ttl, &also{before: func(tx *bolt.Tx) error {
+		return appendFn(tx, suspected)
+	}})
+	return res, err
+}
+
+// CompleteThen completes key and, unless guard is "", its guard, as
+// store.GuardedStore's CompleteGuarded does, with then written in the same
+// transaction after the completion. It returns the completion's error and
+// then's.
+func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then func(tx *bolt.Tx) error) (thenErr, err error) {
+	more := &also{after: then}
+	err = sm.s.db.complete(ctx, key, guard, owner, record, ttl, more)
+	if err != nil {
+		return err, err
+	}
+	return more.afterErr, nil
+}
+
+// SetExpiry makes key, if it holds a value, expire ttl from now, within an
+// Update's transaction; DropCached must follow the commit.
+func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
+	v := tx.Bucket(bucketRecords).Get([]byte(key))
+	if len(v) < 9 {
+		return nil
+	}
+	return putValue(tx, key, v[8], append([]byte(nil), v[9:]...), now().Add(ttl).UnixNano())
+}
+
+// DropCached forgets the process's copy of key's value, after its value
+// changed on the file.
+func (sm Seam) DropCached(key string) {
+	d := sm.s.db
+	unlock := d.lockShards(key, "")
+	delete(d.shardOf(key).cache, key)
+	unlock()
+}
