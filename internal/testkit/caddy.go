@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,9 @@ func (c *Caddy) Reload(sites string) error {
 	return nil
 }
 
+// provisionMu serializes NewContext's provisioning.
+var provisionMu sync.Mutex
+
 // NewContext returns a context of a real, empty configuration, like the
 // one Caddy provisions a config's modules in (apps are made in it on first
 // use); cancel cleans up the modules loaded through it. The configuration
@@ -116,7 +120,11 @@ func NewContext(t testing.TB) (caddy.Context, context.CancelFunc) {
 	t.Helper()
 	// only errors reach the log, as in a quiet test run
 	quiet := &caddy.Logging{Logs: map[string]*caddy.CustomLog{"default": {BaseLog: caddy.BaseLog{Level: "ERROR"}}}}
+	// provisioning sets process-wide state (certmagic's default storage):
+	// parallel tests take turns
+	provisionMu.Lock()
 	cfgCtx, err := caddy.ProvisionContext(&caddy.Config{Logging: quiet})
+	provisionMu.Unlock()
 	if err != nil {
 		t.Fatalf("provisioning an empty configuration: %v", err)
 	}

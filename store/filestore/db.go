@@ -62,7 +62,7 @@ var (
 
 // Bounds.
 const (
-	shards       = 64
+	shards        = 64
 	cachePerShard = 1024 // records cached per shard (65,536 in all)
 	batchMax      = 1024 // writes per commit at most
 	sweepBatch    = 4096 // expired records deleted per commit at most
