@@ -22,7 +22,7 @@ import (
 // with a webhook_idempotency handler, configured or not.
 type App struct {
 	// The default store of every handler that configures none. Default:
-	// each handler uses the memory store.
+	// each handler uses the file store at its default path.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
 
 	store store.Store
@@ -156,7 +156,7 @@ func (a *App) claimPresetSource(preset string) error {
 //
 //	{
 //		webhook_idempotency {
-//			store memory | redis [<redis url>] { ... }
+//			store file [<path>] | memory | redis [<redis url>] { ... }
 //		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {

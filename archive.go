@@ -26,15 +26,17 @@ import (
 
 // ArchiveConfig keeps every verified delivery of the route: time received,
 // source, key, result, method, URI, headers, client address, body, the
-// answer's status and the handling time. With the redis store the events
-// are a Redis Stream per source, `{<key_prefix>:<source>}:archive`; with the
-// memory store, a ring per source that a restart empties.
+// answer's status and the handling time. With the file store the events
+// are a bucket per source in its file, kept across restarts; with the
+// redis store a Redis Stream per source, `{<key_prefix>:<source>}:archive`;
+// with the memory store, a ring per source that a restart empties.
 type ArchiveConfig struct {
 	// How long an event is kept. Default: 30d.
 	Retention caddy.Duration `json:"retention,omitempty"`
 
 	// The most events kept per source; older ones are dropped first.
-	// Default: 1000000 with the redis store, 10000 with the memory store.
+	// Default: 1000000 with the file and redis stores, 10000 with the
+	// memory store.
 	MaxEvents int `json:"max_events,omitempty"`
 
 	// Whether request bodies are kept: `on` or `off` (only their SHA-256

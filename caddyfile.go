@@ -86,6 +86,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		methods       <method>...
 //		fail          open | closed
 //		replay_guard  flag | reject | off
+//		store         file [<path>] {
+//			sync always | <interval>
+//		}
 //		store         memory | redis [<redis url>] {
 //			...
 //		}
@@ -325,12 +328,12 @@ func (h *Handler) parseArchive(d *caddyfile.Dispenser, inline bool) error {
 // and there is no block.
 func parseStore(d *caddyfile.Dispenser, inline bool) (json.RawMessage, error) {
 	if !d.NextArg() {
-		return nil, d.Errf("store needs a type: memory or redis")
+		return nil, d.Errf("store needs a type: file, memory or redis")
 	}
 	name := d.Val()
 	info, err := caddy.GetModule("http.webhook_idempotency.stores." + name)
 	if err != nil {
-		return nil, d.Errf("unknown store '%s': want memory or redis", name)
+		return nil, d.Errf("unknown store '%s': want file, memory or redis", name)
 	}
 	unm, ok := info.New().(caddyfile.Unmarshaler)
 	if !ok {

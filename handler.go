@@ -23,7 +23,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
-	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
 
 // Handler deduplicates webhook deliveries: the first delivery of a key is
@@ -130,13 +130,15 @@ type Handler struct {
 	// duplicate of the first) or `off`. Default: `flag`.
 	ReplayGuard string `json:"replay_guard,omitempty"`
 
-	// The store module (`memory` or `redis`). Default: the store of the
-	// global `webhook_idempotency` option, else `memory`.
+	// The store module (`file`, `memory` or `redis`). Default: the store
+	// of the global `webhook_idempotency` option, else the file store at
+	// its default path (docs/stores.md).
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
 
 	// Inbox mode (docs/inbox.md): accept a new delivery at once, store it
-	// in Redis and deliver it to the application in the background, with
-	// retries and a dead-letter stream. Requires the redis store.
+	// and deliver it to the application in the background, with retries
+	// and dead letters. Requires the file store (the default) or the redis
+	// store.
 	// Default: off (the next handler is called).
 	Inbox *InboxConfig `json:"inbox,omitempty"`
 
@@ -149,7 +151,7 @@ type Handler struct {
 	store       *meteredStore
 	archive     *archive.Archive
 	inbox       *inbox.Inbox
-	ownedStore  *memstore.Store // a default store this handler provisioned itself
+	ownedStore  *filestore.Store // the default store, when this handler provisioned it
 	verifier    signature.Verifier
 	opener      signature.Opener // a verifier whose content is sealed (stone)
 	decrypt     bool             // hand the opened content on (stone's decrypt)

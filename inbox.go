@@ -17,9 +17,10 @@ import (
 // Caddyfile block, and the inbox built from it (internal/inbox).
 
 // InboxConfig turns the handler into an inbox: a verified, new delivery is
-// stored in a Redis Stream and answered at once; background workers deliver
-// it to `deliver_to`, retry failures on a schedule and move events that
-// cannot be delivered to a dead-letter stream. It requires the redis store.
+// stored (in the file store's file, or a Redis Stream) and answered at
+// once; background workers deliver it to `deliver_to`, retry failures on a
+// schedule and move events that cannot be delivered to the dead letters.
+// It requires the file store (the default) or the redis store.
 type InboxConfig struct {
 	// The URL every event is delivered to, e.g.
 	// `http://app:3000/webhooks/stripe`. Placeholders such as `{env.APP}`

@@ -5,6 +5,7 @@ import (
 
 	// the store backends register themselves in the
 	// http.webhook_idempotency.stores namespace
+	_ "github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	_ "github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
 	_ "github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )

@@ -148,13 +148,14 @@ func parseFail(v string, inbox bool) (closed bool, err error) {
 	return closed, err
 }
 
-// checkInboxStore refuses an inbox on any store but redis (module is the
-// store module's name, `memory` when none is configured).
+// checkInboxStore refuses an inbox on the memory store (module is the
+// store module's name): an accepted event must survive a restart. A store
+// of another package that keeps no queue is refused by the inbox itself.
 func checkInboxStore(module string) error {
-	if module == "redis" {
+	if module != "memory" {
 		return nil
 	}
-	return errors.New("inbox mode requires the redis store, not " + module + ": an accepted event must survive a restart and be shared by every Caddy instance (configure 'store redis')")
+	return errors.New("inbox mode needs a store that keeps accepted events across restarts, not memory: the file store (the default, for one Caddy) or the redis store (for several)")
 }
 
 // storeModuleName is the module name of a store's JSON, "" for none.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
-	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
 
 // The handler's side of the store seam (package store): loading a backend
@@ -40,7 +40,8 @@ func moduleName(v any) string {
 }
 
 // provisionStore loads the store: the handler's own, else the global
-// option's, else a store of its own (the default). Every call to it is
+// option's, else a file store of its own at the default path (the
+// default store, shared by every handler that uses it). Every call to it is
 // metered, and what it can do beyond the contract decides how keys are
 // claimed.
 func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
@@ -54,11 +55,11 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	case app.store != nil:
 		s = app.store
 	default:
-		h.ownedStore = new(memstore.Store)
-		if err := h.ownedStore.Provision(ctx); err != nil {
+		fs := new(filestore.Store)
+		if err := fs.Provision(ctx); err != nil {
 			return err
 		}
-		s = h.ownedStore
+		h.ownedStore, s = fs, fs
 	}
 	if h.Inbox != nil {
 		if err := checkInboxStore(moduleName(s)); err != nil {

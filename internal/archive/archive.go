@@ -23,6 +23,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
@@ -45,6 +46,7 @@ type Config struct {
 const (
 	DefaultRetention       = 30 * 24 * time.Hour
 	DefaultMaxEventsRedis  = 1_000_000
+	DefaultMaxEventsFile   = 1_000_000
 	DefaultMaxEventsMemory = 10_000
 )
 
@@ -82,7 +84,8 @@ type backend interface {
 }
 
 // New builds the archive of a handler on its store: a stream per source on
-// the redis store, a ring per source on the memory store.
+// the redis store, a bucket per source in the file store's file, a ring per
+// source on the memory store.
 func New(cfg Config, s store.Store) (*Archive, error) {
 	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source)}
 	var err error
@@ -92,6 +95,11 @@ func New(cfg Config, s store.Store) (*Archive, error) {
 			a.cfg.MaxEvents = DefaultMaxEventsRedis
 		}
 		a.backend, err = newRedisBackend(s.Seam(), a)
+	case *filestore.Store:
+		if a.cfg.MaxEvents == 0 {
+			a.cfg.MaxEvents = DefaultMaxEventsFile
+		}
+		a.backend, err = newFileBackend(s.Seam(), a)
 	case *memstore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsMemory

@@ -26,6 +26,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
@@ -76,7 +77,8 @@ type Inbox struct {
 }
 
 // New builds an inbox on the handler's store; workers start with Start.
-// Inbox mode needs a store that keeps a durable queue: the redis store.
+// Inbox mode needs a store that keeps a durable queue: the file store (one
+// instance) or the redis store (several).
 func New(cfg Config, s store.Store) (*Inbox, error) {
 	ib := &Inbox{
 		cfg:      cfg,
@@ -94,8 +96,10 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 	switch s := s.(type) {
 	case *redisstore.Store:
 		ib.q, err = newRedisQueue(s.Seam(), ib)
+	case *filestore.Store:
+		ib.q, err = newFileQueue(s.Seam(), ib)
 	default:
-		return nil, fmt.Errorf("inbox mode needs the redis store, not %T", s)
+		return nil, fmt.Errorf("inbox mode needs a store that keeps a durable queue, the file or the redis store, not %T", s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)

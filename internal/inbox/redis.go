@@ -180,7 +180,11 @@ func fields(ev *event.Request, attempts, base string) []any {
 
 // fromMessage decodes a stream entry.
 func fromMessage(m redis.XMessage) Event {
-	f := func(name string) string { s, _ := m.Values[name].(string); return s }
+	return fromFields(m.ID, func(name string) string { s, _ := m.Values[name].(string); return s })
+}
+
+// fromFields decodes an event from its stored fields.
+func fromFields(id string, f func(name string) string) Event {
 	attempts, _ := strconv.Atoi(f(event.FieldAttempts))
 	base, _ := strconv.Atoi(f(event.FieldBase))
 	status, _ := strconv.Atoi(f(event.FieldLastStatus))
@@ -191,7 +195,7 @@ func fromMessage(m redis.XMessage) Event {
 			Proto: f(event.FieldProto), Remote: f(event.FieldRemote), Headers: f(event.FieldHeaders),
 			Body: []byte(f(event.FieldBody)), Received: event.UnixMilli(f(event.FieldReceived)),
 		},
-		ID: m.ID, Attempts: attempts, Base: base, LastStatus: status,
+		ID: id, Attempts: attempts, Base: base, LastStatus: status,
 		LastError: f(event.FieldLastError), Failed: event.UnixMilli(f(event.FieldFailed)),
 		Suspected: f(fieldSuspected),
 	}

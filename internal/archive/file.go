@@ -1,0 +1,241 @@
+package archive
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
+)
+
+// The file store's archive: a bucket per source in the store's file,
+// `archive:<source>`, keyed by id (16 bytes: milliseconds and a sequence
+// number, big endian, as a Redis stream numbers its entries), trimmed on
+// every append to max_events and to retention, and kept across restarts.
+
+// fileArchives shares each source's archive state across config reloads.
+var fileArchives = caddy.NewUsagePool()
+
+// fileArchive is the archive of one source in one file.
+type fileArchive struct {
+	seam    filestore.Seam
+	bucket  []byte
+	release func() // gives back the hold on the file
+
+	mu     sync.Mutex
+	count  int64 // events in the bucket; -1 when it must be counted again
+	lastID event.ID
+}
+
+// Destruct implements caddy.Destructor.
+func (fa *fileArchive) Destruct() error {
+	fa.release()
+	return nil
+}
+
+// fileBackend is one handler's archive on the file store.
+type fileBackend struct {
+	fa        *fileArchive
+	key       string // in fileArchives
+	a         *Archive
+	closeOnce sync.Once
+}
+
+func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
+	key := seam.Path() + "\x00" + a.cfg.Source
+	val, _, err := fileArchives.LoadOrNew(key, func() (caddy.Destructor, error) {
+		release, err := seam.Hold()
+		if err != nil {
+			return nil, err
+		}
+		fa := &fileArchive{seam: seam, bucket: []byte("archive:" + a.cfg.Source), release: release, count: -1}
+		if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(fa.bucket)
+			return err
+		}); err != nil {
+			release()
+			return nil, err
+		}
+		return fa, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &fileBackend{fa: val.(*fileArchive), key: key, a: a}, nil
+}
+
+// fileID encodes an id as a bucket key.
+func fileID(id event.ID) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, id.MS)
+	binary.BigEndian.PutUint64(k[8:], id.Seq)
+	return k
+}
+
+func fromFileID(k []byte) event.ID {
+	if len(k) != 16 {
+		return event.ID{}
+	}
+	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
+}
+
+// append writes e in tx and trims the bucket. Called in a commit.
+func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
+	fa := b.fa
+	bk := tx.Bucket(fa.bucket)
+	if bk == nil {
+		return fmt.Errorf("archive bucket of %s is missing", b.a.cfg.Source)
+	}
+	fa.mu.Lock()
+	defer fa.mu.Unlock()
+	if fa.count < 0 {
+		fa.count = int64(bk.Stats().KeyN)
+		if k, _ := bk.Cursor().Last(); k != nil {
+			fa.lastID = fromFileID(k)
+		}
+	}
+	// numbered by the time of the append, as a Redis stream numbers its
+	// entries, and trimmed by it
+	id := event.ID{MS: uint64(max(now().UnixMilli(), 0))}
+	if !fa.lastID.Less(id) {
+		id = event.ID{MS: fa.lastID.MS, Seq: fa.lastID.Seq + 1}
+	}
+	if err := bk.Put(fileID(id), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
+		return err
+	}
+	fa.lastID = id
+	fa.count++
+	// trim: the oldest beyond max_events, and what is older than retention
+	cutoff := uint64(max(now().Add(-b.a.cfg.Retention).UnixMilli(), 0))
+	c := bk.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.First() {
+		if fa.count <= int64(b.a.cfg.MaxEvents) && fromFileID(k).MS >= cutoff {
+			break
+		}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+		fa.count--
+	}
+	return nil
+}
+
+// failed marks the count for recounting after a commit that failed.
+func (b *fileBackend) failed() {
+	b.fa.mu.Lock()
+	b.fa.count = -1
+	b.fa.mu.Unlock()
+}
+
+func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
+	appendErr, err = b.fa.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
+	if appendErr != nil {
+		b.failed()
+	}
+	return err, appendErr
+}
+
+func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
+	err := b.fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+		for _, e := range es {
+			if err := b.append(tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.failed()
+	}
+	return err
+}
+
+func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Event, error) {
+	var out []Event
+	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(b.fa.bucket).Cursor()
+		k, v := c.Seek(fileID(hi))
+		if k == nil {
+			k, v = c.Last()
+		} else if hi.Less(fromFileID(k)) {
+			k, v = c.Prev()
+		}
+		for ; k != nil && len(out) < count; k, v = c.Prev() {
+			id := fromFileID(k)
+			if id.Less(lo) {
+				break
+			}
+			ev, err := fileEvent(id, v)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// fileEvent decodes an archived event from its bucket value.
+func fileEvent(id event.ID, v []byte) (Event, error) {
+	f, err := event.ReadFields(v)
+	if err != nil {
+		return Event{}, err
+	}
+	return eventFromFields(id.String(), func(name string) (string, bool) {
+		s, ok := f[name]
+		return s, ok
+	}), nil
+}
+
+func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error) {
+	var ev Event
+	found := false
+	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(b.fa.bucket).Get(fileID(id))
+		if v == nil {
+			return nil
+		}
+		var err error
+		ev, err = fileEvent(id, v)
+		found = err == nil
+		return err
+	})
+	return ev, found, err
+}
+
+func (b *fileBackend) size(context.Context) (int64, error) {
+	fa := b.fa
+	fa.mu.Lock()
+	defer fa.mu.Unlock()
+	if fa.count >= 0 {
+		return fa.count, nil
+	}
+	err := fa.seam.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(fa.bucket)
+		fa.count = int64(bk.Stats().KeyN)
+		if k, _ := bk.Cursor().Last(); k != nil {
+			fa.lastID = fromFileID(k)
+		}
+		return nil
+	})
+	return fa.count, err
+}
+
+func (b *fileBackend) timeout() time.Duration { return 10 * time.Second }
+
+func (b *fileBackend) close() {
+	b.closeOnce.Do(func() { _, _ = fileArchives.Delete(b.key) })
+}
+
+// Interface guards
+var (
+	_ backend          = (*fileBackend)(nil)
+	_ caddy.Destructor = (*fileArchive)(nil)
+)

@@ -1,0 +1,542 @@
+package inbox
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
+)
+
+// The file store's queue: one Caddy, its events in the store's file. A
+// source's events are a bucket, `inbox:<source>`, keyed by id (16 bytes:
+// milliseconds and a sequence number, big endian, so keys sort as ids do);
+// its dead letters another, `inbox-dead:<source>`. An event carries its
+// delivery state in its fields: attempts recorded, `started` (attempts
+// begun since, so an attempt that a crash cut short still counts), and
+// `due` (unix milliseconds of a scheduled retry, 0 when ready).
+//
+// What is ready, scheduled or in delivery is known in memory, loaded from
+// the file when the source's queue is first opened in the process. That
+// state is one per file and source, shared by every inbox on it: during a
+// reload the old and the new configuration's workers take events from the
+// same queue, so no event goes to both. An event in delivery when the
+// process dies is ready again when the queue is opened next: delivered at
+// least once.
+
+// Fields the file keeps besides the stream fields.
+const (
+	fieldStarted = "started"
+	fieldDue     = "due"
+)
+
+// fileSources shares each file's source queue across config reloads.
+var fileSources = caddy.NewUsagePool()
+
+// fileSource is the queue of one source in one file.
+type fileSource struct {
+	seam   filestore.Seam
+	events []byte // bucket names
+	dead   []byte
+
+	mu         sync.Mutex
+	ready      []string // ids ready, in the order they became ready
+	scheduled  dueHeap
+	inDelivery map[string]bool
+	deadCount  int64
+	lastID     [2]event.ID // the last id given out in events and dead
+	notify     chan struct{}
+	release    func() // gives back the hold on the file
+}
+
+// Destruct implements caddy.Destructor: the last inbox of the source on
+// this file is gone.
+func (fs *fileSource) Destruct() error {
+	fs.release()
+	return nil
+}
+
+// fileQueue is one inbox's queue on the file store: the source's shared
+// queue, with this inbox's ttls.
+type fileQueue struct {
+	src       *fileSource
+	key       string // in fileSources
+	acceptTTL time.Duration
+	noteTTL   time.Duration
+}
+
+func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
+	key := seam.Path() + "\x00" + ib.cfg.Source
+	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return openFileSource(seam, ib.cfg.Source)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &fileQueue{src: val.(*fileSource), key: key, acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL}, nil
+}
+
+// openFileSource loads a source's queue from the file.
+func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
+	release, err := seam.Hold()
+	if err != nil {
+		return nil, err
+	}
+	fs := &fileSource{
+		seam: seam, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
+		inDelivery: make(map[string]bool), notify: make(chan struct{}, 1), release: release,
+	}
+	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{fs.events, fs.dead} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		release()
+		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
+	}
+	nowMs := time.Now().UnixMilli()
+	err = seam.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(fs.events).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			id := decodeID(k)
+			fs.lastID[0] = id
+			f, err := event.ReadFields(v)
+			if err != nil {
+				return err
+			}
+			if due, _ := strconv.ParseInt(f[fieldDue], 10, 64); due > nowMs {
+				heap.Push(&fs.scheduled, dueItem{id: id.String(), due: due})
+			} else {
+				fs.ready = append(fs.ready, id.String())
+			}
+		}
+		dead := tx.Bucket(fs.dead)
+		fs.deadCount = int64(dead.Stats().KeyN)
+		if k, _ := dead.Cursor().Last(); k != nil {
+			fs.lastID[1] = decodeID(k)
+		}
+		return nil
+	})
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("loading the inbox of %s: %v", source, err)
+	}
+	return fs, nil
+}
+
+// encodeID is an id as a bucket key.
+func encodeID(id event.ID) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, id.MS)
+	binary.BigEndian.PutUint64(k[8:], id.Seq)
+	return k
+}
+
+func decodeID(k []byte) event.ID {
+	if len(k) != 16 {
+		return event.ID{}
+	}
+	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
+}
+
+// nextID gives out the next id of a bucket (0 events, 1 dead), as a Redis
+// stream does: the time in milliseconds, and a sequence within one.
+// Called with fs.mu held.
+func (fs *fileSource) nextID(which int) event.ID {
+	last := fs.lastID[which]
+	id := event.ID{MS: uint64(time.Now().UnixMilli())}
+	if !last.Less(id) {
+		id = event.ID{MS: last.MS, Seq: last.Seq + 1}
+	}
+	fs.lastID[which] = id
+	return id
+}
+
+// push makes an event ready and wakes a reader.
+func (fs *fileSource) push(id string) {
+	fs.mu.Lock()
+	fs.ready = append(fs.ready, id)
+	fs.mu.Unlock()
+	select {
+	case fs.notify <- struct{}{}:
+	default:
+	}
+}
+
+// encode writes a field map with some fields set (name, value pairs).
+func encode(f map[string]string, set ...string) []byte {
+	for i := 0; i+1 < len(set); i += 2 {
+		f[set[i]] = set[i+1]
+	}
+	var b []byte
+	for name, v := range f {
+		b = event.AppendField(b, name, []byte(v))
+	}
+	return b
+}
+
+func (q *fileQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, rec []byte, ev *event.Request) (store.ClaimResult, string, error) {
+	fs := q.src
+	var id string
+	res, err := fs.seam.ClaimAndAppend(ctx, key, guard, noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+		pairs := fields(ev, "0", "0")
+		if suspected != "" {
+			pairs = append(pairs, fieldSuspected, suspected)
+		}
+		fs.mu.Lock()
+		eid := fs.nextID(0)
+		fs.mu.Unlock()
+		id = eid.String()
+		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs))
+	})
+	if err != nil || res.State != store.StateClaimed {
+		return res, "", err
+	}
+	fs.push(id)
+	return res, id, nil
+}
+
+func (q *fileQueue) next(ctx context.Context, wait time.Duration) (message, bool, error) {
+	fs := q.src
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		fs.mu.Lock()
+		if len(fs.ready) > 0 {
+			id := fs.ready[0]
+			fs.ready = fs.ready[1:]
+			fs.inDelivery[id] = true
+			fs.mu.Unlock()
+			m, ok, err := q.start(ctx, id)
+			if err != nil || !ok {
+				fs.done(id)
+				if err != nil {
+					fs.push(id) // tried again
+				}
+				return m, false, err
+			}
+			return m, true, nil
+		}
+		fs.mu.Unlock()
+		select {
+		case <-fs.notify:
+		case <-timer.C:
+			return message{}, false, nil
+		case <-ctx.Done():
+			return message{}, false, nil
+		}
+	}
+}
+
+// start records that an attempt of the event begins (so that an attempt a
+// crash cuts short still counts) and returns it; false when the event is
+// gone.
+func (q *fileQueue) start(ctx context.Context, id string) (message, bool, error) {
+	fs := q.src
+	sid, _ := event.ParseID(id)
+	var m message
+	found := false
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(fs.events)
+		v := b.Get(encodeID(sid))
+		if v == nil {
+			return nil
+		}
+		f, err := event.ReadFields(v)
+		if err != nil {
+			return err
+		}
+		started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
+		started++
+		m = message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started}
+		found = true
+		return b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0"))
+	})
+	return m, found, err
+}
+
+// done ends an event's delivery.
+func (fs *fileSource) done(id string) {
+	fs.mu.Lock()
+	delete(fs.inDelivery, id)
+	fs.mu.Unlock()
+}
+
+// reclaim finds nothing: the workers are this process's, and an event in
+// delivery when a process died is ready again when the queue opens.
+func (q *fileQueue) reclaim(context.Context, time.Duration) (message, bool, error) {
+	return message{}, false, nil
+}
+
+func (q *fileQueue) moveDue(_ context.Context, now time.Time) error {
+	fs := q.src
+	nowMs := now.UnixMilli()
+	var due []string
+	fs.mu.Lock()
+	for fs.scheduled.Len() > 0 && fs.scheduled[0].due <= nowMs {
+		due = append(due, heap.Pop(&fs.scheduled).(dueItem).id)
+	}
+	fs.mu.Unlock()
+	for _, id := range due {
+		fs.push(id)
+	}
+	return nil
+}
+
+func (q *fileQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
+	fs := q.src
+	sid, _ := event.ParseID(m.id)
+	storeKey := m.ev.StoreKey
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(fs.events).Delete(encodeID(sid)); err != nil {
+			return err
+		}
+		if storeKey == "" {
+			return nil
+		}
+		return fs.seam.SetExpiry(tx, storeKey, ttl)
+	})
+	if err != nil {
+		return err
+	}
+	if storeKey != "" {
+		fs.seam.DropCached(storeKey)
+	}
+	fs.done(m.id)
+	return nil
+}
+
+func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status int, reason string, due time.Time) error {
+	fs := q.src
+	sid, _ := event.ParseID(m.id)
+	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(fs.events)
+		f, err := event.ReadFields(b.Get(encodeID(sid)))
+		if err != nil {
+			return err
+		}
+		return b.Put(encodeID(sid), encode(f,
+			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
+			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
+			fieldDue, strconv.FormatInt(dueMs, 10)))
+	})
+	if err != nil {
+		return err
+	}
+	fs.mu.Lock()
+	delete(fs.inDelivery, m.id)
+	heap.Push(&fs.scheduled, dueItem{id: m.id, due: dueMs})
+	fs.mu.Unlock()
+	return nil
+}
+
+func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
+	fs := q.src
+	sid, _ := event.ParseID(m.id)
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(fs.events)
+		v := b.Get(encodeID(sid))
+		if v == nil {
+			return nil
+		}
+		f, err := event.ReadFields(v)
+		if err != nil {
+			return err
+		}
+		delete(f, fieldStarted)
+		delete(f, fieldDue)
+		fs.mu.Lock()
+		did := fs.nextID(1)
+		fs.mu.Unlock()
+		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
+			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
+			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
+			return err
+		}
+		return b.Delete(encodeID(sid))
+	})
+	if err != nil {
+		return err
+	}
+	fs.mu.Lock()
+	delete(fs.inDelivery, m.id)
+	fs.deadCount++
+	fs.mu.Unlock()
+	return nil
+}
+
+func (q *fileQueue) counts(context.Context) (Counts, error) {
+	fs := q.src
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return Counts{
+		Pending:   int64(len(fs.ready) + len(fs.inDelivery)),
+		Scheduled: int64(fs.scheduled.Len()),
+		Dead:      fs.deadCount,
+	}, nil
+}
+
+func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event, error) {
+	fs := q.src
+	var from []byte
+	if start != "-" {
+		id, ok := event.ParseID(start)
+		if !ok {
+			ms, err := strconv.ParseUint(start, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("invalid id %q", start)
+			}
+			id = event.ID{MS: ms}
+		}
+		from = encodeID(id)
+	}
+	var out []Event
+	err := fs.seam.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(fs.dead).Cursor()
+		k, v := c.First()
+		if from != nil {
+			k, v = c.Seek(from)
+		}
+		for ; k != nil && int64(len(out)) < count; k, v = c.Next() {
+			f, err := event.ReadFields(v)
+			if err != nil {
+				return err
+			}
+			id := decodeID(k).String()
+			out = append(out, fromFields(id, func(name string) string { return f[name] }))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
+	fs := q.src
+	var id string
+	err := fs.seam.View(func(tx *bolt.Tx) error {
+		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
+			id = decodeID(k).String()
+		}
+		return nil
+	})
+	return id, id != "", err
+}
+
+func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
+	fs := q.src
+	sid, ok := event.ParseID(id)
+	if !ok {
+		return "", ErrNoDeadEvent
+	}
+	var newID string
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		dead := tx.Bucket(fs.dead)
+		v := dead.Get(encodeID(sid))
+		if v == nil {
+			return ErrNoDeadEvent
+		}
+		f, err := event.ReadFields(v)
+		if err != nil {
+			return err
+		}
+		attempts := f[event.FieldAttempts]
+		delete(f, event.FieldFailed)
+		fs.mu.Lock()
+		eid := fs.nextID(0)
+		fs.mu.Unlock()
+		newID = eid.String()
+		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+			return err
+		}
+		return dead.Delete(encodeID(sid))
+	})
+	if err != nil {
+		return "", err
+	}
+	fs.mu.Lock()
+	fs.deadCount--
+	fs.mu.Unlock()
+	fs.push(newID)
+	return newID, nil
+}
+
+func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
+	fs := q.src
+	sid, ok := event.ParseID(id)
+	if !ok {
+		return false, nil
+	}
+	found := false
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		dead := tx.Bucket(fs.dead)
+		if dead.Get(encodeID(sid)) == nil {
+			return nil
+		}
+		found = true
+		return dead.Delete(encodeID(sid))
+	})
+	if err == nil && found {
+		fs.mu.Lock()
+		fs.deadCount--
+		fs.mu.Unlock()
+	}
+	return found, err
+}
+
+func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request) (string, error) {
+	fs := q.src
+	var id string
+	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		fs.mu.Lock()
+		eid := fs.nextID(0)
+		fs.mu.Unlock()
+		id = eid.String()
+		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0")))
+	})
+	if err != nil {
+		return "", err
+	}
+	fs.push(id)
+	return id, nil
+}
+
+func (q *fileQueue) close(bool) { _, _ = fileSources.Delete(q.key) }
+
+// dueItem is a scheduled retry.
+type dueItem struct {
+	id  string
+	due int64 // unix milliseconds
+}
+
+// dueHeap orders scheduled retries by when they are due.
+type dueHeap []dueItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueItem)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// Interface guards
+var (
+	_ queue            = (*fileQueue)(nil)
+	_ caddy.Destructor = (*fileSource)(nil)
+)
