@@ -150,6 +150,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		}
 		return nil, fmt.Errorf("file store: opening %s: %v", path, err)
 	}
+	// grow the file 1MiB at a time (bbolt's default is 16MiB): a small
+	// store stays small
+	b.AllocSize = 1 << 20
 	if err := check(b); err != nil {
 		_ = b.Close()
 		return nil, corrupt(path, err)

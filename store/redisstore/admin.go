@@ -111,3 +111,19 @@ func (s *Store) keyInfo(ctx context.Context, key, forget string) (store.KeyInfo,
 
 // Interface guard
 var _ store.KeyAdmin = (*Store)(nil)
+
+// Import writes a value carried over from another store (a completed key's
+// record, or a note's first key) under key for ttl, unless the key holds
+// something already; it reports whether it wrote.
+func (s *Store) Import(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if s.client == nil {
+		return false, fmt.Errorf("redis store: store is not provisioned")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	ok, err := s.client.client.SetNX(ctx, key, value, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("redis store: %w", err)
+	}
+	return ok, nil
+}
