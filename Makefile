@@ -2,7 +2,7 @@
 # make run    runs Caddy with Caddyfile.example on the embedded store
 # make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
 # make xcaddy builds ./bin/caddy-xcaddy with xcaddy from this checkout and checks
-#             that list-modules prints the module's five ids
+#             that list-modules prints the module's six ids
 # make lint   gofmt and go vet
 # make bench  the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 
@@ -27,7 +27,8 @@ build:
 XCADDY ?= $(GO) run github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
 MODULE := github.com/webhookguard/caddy-webhook-idempotency
 MODULE_IDS := http.handlers.webhook_idempotency webhook_idempotency \
-	http.webhook_idempotency.stores.memory http.webhook_idempotency.stores.redis \
+	http.webhook_idempotency.stores.file http.webhook_idempotency.stores.memory \
+	http.webhook_idempotency.stores.redis \
 	admin.api.webhook_idempotency
 
 xcaddy:
@@ -40,7 +41,7 @@ xcaddy:
 	if [ -n "$$missing" ]; then \
 		echo "xcaddy build: ./bin/caddy-xcaddy list-modules does not print:$$missing" >&2; exit 1; \
 	fi; \
-	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all five module ids"
+	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all six module ids"
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
