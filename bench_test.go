@@ -1,3 +1,5 @@
+//go:build porting
+
 package webhookidempotency
 
 import (

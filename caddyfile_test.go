@@ -345,7 +345,7 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"inline value missing", "webhook_idempotency source", "option 'source' on the directive line needs a value, at Testfile:1"},
 		{"inline value missing after others", "webhook_idempotency source a ttl", "option 'ttl' on the directive line needs a value, at Testfile:1"},
 		{"inline value missing before block", "webhook_idempotency source {\n}", "option 'source' on the directive line needs a value, at Testfile:1"},
-		{"inline store missing type", "webhook_idempotency store", "store needs a type: memory or redis, at Testfile:1"},
+		{"inline store missing type", "webhook_idempotency store", "store needs a type: file, memory or redis, at Testfile:1"},
 		{"inline bad duration", "webhook_idempotency source a ttl 1x", `invalid ttl '1x': time: unknown unit "x" in duration "1x", at Testfile:1`},
 		{"inline bad verify scheme", "webhook_idempotency verify sha", "unknown verify scheme 'sha': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:1"},
 
@@ -430,8 +430,8 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"verify url relative", "webhook_idempotency twilio {\n\tverify {\n\t\turl /hook\n\t}\n}", "invalid url '/hook': want an absolute http:// or https:// URL with a host, at Testfile:3"},
 
 		// store
-		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: memory or redis, at Testfile:2"},
-		{"store unknown", "webhook_idempotency {\n\tstore etcd\n}", "unknown store 'etcd': want memory or redis, at Testfile:2"},
+		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: file, memory or redis, at Testfile:2"},
+		{"store unknown", "webhook_idempotency {\n\tstore etcd\n}", "unknown store 'etcd': want file, memory or redis, at Testfile:2"},
 		{"store memory argument", "webhook_idempotency {\n\tstore memory big\n}", "store memory takes no arguments, got 'big', at Testfile:2"},
 		{"store memory unknown subdirective", "webhook_idempotency {\n\tstore memory {\n\t\tsize 10\n\t}\n}", "unrecognized memory store subdirective 'size', at Testfile:3"},
 		{"store memory max_entries missing", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries\n\t}\n}", "memory store 'max_entries' takes exactly one value, got 0, at Testfile:3"},
@@ -473,8 +473,8 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 	}{
 		{"argument on the line", "webhook_idempotency memory", "wrong argument count or unexpected line ending after 'memory', at Testfile:1"},
 		{"unknown option", "webhook_idempotency {\n\tttl 1h\n}", "unrecognized global webhook_idempotency option 'ttl', at Testfile:2"},
-		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: memory or redis, at Testfile:2"},
-		{"store unknown", "webhook_idempotency {\n\tstore disk\n}", "unknown store 'disk': want memory or redis, at Testfile:2"},
+		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: file, memory or redis, at Testfile:2"},
+		{"store unknown", "webhook_idempotency {\n\tstore disk\n}", "unknown store 'disk': want file, memory or redis, at Testfile:2"},
 		{"store bad option", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries -1\n\t}\n}", "invalid max_entries '-1': want a positive integer, at Testfile:3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -26,9 +28,12 @@ type Caddy struct {
 
 // StartCaddy adapts and loads a Caddyfile made of the harness's global
 // options (a free admin port, no HTTPS, logs discarded), extra global
-// options, and sites. It stops Caddy when the test ends.
+// options, and sites. Caddy gets a data directory of its own for the test
+// (where the file store, the default store, keeps its file). It stops
+// Caddy when the test ends.
 func StartCaddy(t *testing.T, globals, sites string) *Caddy {
 	t.Helper()
+	OwnDataDir(t)
 	c := &Caddy{t: t, AdminPort: FreePort(t), globals: globals}
 	if err := caddy.Load(c.Adapt(sites), true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, sites)
@@ -107,6 +112,32 @@ func (c *Caddy) Reload(sites string) error {
 	// have read the close yet and reuse one: a POST on it fails with EOF.
 	Client.CloseIdleConnections()
 	return nil
+}
+
+// OwnDataDir gives the test a data directory of its own (caddy.AppDataDir,
+// where the file store is by default) and returns it. It sets
+// XDG_DATA_HOME for the test, so the test must not run in parallel.
+func OwnDataDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("XDG_DATA_HOME", dir)
+	return filepath.Join(dir, "caddy")
+}
+
+// Main runs a package's tests with a data directory of the process's own
+// (XDG_DATA_HOME), removed afterwards: no test, parallel or not, opens the
+// file store of the user running the tests or of another test process.
+// Use it as TestMain: `func TestMain(m *testing.M) { testkit.Main(m) }`.
+func Main(m *testing.M) {
+	dir, err := os.MkdirTemp("", "webhook-idempotency-data-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "making a data directory for the tests:", err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_DATA_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // provisionMu serializes NewContext's provisioning.
