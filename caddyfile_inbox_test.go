@@ -1,18 +1,23 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
 func TestCaddyfileInboxParse(t *testing.T) {
+	t.Parallel()
 	redisStore := json.RawMessage(`{"module":"redis","url":"redis://localhost:6379"}`)
 	durs := func(ds ...time.Duration) []caddy.Duration {
 		out := make([]caddy.Duration, len(ds))
@@ -139,17 +144,17 @@ func TestCaddyfileInboxParse(t *testing.T) {
 			want:  Handler{Source: "s", Fail: "closed", Inbox: &InboxConfig{DeliverTo: "http://a/h"}},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) { wantParsed(t, tc.input, &tc.want) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); wantParsed(t, tc.input, &tc.want) })
 	}
 }
 
 func TestCaddyfileInboxParseErrors(t *testing.T) {
+	t.Parallel()
 	// block wraps inbox block lines (each already indented by two tabs)
 	// into a handler: the first line of lines is line 3 of the Testfile
 	block := func(lines ...string) string {
 		return "webhook_idempotency source s {\n\tinbox {\n" + strings.Join(lines, "\n") + "\n\t}\n}"
 	}
-	const memoryOnly = "inbox mode requires the redis store, not memory: an accepted event must survive a restart and be shared by every Caddy instance (configure 'store redis')"
 	for _, tc := range []struct {
 		name  string
 		input string
@@ -215,14 +220,17 @@ func TestCaddyfileInboxParseErrors(t *testing.T) {
 		{"inbox as the first argument", "webhook_idempotency inbox http://a/h", "unknown provider or option 'inbox', at Testfile:1"},
 
 		// the store
-		{"store memory then inbox", "webhook_idempotency source s {\n\tstore memory\n\tinbox http://a/h\n}", memoryOnly + ", at Testfile:3"},
-		{"inbox then store memory", "webhook_idempotency source s {\n\tinbox http://a/h\n\tstore memory\n}", memoryOnly + ", at Testfile:3"},
-		{"inbox block then store memory with options", "webhook_idempotency source s {\n\tinbox {\n\t\tdeliver_to http://a/h\n\t}\n\tstore memory {\n\t\tmax_entries 10\n\t}\n}", memoryOnly + ", at Testfile:7"},
-		{"inline store memory, inbox in the block", "webhook_idempotency source s store memory {\n\tinbox http://a/h\n}", memoryOnly + ", at Testfile:2"},
+		{"store memory then inbox", "webhook_idempotency source s {\n\tstore memory\n\tinbox http://a/h\n}", inboxMemoryOnly + ", at Testfile:3"},
+		{"inbox then store memory", "webhook_idempotency source s {\n\tinbox http://a/h\n\tstore memory\n}", inboxMemoryOnly + ", at Testfile:3"},
+		{"inbox block then store memory with options", "webhook_idempotency source s {\n\tinbox {\n\t\tdeliver_to http://a/h\n\t}\n\tstore memory {\n\t\tmax_entries 10\n\t}\n}", inboxMemoryOnly + ", at Testfile:7"},
+		{"inline store memory, inbox in the block", "webhook_idempotency source s store memory {\n\tinbox http://a/h\n}", inboxMemoryOnly + ", at Testfile:2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })
 	}
 }
+
+// inboxMemoryOnly is the error of an inbox on the memory store.
+const inboxMemoryOnly = "inbox mode needs a store that keeps accepted events across restarts, not memory: the file store (the default, for one Caddy) or the redis store (for several)"
 
 // provisionInboxHandler provisions a handler from JSON as Caddy would
 // (its workers are not started), and returns the handler and Provision's error. The
@@ -233,7 +241,7 @@ func provisionInboxHandler(t *testing.T, cfg string) (*Handler, error) {
 	if err := json.Unmarshal([]byte(cfg), h); err != nil {
 		t.Fatalf("decoding %s: %v", cfg, err)
 	}
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	err := h.Provision(ctx)
 	t.Cleanup(func() {
 		_ = h.Cleanup()
@@ -248,20 +256,23 @@ func redisStoreJSON(addr string) string {
 }
 
 func TestInboxConfigProvisionErrors(t *testing.T) {
-	const needsRedis = "inbox mode requires the redis store"
 	t.Run("memory store", func(t *testing.T) {
 		_, err := provisionInboxHandler(t, `{"source":"s","store":{"module":"memory"},"inbox":{"deliver_to":"http://127.0.0.1:9/h"}}`)
-		if err == nil || !strings.HasPrefix(err.Error(), needsRedis) {
-			t.Fatalf("got error %v, want one starting %q", err, needsRedis)
-		}
-		if !strings.Contains(err.Error(), "store redis") {
-			t.Errorf("error %q does not say how to configure the redis store", err)
+		if err == nil || err.Error() != inboxMemoryOnly {
+			t.Fatalf("got error %v, want %q", err, inboxMemoryOnly)
 		}
 	})
-	t.Run("no store", func(t *testing.T) {
-		_, err := provisionInboxHandler(t, `{"source":"s","inbox":{"deliver_to":"http://127.0.0.1:9/h"}}`)
-		if err == nil || !strings.HasPrefix(err.Error(), needsRedis) {
-			t.Fatalf("got error %v, want one starting %q", err, needsRedis)
+	t.Run("no store: the default file store keeps the inbox", func(t *testing.T) {
+		dataDir := testkit.OwnDataDir(t)
+		h, err := provisionInboxHandler(t, `{"source":"s","inbox":{"deliver_to":"http://127.0.0.1:9/h"}}`)
+		if err != nil {
+			t.Fatalf("provision on the default store: %v", err)
+		}
+		if _, ok := h.store.backend.(*filestore.Store); !ok || h.inbox == nil {
+			t.Fatalf("store %T, inbox %v: want an inbox on the file store", h.store.backend, h.inbox)
+		}
+		if fs := h.store.backend.(*filestore.Store); fs.FilePath() != filepath.Join(dataDir, "webhook_idempotency", "store.db") {
+			t.Fatalf("the inbox's file store is %s, want the default file in the data directory %s", fs.FilePath(), dataDir)
 		}
 	})
 	t.Run("fail open", func(t *testing.T) {
@@ -272,8 +283,8 @@ func TestInboxConfigProvisionErrors(t *testing.T) {
 		}
 	})
 
-	srv := startRedis(t)
-	store := redisStoreJSON(srv.addr())
+	srv := testkit.StartRedis(t)
+	store := redisStoreJSON(srv.Addr())
 	for _, tc := range []struct {
 		name  string
 		inbox string
@@ -306,70 +317,93 @@ func TestInboxConfigProvisionErrors(t *testing.T) {
 	}
 }
 
+// provisionedInboxConfig returns the resolved configuration a provisioned
+// handler built its inbox from, and checks that the inbox answers with it.
+func provisionedInboxConfig(t *testing.T, h *Handler) inbox.Config {
+	t.Helper()
+	if h.inbox == nil {
+		t.Fatal("no inbox after provisioning")
+	}
+	ic, err := h.inboxConfig()
+	if err != nil {
+		t.Fatalf("resolving the inbox's configuration again: %v", err)
+	}
+	if h.inbox.Source() != h.Source || h.inbox.Respond() != ic.Respond {
+		t.Fatalf("inbox of source %q answers %d; the configuration says source %q, respond %d",
+			h.inbox.Source(), h.inbox.Respond(), h.Source, ic.Respond)
+	}
+	return ic
+}
+
 func TestInboxConfigDefaults(t *testing.T) {
-	srv := startRedis(t)
-	store := redisStoreJSON(srv.addr())
+	srv := testkit.StartRedis(t)
+	store := redisStoreJSON(srv.Addr())
 	t.Setenv("WEBHOOK_IDEMPOTENCY_TEST_APP", "127.0.0.1:9")
 
 	h, err := provisionInboxHandler(t, `{"source":"orders","store":`+store+`,"inbox":{"deliver_to":"http://{env.WEBHOOK_IDEMPOTENCY_TEST_APP}/hooks"}}`)
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	ib := h.inbox
-	if ib == nil {
-		t.Fatal("no inbox after provisioning")
+	ic := provisionedInboxConfig(t, h)
+	if ic.DeliverTo != "http://127.0.0.1:9/hooks" {
+		t.Errorf("deliver_to = %q, want the placeholder resolved", ic.DeliverTo)
 	}
-	if ib.deliverTo != "http://127.0.0.1:9/hooks" {
-		t.Errorf("deliver_to = %q, want the placeholder resolved", ib.deliverTo)
-	}
-	if ib.respond != 202 {
-		t.Errorf("respond = %d, want 202", ib.respond)
+	if ic.Respond != 202 || h.inbox.Respond() != 202 {
+		t.Errorf("respond = %d (the inbox answers %d), want 202", ic.Respond, h.inbox.Respond())
 	}
 	wantRetries := []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 12 * time.Hour}
-	if fmt.Sprint(ib.retries) != fmt.Sprint(wantRetries) {
-		t.Errorf("retries = %v, want %v", ib.retries, wantRetries)
+	if fmt.Sprint(ic.Retries) != fmt.Sprint(wantRetries) {
+		t.Errorf("retries = %v, want %v", ic.Retries, wantRetries)
 	}
-	if ib.jitter != 0.10 {
-		t.Errorf("jitter = %v, want 0.10", ib.jitter)
+	if ic.Jitter != 0.10 {
+		t.Errorf("jitter = %v, want 0.10", ic.Jitter)
 	}
-	if ib.timeout != 10*time.Second {
-		t.Errorf("timeout = %s, want 10s", ib.timeout)
+	if ic.Timeout != 10*time.Second {
+		t.Errorf("timeout = %s, want 10s", ic.Timeout)
 	}
-	if ib.concurrency != 4 {
-		t.Errorf("concurrency = %d, want 4", ib.concurrency)
+	if ic.Concurrency != 4 {
+		t.Errorf("concurrency = %d, want 4", ic.Concurrency)
 	}
 	if !h.failClosed || h.Fail != failClosed {
 		t.Errorf("fail = %q: an inbox fails closed by default (a store failure answers 503)", h.Fail)
 	}
 	// the stream, retry set and dead-letter stream share one Cluster slot
-	for got, want := range map[string]string{ib.stream: "{idem:orders}:inbox", ib.retry: "{idem:orders}:retry", ib.dead: "{idem:orders}:dead"} {
+	rs, ok := h.store.backend.(*redisstore.Store)
+	if !ok {
+		t.Fatalf("store %T, want the redis store", h.store.backend)
+	}
+	keys := rs.Seam().Keys(ic.Source)
+	for got, want := range map[string]string{keys.Inbox: "{idem:orders}:inbox", keys.Retry: "{idem:orders}:retry", keys.Dead: "{idem:orders}:dead"} {
 		if got != want {
 			t.Errorf("redis key %q, want %q", got, want)
 		}
 	}
 	// an accepted key outlives every attempt: ttl, plus each retry's wait
 	// at its longest, plus one timeout per attempt
-	if want := 24*time.Hour + retryHorizon(wantRetries, 0.10, 10*time.Second); ib.acceptTTL != want {
-		t.Errorf("accepted key TTL = %s, want ttl + retry horizon = %s", ib.acceptTTL, want)
+	if want := 24*time.Hour + retryHorizon(wantRetries, 0.10, 10*time.Second); h.inbox.AcceptTTL() != want {
+		t.Errorf("accepted key TTL = %s, want ttl + retry horizon = %s", h.inbox.AcceptTTL(), want)
 	}
-	if floor := 24*time.Hour + 14*time.Hour + 36*time.Minute + 30*time.Second; ib.acceptTTL <= floor {
-		t.Errorf("accepted key TTL = %s, not longer than ttl + the sum of the waits (%s)", ib.acceptTTL, floor)
+	if floor := 24*time.Hour + 14*time.Hour + 36*time.Minute + 30*time.Second; h.inbox.AcceptTTL() <= floor {
+		t.Errorf("accepted key TTL = %s, not longer than ttl + the sum of the waits (%s)", h.inbox.AcceptTTL(), floor)
 	}
 
 	t.Run("configured values", func(t *testing.T) {
-		h, err := provisionInboxHandler(t, `{"source":"shop","ttl":3600000000000,"store":`+redisStoreJSON(srv.addr())+`,"inbox":{"deliver_to":"https://app.internal/h","respond":200,"retries":[1000000000,86400000000000],"jitter":"12.5%","timeout":2000000000,"concurrency":16}}`)
+		h, err := provisionInboxHandler(t, `{"source":"shop","ttl":3600000000000,"store":`+redisStoreJSON(srv.Addr())+`,"inbox":{"deliver_to":"https://app.internal/h","respond":200,"retries":[1000000000,86400000000000],"jitter":"12.5%","timeout":2000000000,"concurrency":16}}`)
 		if err != nil {
 			t.Fatalf("provision: %v", err)
 		}
-		ib := h.inbox
-		if ib.respond != 200 || ib.jitter != 0.125 || ib.timeout != 2*time.Second || ib.concurrency != 16 {
-			t.Errorf("respond %d, jitter %v, timeout %s, concurrency %d; want 200, 0.125, 2s, 16", ib.respond, ib.jitter, ib.timeout, ib.concurrency)
+		ic := provisionedInboxConfig(t, h)
+		if ic.Respond != 200 || ic.Jitter != 0.125 || ic.Timeout != 2*time.Second || ic.Concurrency != 16 {
+			t.Errorf("respond %d, jitter %v, timeout %s, concurrency %d; want 200, 0.125, 2s, 16", ic.Respond, ic.Jitter, ic.Timeout, ic.Concurrency)
 		}
-		if fmt.Sprint(ib.retries) != fmt.Sprint([]time.Duration{time.Second, 24 * time.Hour}) {
-			t.Errorf("retries = %v, want [1s 24h0m0s]", ib.retries)
+		if ic.DeliverTo != "https://app.internal/h" || ic.TTL != time.Hour {
+			t.Errorf("deliver_to %q, ttl %s; want https://app.internal/h, 1h", ic.DeliverTo, ic.TTL)
 		}
-		if want := time.Hour + retryHorizon([]time.Duration{time.Second, 24 * time.Hour}, 0.125, 2*time.Second); ib.acceptTTL != want {
-			t.Errorf("accepted key TTL = %s, want %s", ib.acceptTTL, want)
+		if fmt.Sprint(ic.Retries) != fmt.Sprint([]time.Duration{time.Second, 24 * time.Hour}) {
+			t.Errorf("retries = %v, want [1s 24h0m0s]", ic.Retries)
+		}
+		if want := time.Hour + retryHorizon([]time.Duration{time.Second, 24 * time.Hour}, 0.125, 2*time.Second); h.inbox.AcceptTTL() != want {
+			t.Errorf("accepted key TTL = %s, want %s", h.inbox.AcceptTTL(), want)
 		}
 	})
 }
@@ -387,7 +421,7 @@ func retryHorizon(retries []time.Duration, jitter float64, timeout time.Duration
 // Two handlers with an inbox for the same source would share one stream:
 // the configuration is refused as a whole.
 func TestInboxConfigSameSourceTwice(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	site := func(port int, source string) string {
 		return fmt.Sprintf(`
 http://127.0.0.1:%d {
@@ -395,7 +429,7 @@ http://127.0.0.1:%d {
 		store redis redis://%s
 		inbox http://127.0.0.1:9/hooks
 	}
-}`, port, source, srv.addr())
+}`, port, source, srv.Addr())
 	}
 	load := func(caddyfile string) error {
 		t.Helper()
@@ -409,12 +443,12 @@ http://127.0.0.1:%d {
 		}
 		return caddy.Validate(cfg)
 	}
-	err := load(site(freePort(t), "orders") + site(freePort(t), "orders"))
+	err := load(site(testkit.FreePort(t), "orders") + site(testkit.FreePort(t), "orders"))
 	want := `two webhook_idempotency handlers have an inbox for source "orders"`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got error %v, want one containing %q", err, want)
 	}
-	if err := load(site(freePort(t), "orders") + site(freePort(t), "billing")); err != nil {
+	if err := load(site(testkit.FreePort(t), "orders") + site(testkit.FreePort(t), "billing")); err != nil {
 		t.Fatalf("two inboxes with distinct sources: %v", err)
 	}
 }

@@ -138,10 +138,19 @@ func (ib *InboxConfig) setDeliverTo(v string) error {
 	return nil
 }
 
-// newInbox resolves the inbox's configuration with the parser's rules and
-// builds it on the handler's store; workers start with the configuration
-// (App.Start).
+// newInbox builds the inbox on the handler's store from its resolved
+// configuration; workers start with the configuration (App.Start).
 func (h *Handler) newInbox() (*inbox.Inbox, error) {
+	ic, err := h.inboxConfig()
+	if err != nil {
+		return nil, err
+	}
+	return inbox.New(ic, h.store.backend)
+}
+
+// inboxConfig resolves the inbox's configuration with the parser's rules:
+// placeholders replaced, defaults applied, every value checked.
+func (h *Handler) inboxConfig() (inbox.Config, error) {
 	cfg := h.Inbox
 	ic := inbox.Config{
 		Source:      h.Source,
@@ -153,16 +162,16 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 		Logger:      h.logger,
 	}
 	if ic.DeliverTo == "" {
-		return nil, errNoDeliverTo
+		return inbox.Config{}, errNoDeliverTo
 	}
 	if err := checkDeliverTo(ic.DeliverTo); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
 	if ic.Respond == 0 {
 		ic.Respond = defaultInboxRespond
 	}
 	if _, err := checkInboxRespond(strconv.Itoa(ic.Respond)); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
 	retries := cfg.Retries
 	if len(retries) == 0 {
@@ -170,7 +179,7 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 	}
 	for _, d := range retries {
 		if err := checkPositive("retry", d); err != nil {
-			return nil, err
+			return inbox.Config{}, err
 		}
 		ic.Retries = append(ic.Retries, time.Duration(d))
 	}
@@ -180,7 +189,7 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 	}
 	var err error
 	if ic.Jitter, err = parseJitter(jitter); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
 	// the admin API shows events redacted as the archive stores them
 	var rules []string
@@ -188,18 +197,18 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 		rules = h.Archive.Redact
 	}
 	if ic.Redact, err = h.redactor(rules); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
 	if cfg.Timeout == 0 {
 		ic.Timeout = defaultInboxTimeout
 	} else if err := checkPositive("timeout", cfg.Timeout); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
 	if ic.Concurrency == 0 {
 		ic.Concurrency = defaultInboxConcurrency
 	}
 	if _, err := checkConcurrency(strconv.Itoa(ic.Concurrency)); err != nil {
-		return nil, err
+		return inbox.Config{}, err
 	}
-	return inbox.New(ic, h.store.backend)
+	return ic, nil
 }
