@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -25,6 +23,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"go.uber.org/zap"
 )
 
@@ -62,11 +62,11 @@ var benchNext = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Reques
 	return err
 })
 
-// newBenchHandler provisions h; without a store configured, it uses a
-// memory store of its own.
+// newBenchHandler provisions h; without a store configured, it uses the
+// default store, the file store in the test process's data directory.
 func newBenchHandler(b *testing.B, h *Handler) *Handler {
 	b.Helper()
-	ctx, cancel := newTestContext(b)
+	ctx, cancel := testkit.NewContext(b)
 	b.Cleanup(cancel)
 	if h.Source == "" {
 		h.Source = "bench"
@@ -79,11 +79,6 @@ func newBenchHandler(b *testing.B, h *Handler) *Handler {
 	}
 	b.Cleanup(func() { _ = h.Cleanup() })
 	h.logger = zap.NewNop() // the bare context logs at DEBUG
-	if h.ownedStore != nil {
-		// room for every key a benchmark run creates: no eviction
-		h.ownedStore.table.setMaxEntries(50_000_000)
-		b.Cleanup(func() { h.ownedStore.table.setMaxEntries(defaultMaxEntries) })
-	}
 	return h
 }
 
@@ -172,7 +167,7 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				w.reset()
-				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 || w.h.Get(replayedHeader) != "" {
+				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 || w.h.Get(record.ReplayedHeader) != "" {
 					b.Fatalf("not a new delivery: status %d, header %v, err %v", w.status, w.h, err)
 				}
 			}
@@ -190,7 +185,7 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				w.reset()
-				if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.h.Get(replayedHeader) != "true" {
+				if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.h.Get(record.ReplayedHeader) != "true" {
 					b.Fatalf("not a replay: %v %v", w.h, err)
 				}
 			}
@@ -198,12 +193,16 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 	}
 }
 
+// benchMemoryStore is the memory store of the benchmarks, with room for
+// every key a benchmark run creates: no eviction.
+const benchMemoryStore = `{"module":"memory","max_entries":50000000}`
+
 // memoryBenchHandler makes the handlers of the memory store benchmarks;
 // with signed, they verify `github` signatures, keyed as key says (nil:
 // the default, `header:Idempotency-Key body`).
 func memoryBenchHandler(signed bool, key ...string) func(b *testing.B) *Handler {
 	return func(b *testing.B) *Handler {
-		h := &Handler{Key: key}
+		h := &Handler{Key: key, StoreRaw: json.RawMessage(benchMemoryStore)}
 		if signed {
 			h.Verify = &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}}
 		}
@@ -230,13 +229,34 @@ func BenchmarkServeHTTPMemorySignedUnguarded(b *testing.B) {
 	benchServeHTTP(b, benchSizes[:2], true, memoryBenchHandler(true, "json:id", "body"))
 }
 
+// BenchmarkServeHTTPFile is BenchmarkServeHTTPMemory on the default store,
+// the file store (`sync always`): a new delivery's completion is on disk
+// before the answer, one fsync per completion when requests come one at
+// a time (BenchmarkServeHTTPFileParallel shows group commit).
+func BenchmarkServeHTTPFile(b *testing.B) {
+	benchServeHTTP(b, benchSizes, false, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{})
+	})
+}
+
+// BenchmarkServeHTTPFileParallel is BenchmarkServeHTTPFile at 1 KiB with 16
+// requests per CPU at once, as under load: concurrent completions share
+// one commit and one fsync.
+func BenchmarkServeHTTPFileParallel(b *testing.B) {
+	for _, replay := range []bool{false, true} {
+		b.Run(map[bool]string{false: "new", true: "replay"}[replay], func(b *testing.B) {
+			benchParallel(b, newBenchHandler(b, &Handler{}), replay)
+		})
+	}
+}
+
 // BenchmarkServeHTTPRedis is BenchmarkServeHTTPMemory on the redis store,
 // against one redis-server started for the whole benchmark. Each call goes
 // out alone (one request at a time): a new delivery is two round trips
 // (claim, complete), a replay one.
 func BenchmarkServeHTTPRedis(b *testing.B) {
-	srv := startRedis(b)
-	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	srv := testkit.StartRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
 	benchServeHTTP(b, benchSizes, false, func(b *testing.B) *Handler {
 		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
 	})
@@ -255,8 +275,8 @@ func BenchmarkServeHTTPRedisSignedUnguarded(b *testing.B) {
 }
 
 func benchRedisSigned(b *testing.B, key ...string) {
-	srv := startRedis(b)
-	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
+	srv := testkit.StartRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
 	benchServeHTTP(b, benchSizes[:2], true, func(b *testing.B) *Handler {
 		return newBenchHandler(b, &Handler{
 			StoreRaw: json.RawMessage(store),
@@ -300,47 +320,25 @@ func sizeName(n int) string {
 // 16 requests per CPU at once, as under load: concurrent store calls share
 // pipelines, so this is the cost per request that a loaded Caddy pays. It
 // reports Redis's own CPU per request (used_cpu_user + used_cpu_sys of INFO
-// cpu) as redis-us/op. "set" claims with SET NX GET (the default) and
-// "script" with the claim script alone (as on a Redis older than 7.0), both
-// with the batcher's default workers; "workers=N" is "set" with N batch
-// workers.
+// cpu) as redis-us/op. The batcher's own benchmarks (store/redisstore)
+// compare its settings.
 func BenchmarkServeHTTPRedisParallel(b *testing.B) {
-	srv := startRedis(b)
-	rc := srv.client(b)
-	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.addr())
-	cases := []struct {
-		name    string
-		script  bool
-		workers int
-	}{
-		{"set", false, redisBatchWorkers},
-		{"script", true, redisBatchWorkers},
-		{"workers=1", false, 1},
-		{"workers=4", false, 4},
-	}
-	for _, c := range cases {
-		for _, replay := range []bool{false, true} {
-			name := c.name + "/new"
-			if replay {
-				name = c.name + "/replay"
-			}
-			b.Run(name, func(b *testing.B) {
-				defer func(w int) { redisBatchWorkers = w }(redisBatchWorkers)
-				redisBatchWorkers = c.workers // the client made below has its own batcher
-				h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
-				client := h.store.store.(*RedisStore).client
-				if got := client.batch.workers; got != c.workers {
-					b.Fatalf("the store's batcher has %d workers, want %d (a client left from another run?)", got, c.workers)
-				}
-				client.setGetUnsupported.Store(c.script)
-				b.Cleanup(func() { client.setGetUnsupported.Store(false) })
-				benchRedisParallel(b, h, rc, replay)
-			})
-		}
+	srv := testkit.StartRedis(b)
+	rc := srv.Client(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
+	for _, replay := range []bool{false, true} {
+		b.Run(map[bool]string{false: "new", true: "replay"}[replay], func(b *testing.B) {
+			h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
+			cpu0 := redisCPU(b, rc)
+			benchParallel(b, h, replay)
+			b.ReportMetric((redisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
+		})
 	}
 }
 
-func benchRedisParallel(b *testing.B, h *Handler, rc *redis.Client, replay bool) {
+// benchParallel runs new deliveries (or replays of one) of 1 KiB through
+// h, 16 requests per CPU at once.
+func benchParallel(b *testing.B, h *Handler, replay bool) {
 	prefix := "evt_" + strconv.FormatInt(benchRun.Add(1), 10) + "_"
 	if replay {
 		br := newBenchRequest(1<<10, false)
@@ -352,7 +350,6 @@ func benchRedisParallel(b *testing.B, h *Handler, rc *redis.Client, replay bool)
 	var n atomic.Int64
 	b.SetParallelism(16)
 	b.ReportAllocs()
-	cpu0 := redisCPU(b, rc)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		br := newBenchRequest(1<<10, false)
@@ -363,14 +360,13 @@ func benchRedisParallel(b *testing.B, h *Handler, rc *redis.Client, replay bool)
 				key = prefix + strconv.FormatInt(n.Add(1), 10)
 			}
 			w.reset()
-			if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.status != 200 || (w.h.Get(replayedHeader) == "true") != replay {
+			if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.status != 200 || (w.h.Get(record.ReplayedHeader) == "true") != replay {
 				b.Errorf("status %d, header %v, err %v", w.status, w.h, err)
 				return
 			}
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric((redisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
 }
 
 // redisCPU is the CPU time, in seconds, a Redis server has used so far.

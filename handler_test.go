@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -16,6 +14,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // newTestHandler provisions h as Caddy would, on the default memory store.
@@ -119,7 +119,7 @@ func TestHandlerClientGoneReleasesTheKey(t *testing.T) {
 			name = "written after the client left"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := newTestHandler(t, &Handler{Source: "h-client-gone"})
+			h := newTestHandler(t, &Handler{Source: "h-client-gone-" + strings.ReplaceAll(name, " ", "-")})
 			var calls atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -182,7 +182,7 @@ func TestHandlerNothingWrittenIsRecordedAs200(t *testing.T) {
 	if got.result != resultReplayed || got.w.Code != http.StatusOK || got.w.Body.Len() != 0 {
 		t.Fatalf("replay: %q %d %q, want an empty 200", got.result, got.w.Code, got.w.Body.String())
 	}
-	if got.w.Header().Get("X-Silent") != "yes" || got.w.Header().Get(replayedHeader) != "true" {
+	if got.w.Header().Get("X-Silent") != "yes" || got.w.Header().Get(record.ReplayedHeader) != "true" {
 		t.Fatalf("replay headers: %v", got.w.Header())
 	}
 	if calls.Load() != 1 {
@@ -224,8 +224,8 @@ func TestHandlerInformationalIsNotTheRecordedStatus(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated || string(b) != "created" || resp.Header.Get("X-Final") != "1" {
 			t.Fatalf("response %d: %d %q %v, want 201 created", i+1, resp.StatusCode, b, resp.Header)
 		}
-		if replayed := resp.Header.Get(replayedHeader) == "true"; replayed != (i == 1) {
-			t.Fatalf("response %d: Idempotent-Replayed %q", i+1, resp.Header.Get(replayedHeader))
+		if replayed := resp.Header.Get(record.ReplayedHeader) == "true"; replayed != (i == 1) {
+			t.Fatalf("response %d: Idempotent-Replayed %q", i+1, resp.Header.Get(record.ReplayedHeader))
 		}
 		if resp.Header.Get("Link") != "" {
 			t.Fatalf("response %d carries the 103's Link header", i+1)
@@ -389,7 +389,7 @@ func TestHandlerSkippedMethod(t *testing.T) {
 		r := httptest.NewRequest(http.MethodGet, "/hook?hub.challenge=1", nil)
 		r.Header.Set("Idempotency-Key", "k1")
 		got := serveReq(h, r, countingNext(&calls))
-		if got.result != resultSkipped || got.w.Header().Get(replayedHeader) != "" {
+		if got.result != resultSkipped || got.w.Header().Get(record.ReplayedHeader) != "" {
 			t.Fatalf("GET: %q %v", got.result, got.w.Header())
 		}
 	}
@@ -417,18 +417,18 @@ func TestHandlerRetryAfterSeconds(t *testing.T) {
 
 // orderStore wraps a Store and notes when Complete and Release run.
 type orderStore struct {
-	store
+	store.Store
 	events *[]string
 }
 
 func (s orderStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
 	*s.events = append(*s.events, "complete")
-	return s.store.Complete(ctx, key, owner, record, ttl)
+	return s.Store.Complete(ctx, key, owner, record, ttl)
 }
 
 func (s orderStore) Release(ctx context.Context, key, owner string) error {
 	*s.events = append(*s.events, "release")
-	return s.store.Release(ctx, key, owner)
+	return s.Store.Release(ctx, key, owner)
 }
 
 // orderWriter notes when the client is sent the status.
@@ -460,7 +460,7 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []string
 			h := newTestHandler(t, &Handler{Source: "order-" + strings.ReplaceAll(tc.name, " ", "-"), MaxResponse: 50})
-			h.store.store = orderStore{store: h.store.store, events: &events}
+			h.store.backend = orderStore{Store: h.store.backend, events: &events}
 			next := func(w http.ResponseWriter, r *http.Request) error {
 				w.WriteHeader(tc.status)
 				_, err := io.WriteString(w, tc.body)

@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -21,6 +19,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // signedRequest is a POST of body to target, signed as the case of scheme
@@ -55,11 +54,11 @@ func wantHandshake(t *testing.T, h *Handler, got served, calls *atomic.Int64, bo
 		t.Fatalf("next handler called %d times", n)
 	}
 	sum := sha256.Sum256(body)
-	res, err := h.store.Claim(context.Background(), h.keyPrefix+hashKey(&sum), "probe", time.Second)
-	if err != nil || res.State != stateClaimed {
+	res, err := h.store.backend.Claim(context.Background(), h.keyPrefix+hashKey(&sum), "probe", time.Second)
+	if err != nil || res.State != store.StateClaimed {
 		t.Fatalf("the store holds the handshake's key: %v %v", res.State, err)
 	}
-	if err := h.store.Release(context.Background(), h.keyPrefix+hashKey(&sum), "probe"); err != nil {
+	if err := h.store.backend.Release(context.Background(), h.keyPrefix+hashKey(&sum), "probe"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (

@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -367,4 +365,10 @@ func TestKeyStoreLayout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keySHA256 is the `key-sha256:<hex>` form of a hashed key value.
+func keySHA256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "key-sha256:" + hex.EncodeToString(sum[:])
 }

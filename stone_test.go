@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -21,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -107,9 +106,9 @@ func TestStoneKeySetRotationAndRefresh(t *testing.T) {
 	if time.Since(start) > 100*time.Millisecond {
 		t.Fatal("the lookup waited for the fetch")
 	}
-	eventually(t, 10*time.Second, "rotated key", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "rotated key k2 known", func() bool {
 		k, err := s.StoneKey("k2")
-		return err == nil && k.Equal(&rotated.PublicKey), "k2 unknown"
+		return err == nil && k.Equal(&rotated.PublicKey)
 	})
 	if n := srv.hits.Load() - before; n < 1 {
 		t.Fatalf("%d fetches", n)
@@ -155,7 +154,7 @@ func TestStoneKeySetUnreachableAtStart(t *testing.T) {
 		t.Fatalf("before loading: %v", err)
 	}
 	srv.set(false, nil)
-	eventually(t, 10*time.Second, "key set loaded once reachable", func() (bool, string) { return s.Loaded(), "not loaded" })
+	testkit.Eventually(t, 10*time.Second, "key set loaded once reachable", s.Loaded)
 	if _, err := s.StoneKey("k1"); err != nil {
 		t.Fatal(err)
 	}
