@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package redisstore
 
 import (
 	"context"
@@ -9,6 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // commandLog records the commands a client sends in pipelines (the store's
@@ -45,8 +46,9 @@ func (l *commandLog) take() []string {
 // command each, SET with NX and GET, no script; a claim of a key in flight
 // takes the claim script after it, for the lease left.
 func TestRedisClaimOneCommand(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
 	log := new(commandLog)
 	s.client.client.AddHook(log)
 	ctx := context.Background()
@@ -64,12 +66,12 @@ func TestRedisClaimOneCommand(t *testing.T) {
 			}
 		}
 	}
-	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	check("claim of an absent key", "set")
 	res, err := s.Claim(ctx, key, "owner-b", 30*time.Second)
-	if err != nil || res.State != stateInFlight || res.LeaseLeft <= 29*time.Second {
+	if err != nil || res.State != store.StateInFlight || res.LeaseLeft <= 29*time.Second {
 		t.Fatalf("claim of a key in flight: %v, lease left %v, %v", res.State, res.LeaseLeft, err)
 	}
 	check("claim of a key in flight", "set", "evalsha")
@@ -77,7 +79,7 @@ func TestRedisClaimOneCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.take()
-	if res, err := s.Claim(ctx, key, "owner-c", 30*time.Second); err != nil || res.State != stateCompleted {
+	if res, err := s.Claim(ctx, key, "owner-c", 30*time.Second); err != nil || res.State != store.StateCompleted {
 		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
 	}
 	check("claim of a completed key", "set")
@@ -86,25 +88,26 @@ func TestRedisClaimOneCommand(t *testing.T) {
 // A Redis that rejects SET with NX and GET (older than 7.0) is claimed
 // with the claim script alone, with the same results.
 func TestRedisClaimWithoutSetGet(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
 	s.client.setGetUnsupported.Store(true)
 	log := new(commandLog)
 	s.client.client.AddHook(log)
 	ctx := context.Background()
 	key := "idem:test:script-only"
 
-	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "owner-a", 30*time.Second); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
-	if res, err := s.Claim(ctx, key, "owner-b", 30*time.Second); err != nil || res.State != stateInFlight || res.LeaseLeft <= 29*time.Second {
+	if res, err := s.Claim(ctx, key, "owner-b", 30*time.Second); err != nil || res.State != store.StateInFlight || res.LeaseLeft <= 29*time.Second {
 		t.Fatalf("claim of a key in flight: %v, lease left %v, %v", res.State, res.LeaseLeft, err)
 	}
 	if err := s.Complete(ctx, key, "owner-a", testRecord("hello"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Claim(ctx, key, "owner-c", 30*time.Second)
-	if err != nil || res.State != stateCompleted {
+	if err != nil || res.State != store.StateCompleted {
 		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
 	}
 	for _, n := range log.take() {

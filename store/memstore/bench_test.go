@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package memstore
 
 import (
 	"context"
@@ -15,6 +13,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // Memory store benchmarks: what a stored key costs in live heap, and what
@@ -40,7 +41,7 @@ func benchRecord() []byte {
 		"Server":       {"Caddy"},
 	}
 	var hash [32]byte
-	rec := encodeTestRecord(make([]byte, 0, 256), http.StatusOK, hdr, nil, false, &hash)
+	rec := record.Encode(make([]byte, 0, 256), http.StatusOK, hdr, &hash)
 	return append(rec, benchRecordBody...)
 }
 
@@ -69,7 +70,7 @@ func liveHeap() uint64 {
 // reports the live heap they add: B/key in all, and overhead-B/key beyond
 // the recorded body (the target: at most 256).
 //
-//	go test -run '^$' -bench MemoryStorePerKey -benchtime 1x .
+//	go test -run '^$' -bench MemoryStorePerKey -benchtime 1x ./store/memstore
 func BenchmarkMemoryStorePerKey(b *testing.B) {
 	ctx := context.Background()
 	var perKey float64
@@ -77,26 +78,26 @@ func BenchmarkMemoryStorePerKey(b *testing.B) {
 		b.StopTimer()
 		before := liveHeap()
 		b.StartTimer()
-		store := &MemoryStore{table: newMemoryTable(zap.NewNop())}
-		store.table.setMaxEntries(2 * benchStoredKeys)
+		m := &Store{table: newMemoryTable(zap.NewNop())}
+		m.table.setMaxEntries(2 * benchStoredKeys)
 		var buf []byte
 		for i := range benchStoredKeys {
 			key := benchKey(&buf, "fill", i)
-			owner := newOwner()
-			if res, err := store.Claim(ctx, key, owner, 30*time.Second); err != nil || res.State != stateClaimed {
+			owner := store.NewOwner()
+			if res, err := m.Claim(ctx, key, owner, 30*time.Second); err != nil || res.State != store.StateClaimed {
 				b.Fatalf("claim %d: %v, %v", i, res.State, err)
 			}
-			if err := store.Complete(ctx, key, owner, benchRecord(), time.Hour); err != nil {
+			if err := m.Complete(ctx, key, owner, benchRecord(), time.Hour); err != nil {
 				b.Fatalf("complete %d: %v", i, err)
 			}
 		}
 		b.StopTimer()
 		after := liveHeap()
-		if n := store.table.len(); n != benchStoredKeys {
+		if n := m.table.len(); n != benchStoredKeys {
 			b.Fatalf("table holds %d keys, want %d", n, benchStoredKeys)
 		}
-		runtime.KeepAlive(store)
-		_ = store.table.Destruct()
+		runtime.KeepAlive(m)
+		_ = m.table.Destruct()
 		perKey = float64(int64(after)-int64(before)) / benchStoredKeys
 		b.StartTimer()
 	}
@@ -118,7 +119,7 @@ func BenchmarkMemoryStorePerKey(b *testing.B) {
 // (the keys the load itself stored, once the janitor has removed every
 // expired one).
 //
-//	go test -run '^$' -bench MemoryStoreExpiry -benchtime 1x .
+//	go test -run '^$' -bench MemoryStoreExpiry -benchtime 1x ./store/memstore
 func BenchmarkMemoryStoreExpiry(b *testing.B) {
 	const ttl = time.Minute
 	// the package clock, shifted by offset; the janitor reads it too
@@ -133,14 +134,14 @@ func BenchmarkMemoryStoreExpiry(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		offset.Store(0)
-		store := &MemoryStore{table: newMemoryTable(zap.NewNop())}
-		store.table.setMaxEntries(2 * benchStoredKeys)
+		m := &Store{table: newMemoryTable(zap.NewNop())}
+		m.table.setMaxEntries(2 * benchStoredKeys)
 		var buf []byte
 		for i := range benchStoredKeys {
 			key := benchKey(&buf, "fill", i)
-			owner := newOwner()
-			_, _ = store.Claim(ctx, key, owner, 30*time.Second)
-			if err := store.Complete(ctx, key, owner, benchRecord(), ttl); err != nil {
+			owner := store.NewOwner()
+			_, _ = m.Claim(ctx, key, owner, 30*time.Second)
+			if err := m.Complete(ctx, key, owner, benchRecord(), ttl); err != nil {
 				b.Fatalf("complete %d: %v", i, err)
 			}
 		}
@@ -149,13 +150,13 @@ func BenchmarkMemoryStoreExpiry(b *testing.B) {
 
 		// one full janitor pass of load before the expiry, one after
 		window := memorySweepEvery + memorySweepEvery/4
-		steady = append(steady, benchClaimLoad(b, store, "steady", window)...)
+		steady = append(steady, benchClaimLoad(b, m, "steady", window)...)
 		offset.Store(int64(ttl + time.Second)) // every stored key is now expired
-		expiry = append(expiry, benchClaimLoad(b, store, "expiry", window)...)
+		expiry = append(expiry, benchClaimLoad(b, m, "expiry", window)...)
 
 		b.StopTimer()
-		left = store.table.len()
-		_ = store.table.Destruct()
+		left = m.table.len()
+		_ = m.table.Destruct()
 		b.StartTimer()
 	}
 	report := func(phase string, lat []time.Duration) {
@@ -176,11 +177,11 @@ func BenchmarkMemoryStoreExpiry(b *testing.B) {
 
 // benchClaimLoad runs paced new deliveries (Claim, then Complete) on
 // GOMAXPROCS goroutines for d and returns every Claim's latency.
-func benchClaimLoad(b *testing.B, store *MemoryStore, prefix string, d time.Duration) []time.Duration {
+func benchClaimLoad(b *testing.B, m *Store, prefix string, d time.Duration) []time.Duration {
 	ctx := context.Background()
 	workers := runtime.GOMAXPROCS(0)
 	lats := make([][]time.Duration, workers)
-	record := benchRecord()
+	rec := benchRecord()
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -188,15 +189,15 @@ func benchClaimLoad(b *testing.B, store *MemoryStore, prefix string, d time.Dura
 			var buf []byte
 			for i := 0; time.Now().Before(deadline); i++ {
 				key := benchKey(&buf, prefix+"-"+strconv.Itoa(w), i)
-				owner := newOwner()
+				owner := store.NewOwner()
 				start := time.Now()
-				res, err := store.Claim(ctx, key, owner, 30*time.Second)
+				res, err := m.Claim(ctx, key, owner, 30*time.Second)
 				lats[w] = append(lats[w], time.Since(start))
-				if err != nil || res.State != stateClaimed {
+				if err != nil || res.State != store.StateClaimed {
 					b.Errorf("claim %s: %v, %v", key, res.State, err)
 					return
 				}
-				if err := store.Complete(ctx, key, owner, record, time.Hour); err != nil {
+				if err := m.Complete(ctx, key, owner, rec, time.Hour); err != nil {
 					b.Errorf("complete %s: %v", key, err)
 					return
 				}
@@ -216,7 +217,7 @@ func benchClaimLoad(b *testing.B, store *MemoryStore, prefix string, d time.Dura
 // shard's sweep takes and the longest the other goroutine waited for the
 // lock: the longest a Claim can wait on the janitor.
 //
-//	go test -run '^$' -bench MemoryStoreSweep -benchtime 1x .
+//	go test -run '^$' -bench MemoryStoreSweep -benchtime 1x ./store/memstore
 func BenchmarkMemoryStoreSweep(b *testing.B) {
 	const ttl = time.Minute
 	var offset atomic.Int64
@@ -235,7 +236,7 @@ func BenchmarkMemoryStoreSweep(b *testing.B) {
 		var buf []byte
 		for i := range benchStoredKeys {
 			key := benchKey(&buf, "fill", i)
-			owner := newOwner()
+			owner := store.NewOwner()
 			_ = tbl.claim(key, owner, 30*time.Second)
 			if err := tbl.complete(key, owner, benchRecord(), ttl); err != nil {
 				b.Fatalf("complete %d: %v", i, err)

@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package redisstore
 
 import (
 	"context"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // pipelineCounter counts the pipelines of script calls a client sends and
@@ -39,8 +39,9 @@ var batchTestScript = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV
 // Concurrent calls, scripts and plain commands, share pipelines, and each
 // gets its own reply.
 func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
-	srv := startRedis(t)
-	client := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	client := srv.Client(t)
 	counter := new(pipelineCounter)
 	client.AddHook(counter)
 	b := newRedisBatcher(client, 2*time.Second)
@@ -91,8 +92,9 @@ func TestRedisBatcherSharesPipelinesAndKeepsReplies(t *testing.T) {
 
 // A call alone goes out at once, and scripts Redis lost are loaded again.
 func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
-	srv := startRedis(t)
-	client := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	client := srv.Client(t)
 	b := newRedisBatcher(client, 2*time.Second)
 	defer b.close()
 	ctx := context.Background()
@@ -113,8 +115,9 @@ func TestRedisBatcherAloneAndAfterScriptFlush(t *testing.T) {
 // waits for its own deadline, not for the batch's; a closed batcher fails
 // its calls.
 func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
-	srv := startRedis(t)
-	client := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	client := srv.Client(t)
 	b := newRedisBatcher(client, time.Second)
 	ctx := context.Background()
 
@@ -130,7 +133,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 		t.Fatalf("calls of callers that had given up reached Redis: INCRBY gave %v (%v), want 1", v, err)
 	}
 
-	srv.pause()
+	srv.Pause()
 	var wg sync.WaitGroup
 	for i := range 3 * b.workers {
 		wg.Go(func() {
@@ -154,7 +157,7 @@ func TestRedisBatcherAbandonedCallsAndClose(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	srv.resume()
+	srv.Resume()
 
 	b.close()
 	if _, err := b.run(ctx, 0, batchTestScript, []string{"closed"}, []any{1}, nil); !errors.Is(err, redis.ErrClosed) {

@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package memstore
 
 import (
 	"context"
@@ -14,7 +12,22 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
+
+// The memory store's own behaviour, beyond the contract suite
+// (contract_test.go): exact lease and TTL arithmetic on a fake clock, the
+// record's copy, the owners kept apart, sharding, the bound and its
+// evictions, the janitor's sweeps, and the table shared through the
+// UsagePool across reloads.
+//
+// Most tests here run one after the other, as they must: the fake clock
+// and memorySweepEvery are package variables, the UsagePool's table is the
+// process's, and settleGoroutines counts the process's goroutines. Only a
+// test that touches none of them runs in parallel (parallel tests start
+// once every sequential one has finished).
 
 // fakeClock replaces the package clock for one test. Tests that use it must
 // not run in parallel, and nothing else may read `now` concurrently with
@@ -42,7 +55,7 @@ func newTestTable(t *testing.T) *memoryTable {
 	return tbl
 }
 
-func mustClaim(t *testing.T, tbl *memoryTable, key, owner string, lease time.Duration, want claimState) claimResult {
+func mustClaim(t *testing.T, tbl *memoryTable, key, owner string, lease time.Duration, want store.State) store.ClaimResult {
 	t.Helper()
 	res := tbl.claim(key, owner, lease)
 	if res.State != want {
@@ -55,77 +68,59 @@ func TestMemoryClaimCompleteReplay(t *testing.T) {
 	useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", 30*time.Second, stateClaimed)
-	res := mustClaim(t, tbl, "k", "b", 30*time.Second, stateInFlight)
+	mustClaim(t, tbl, "k", "a", 30*time.Second, store.StateClaimed)
+	res := mustClaim(t, tbl, "k", "b", 30*time.Second, store.StateInFlight)
 	if res.LeaseLeft != 30*time.Second {
 		t.Fatalf("LeaseLeft = %v, want 30s", res.LeaseLeft)
 	}
-	if err := tbl.complete("k", "b", []byte("other"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.complete("k", "b", []byte("other"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("complete by a non-owner: %v, want ErrNotOwner", err)
 	}
 	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatalf("complete by the owner: %v", err)
 	}
-	res = mustClaim(t, tbl, "k", "c", 30*time.Second, stateCompleted)
+	res = mustClaim(t, tbl, "k", "c", 30*time.Second, store.StateCompleted)
 	if string(res.Record) != "rec" {
 		t.Fatalf("record = %q, want %q", res.Record, "rec")
 	}
 	// a completed key is no longer owned by anyone
-	if err := tbl.release("k", "a"); !errors.Is(err, errNotOwner) {
+	if err := tbl.release("k", "a"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("release of a completed key: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "a", time.Minute); !errors.Is(err, errNotOwner) {
+	if err := tbl.renew("k", "a", time.Minute); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("renew of a completed key: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.complete("k", "a", []byte("again"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.complete("k", "a", []byte("again"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("second complete: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "c", 30*time.Second, stateCompleted)
-}
-
-func TestMemoryReleaseLetsTheNextClaim(t *testing.T) {
-	useFakeClock(t)
-	tbl := newTestTable(t)
-
-	mustClaim(t, tbl, "k", "a", time.Minute, stateClaimed)
-	if err := tbl.release("k", "b"); !errors.Is(err, errNotOwner) {
-		t.Fatalf("release by a non-owner: %v, want ErrNotOwner", err)
-	}
-	mustClaim(t, tbl, "k", "b", time.Minute, stateInFlight)
-	if err := tbl.release("k", "a"); err != nil {
-		t.Fatalf("release by the owner: %v", err)
-	}
-	if err := tbl.release("k", "a"); !errors.Is(err, errNotOwner) {
-		t.Fatalf("second release: %v, want ErrNotOwner", err)
-	}
-	mustClaim(t, tbl, "k", "b", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "k", "c", 30*time.Second, store.StateCompleted)
 }
 
 func TestMemoryExpiredOwnerCannotTouchTheNewClaim(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "old", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "old", time.Second, store.StateClaimed)
 	clock.advance(2 * time.Second) // old's lease ran out without renewal
-	mustClaim(t, tbl, "k", "new", 10*time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "new", 10*time.Second, store.StateClaimed)
 
-	if err := tbl.complete("k", "old", []byte("stale"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.complete("k", "old", []byte("stale"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.release("k", "old"); !errors.Is(err, errNotOwner) {
+	if err := tbl.release("k", "old"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("release by the expired owner: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "old", time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.renew("k", "old", time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("renew by the expired owner: %v, want ErrNotOwner", err)
 	}
-	res := mustClaim(t, tbl, "k", "third", time.Second, stateInFlight)
+	res := mustClaim(t, tbl, "k", "third", time.Second, store.StateInFlight)
 	if res.LeaseLeft != 10*time.Second {
 		t.Fatalf("the new owner's lease was changed: LeaseLeft = %v, want 10s", res.LeaseLeft)
 	}
 	if err := tbl.complete("k", "new", []byte("fresh"), time.Hour); err != nil {
 		t.Fatalf("complete by the new owner: %v", err)
 	}
-	if res := mustClaim(t, tbl, "k", "third", time.Second, stateCompleted); string(res.Record) != "fresh" {
+	if res := mustClaim(t, tbl, "k", "third", time.Second, store.StateCompleted); string(res.Record) != "fresh" {
 		t.Fatalf("record = %q, want %q", res.Record, "fresh")
 	}
 }
@@ -134,22 +129,22 @@ func TestMemoryExpiredLeaseCannotComplete(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "a", time.Second, store.StateClaimed)
 	clock.advance(time.Second)
-	if err := tbl.complete("k", "a", []byte("late"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.complete("k", "a", []byte("late"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("complete after the lease ran out: %v, want ErrNotOwner", err)
 	}
-	if err := tbl.renew("k", "a", time.Second); !errors.Is(err, errNotOwner) {
+	if err := tbl.renew("k", "a", time.Second); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("renew after the lease ran out: %v, want ErrNotOwner", err)
 	}
-	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "b", time.Second, store.StateClaimed)
 }
 
 func TestMemoryRenewExtendsTheLease(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", 10*time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "a", 10*time.Second, store.StateClaimed)
 	for range 5 {
 		clock.advance(8 * time.Second)
 		if err := tbl.renew("k", "a", 10*time.Second); err != nil {
@@ -157,30 +152,30 @@ func TestMemoryRenewExtendsTheLease(t *testing.T) {
 		}
 	}
 	clock.advance(8 * time.Second)
-	res := mustClaim(t, tbl, "k", "b", time.Second, stateInFlight)
+	res := mustClaim(t, tbl, "k", "b", time.Second, store.StateInFlight)
 	if res.LeaseLeft != 2*time.Second {
 		t.Fatalf("LeaseLeft = %v, want 2s", res.LeaseLeft)
 	}
-	if err := tbl.renew("k", "b", time.Hour); !errors.Is(err, errNotOwner) {
+	if err := tbl.renew("k", "b", time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("renew by a non-owner: %v, want ErrNotOwner", err)
 	}
 	clock.advance(2 * time.Second)
-	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "b", time.Second, store.StateClaimed)
 }
 
 func TestMemoryTTLExpiry(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "k", "a", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "a", time.Second, store.StateClaimed)
 	if err := tbl.complete("k", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	// the TTL counts from completion, not from the claim, and outlives the lease
 	clock.advance(time.Hour - time.Nanosecond)
-	mustClaim(t, tbl, "k", "b", time.Second, stateCompleted)
+	mustClaim(t, tbl, "k", "b", time.Second, store.StateCompleted)
 	clock.advance(time.Nanosecond)
-	mustClaim(t, tbl, "k", "b", time.Second, stateClaimed)
+	mustClaim(t, tbl, "k", "b", time.Second, store.StateClaimed)
 }
 
 func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
@@ -190,12 +185,12 @@ func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
 	// a record with room to spare, as the handler's recorder hands over,
 	// is copied: the caller's buffer is not kept
 	buf := append(make([]byte, 0, 256), "rec"...)
-	mustClaim(t, tbl, "short", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "short", "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete("short", "a", buf, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "XXX")
-	if res := mustClaim(t, tbl, "short", "b", time.Minute, stateCompleted); string(res.Record) != "rec" {
+	if res := mustClaim(t, tbl, "short", "b", time.Minute, store.StateCompleted); string(res.Record) != "rec" {
 		t.Fatalf("record = %q, want %q", res.Record, "rec")
 	}
 
@@ -204,11 +199,11 @@ func TestMemoryStoredRecordIsACopyUnlessLong(t *testing.T) {
 	for i := range long {
 		long[i] = byte(i)
 	}
-	mustClaim(t, tbl, "long", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "long", "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete("long", "a", long, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	res := mustClaim(t, tbl, "long", "b", time.Minute, stateCompleted)
+	res := mustClaim(t, tbl, "long", "b", time.Minute, store.StateCompleted)
 	if string(res.Record) != string(long) {
 		t.Fatalf("long record read back differs (%d bytes, want %d)", len(res.Record), len(long))
 	}
@@ -220,20 +215,20 @@ func TestMemoryEmptyRecordIsCompleted(t *testing.T) {
 
 	for _, rec := range [][]byte{{}, nil} {
 		key := fmt.Sprintf("empty-%v", rec == nil)
-		mustClaim(t, tbl, key, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, key, "a", time.Minute, store.StateClaimed)
 		if err := tbl.complete(key, "a", rec, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		res := mustClaim(t, tbl, key, "b", time.Minute, stateCompleted)
+		res := mustClaim(t, tbl, key, "b", time.Minute, store.StateCompleted)
 		if res.Record == nil || len(res.Record) != 0 {
 			t.Fatalf("%s: record = %#v, want empty and not nil", key, res.Record)
 		}
 		// completed: nobody owns it any more
 		for _, owner := range []string{"a", ""} {
-			if err := tbl.renew(key, owner, time.Minute); !errors.Is(err, errNotOwner) {
+			if err := tbl.renew(key, owner, time.Minute); !errors.Is(err, store.ErrNotOwner) {
 				t.Fatalf("%s: renew by %q: %v, want ErrNotOwner", key, owner, err)
 			}
-			if err := tbl.release(key, owner); !errors.Is(err, errNotOwner) {
+			if err := tbl.release(key, owner); !errors.Is(err, store.ErrNotOwner) {
 				t.Fatalf("%s: release by %q: %v, want ErrNotOwner", key, owner, err)
 			}
 		}
@@ -249,10 +244,10 @@ func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
 	clock := useFakeClock(t)
 	tbl := newTestTable(t)
 
-	mustClaim(t, tbl, "completed", "a", time.Minute, stateClaimed)
-	mustClaim(t, tbl, "released", "a", time.Minute, stateClaimed)
-	mustClaim(t, tbl, "expired", "a", time.Minute, stateClaimed)
-	mustClaim(t, tbl, "reclaimed", "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "completed", "a", time.Minute, store.StateClaimed)
+	mustClaim(t, tbl, "released", "a", time.Minute, store.StateClaimed)
+	mustClaim(t, tbl, "expired", "a", time.Minute, store.StateClaimed)
+	mustClaim(t, tbl, "reclaimed", "a", time.Minute, store.StateClaimed)
 	if n := ownersLen(tbl); n != 4 {
 		t.Fatalf("%d owners, want 4", n)
 	}
@@ -266,8 +261,8 @@ func TestMemoryOwnersAreDroppedWithTheirClaim(t *testing.T) {
 		t.Fatalf("%d owners after complete and release, want 2", n)
 	}
 	clock.advance(time.Minute)
-	mustClaim(t, tbl, "reclaimed", "b", time.Minute, stateClaimed)
-	if err := tbl.complete("reclaimed", "a", []byte("stale"), time.Hour); !errors.Is(err, errNotOwner) {
+	mustClaim(t, tbl, "reclaimed", "b", time.Minute, store.StateClaimed)
+	if err := tbl.complete("reclaimed", "a", []byte("stale"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("complete by the expired owner: %v, want ErrNotOwner", err)
 	}
 	for i := range tbl.shards {
@@ -295,11 +290,11 @@ func TestMemorySweepLetsClaimsInBetweenBatches(t *testing.T) {
 	keys := sameShardKeys(tbl, "sweep-", 3*n)
 	expired, live, added := keys[:n], keys[n:2*n], keys[2*n:]
 	for _, k := range expired {
-		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 	}
 	clock.advance(time.Minute)
 	for _, k := range live {
-		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 		if err := tbl.complete(k, "a", []byte("rec"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +304,7 @@ func TestMemorySweepLetsClaimsInBetweenBatches(t *testing.T) {
 	go func() {
 		defer close(done)
 		for _, k := range added {
-			if res := tbl.claim(k, "b", time.Minute); res.State != stateClaimed {
+			if res := tbl.claim(k, "b", time.Minute); res.State != store.StateClaimed {
 				t.Errorf("claim(%q) during the sweep = %v, want claimed", k, res.State)
 			}
 		}
@@ -360,22 +355,22 @@ func TestMemoryBoundedEvictsCompletedClosestToExpiry(t *testing.T) {
 	tbl.setMaxEntries(2)
 
 	keys := sameShardKeys(tbl, "bounded-", 3)
-	mustClaim(t, tbl, keys[0], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, keys[0], "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete(keys[0], "a", []byte("r0"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, tbl, keys[1], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, keys[1], "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete(keys[1], "a", []byte("r1"), 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, tbl, keys[2], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, keys[2], "a", time.Minute, store.StateClaimed)
 
 	if n := shardLen(tbl, keys[0]); n != 2 {
 		t.Fatalf("shard holds %d keys, want 2", n)
 	}
-	mustClaim(t, tbl, keys[1], "b", time.Minute, stateCompleted) // kept
-	mustClaim(t, tbl, keys[2], "b", time.Minute, stateInFlight)
-	mustClaim(t, tbl, keys[0], "b", time.Minute, stateClaimed) // evicted: closest to expiry
+	mustClaim(t, tbl, keys[1], "b", time.Minute, store.StateCompleted) // kept
+	mustClaim(t, tbl, keys[2], "b", time.Minute, store.StateInFlight)
+	mustClaim(t, tbl, keys[0], "b", time.Minute, store.StateClaimed) // evicted: closest to expiry
 }
 
 func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
@@ -385,11 +380,11 @@ func TestMemoryBoundedNeverEvictsInFlight(t *testing.T) {
 
 	keys := sameShardKeys(tbl, "inflight-", 3)
 	for _, k := range keys {
-		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 	}
 	// a full table of in-flight keys grows rather than drop a claim
 	for _, k := range keys {
-		mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
+		mustClaim(t, tbl, k, "b", time.Minute, store.StateInFlight)
 	}
 }
 
@@ -404,19 +399,19 @@ func TestMemoryBoundedFindsCompletedAmongManyInFlight(t *testing.T) {
 		tbl.setMaxEntries(bound)
 		keys := sameShardKeys(tbl, fmt.Sprintf("many-%d-", round), bound+1)
 		for _, k := range keys[:bound-1] {
-			mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+			mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 		}
 		done := keys[bound-1]
-		mustClaim(t, tbl, done, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, done, "a", time.Minute, store.StateClaimed)
 		if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		mustClaim(t, tbl, keys[bound], "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, keys[bound], "a", time.Minute, store.StateClaimed)
 		if n := shardLen(tbl, done); n != bound {
 			t.Fatalf("round %d: shard holds %d keys, want %d (the completed key evicted)", round, n, bound)
 		}
 		for _, k := range keys[:bound-1] {
-			mustClaim(t, tbl, k, "b", time.Minute, stateInFlight)
+			mustClaim(t, tbl, k, "b", time.Minute, store.StateInFlight)
 		}
 	}
 }
@@ -432,18 +427,18 @@ func TestMemoryBoundEvictsFromAnotherShard(t *testing.T) {
 	for i := 1; tbl.shard(done) == tbl.shard(inflight[0]); i++ {
 		done = fmt.Sprintf("done-%d", i)
 	}
-	mustClaim(t, tbl, done, "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, done, "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete(done, "a", []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, tbl, inflight[0], "a", time.Minute, stateClaimed)
-	mustClaim(t, tbl, inflight[1], "a", time.Minute, stateClaimed) // over the bound
+	mustClaim(t, tbl, inflight[0], "a", time.Minute, store.StateClaimed)
+	mustClaim(t, tbl, inflight[1], "a", time.Minute, store.StateClaimed) // over the bound
 	if n := tbl.len(); n != 2 {
 		t.Fatalf("table holds %d keys, want 2", n)
 	}
-	mustClaim(t, tbl, inflight[0], "b", time.Minute, stateInFlight)
-	mustClaim(t, tbl, inflight[1], "b", time.Minute, stateInFlight)
-	mustClaim(t, tbl, done, "b", time.Minute, stateClaimed) // it was evicted
+	mustClaim(t, tbl, inflight[0], "b", time.Minute, store.StateInFlight)
+	mustClaim(t, tbl, inflight[1], "b", time.Minute, store.StateInFlight)
+	mustClaim(t, tbl, done, "b", time.Minute, store.StateClaimed) // it was evicted
 }
 
 // The table's count of keys follows every way a key comes and goes, and a
@@ -460,7 +455,7 @@ func TestMemoryCountFollowsKeysAndLoweredBound(t *testing.T) {
 	}
 	for i := range 300 {
 		k := fmt.Sprintf("count-%d", i)
-		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 		switch i % 3 {
 		case 0:
 			if err := tbl.complete(k, "a", []byte("r"), time.Hour); err != nil {
@@ -474,7 +469,7 @@ func TestMemoryCountFollowsKeysAndLoweredBound(t *testing.T) {
 	}
 	wantCount("after claims, completions and releases")
 	clock.advance(2 * time.Minute) // the claims left in flight expire
-	mustClaim(t, tbl, "count-2", "b", time.Minute, stateClaimed)
+	mustClaim(t, tbl, "count-2", "b", time.Minute, store.StateClaimed)
 	for i := range tbl.shards {
 		tbl.sweep(&tbl.shards[i])
 	}
@@ -486,7 +481,7 @@ func TestMemoryCountFollowsKeysAndLoweredBound(t *testing.T) {
 	tbl.setMaxEntries(50)
 	for i := range 60 {
 		k := fmt.Sprintf("lowered-%d", i)
-		mustClaim(t, tbl, k, "a", time.Minute, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Minute, store.StateClaimed)
 		if err := tbl.complete(k, "a", []byte("r"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -503,14 +498,14 @@ func TestMemoryBoundedDropsExpiredFirst(t *testing.T) {
 	tbl.setMaxEntries(2)
 
 	keys := sameShardKeys(tbl, "expired-", 3)
-	mustClaim(t, tbl, keys[0], "a", time.Second, stateClaimed) // will die
-	mustClaim(t, tbl, keys[1], "a", time.Minute, stateClaimed)
+	mustClaim(t, tbl, keys[0], "a", time.Second, store.StateClaimed) // will die
+	mustClaim(t, tbl, keys[1], "a", time.Minute, store.StateClaimed)
 	if err := tbl.complete(keys[1], "a", []byte("r1"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(2 * time.Second)
-	mustClaim(t, tbl, keys[2], "a", time.Minute, stateClaimed)
-	mustClaim(t, tbl, keys[1], "b", time.Minute, stateCompleted)
+	mustClaim(t, tbl, keys[2], "a", time.Minute, store.StateClaimed)
+	mustClaim(t, tbl, keys[1], "b", time.Minute, store.StateCompleted)
 	if n := shardLen(tbl, keys[0]); n != 2 {
 		t.Fatalf("shard holds %d keys, want 2", n)
 	}
@@ -540,14 +535,14 @@ func TestMemoryJanitorSweepsAndStops(t *testing.T) {
 	tbl := newMemoryTable(zap.NewNop())
 	for i := range 200 {
 		k := fmt.Sprintf("sweep-%d", i)
-		mustClaim(t, tbl, k, "a", time.Second, stateClaimed)
+		mustClaim(t, tbl, k, "a", time.Second, store.StateClaimed)
 		if i%2 == 0 {
 			if err := tbl.complete(k, "a", []byte("r"), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	mustClaim(t, tbl, "sweep-live", "a", time.Hour, stateClaimed)
+	mustClaim(t, tbl, "sweep-live", "a", time.Hour, store.StateClaimed)
 	if n := tbl.len(); n != 201 {
 		t.Fatalf("len = %d, want 201", n)
 	}
@@ -560,7 +555,7 @@ func TestMemoryJanitorSweepsAndStops(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	mustClaim(t, tbl, "sweep-live", "b", time.Hour, stateInFlight)
+	mustClaim(t, tbl, "sweep-live", "b", time.Hour, store.StateInFlight)
 
 	if err := tbl.Destruct(); err != nil {
 		t.Fatal(err)
@@ -586,9 +581,9 @@ func TestMemoryDestructWithoutUse(t *testing.T) {
 	settleGoroutines(t, before)
 }
 
-func provisionMemoryStore(t *testing.T, ctx caddy.Context) *MemoryStore {
+func provisionMemoryStore(t *testing.T, ctx caddy.Context) *Store {
 	t.Helper()
-	m := new(MemoryStore)
+	m := new(Store)
 	if err := m.Provision(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +594,7 @@ func provisionMemoryStore(t *testing.T, ctx caddy.Context) *MemoryStore {
 }
 
 func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	before := runtime.NumGoroutine()
 
@@ -609,13 +604,13 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 		t.Fatal("two memory stores got different tables")
 	}
 	bg := context.Background()
-	if res, err := a.Claim(bg, "shared", "a", time.Minute); err != nil || res.State != stateClaimed {
+	if res, err := a.Claim(bg, "shared", "a", time.Minute); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim through a: %v, %v", res.State, err)
 	}
 	if err := a.Complete(bg, "shared", "a", []byte("rec"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := b.Claim(bg, "shared", "b", time.Minute); res.State != stateCompleted || string(res.Record) != "rec" {
+	if res, _ := b.Claim(bg, "shared", "b", time.Minute); res.State != store.StateCompleted || string(res.Record) != "rec" {
 		t.Fatalf("claim through b: %v %q, want the record written through a", res.State, res.Record)
 	}
 
@@ -628,7 +623,7 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 	if c.table != b.table {
 		t.Fatal("a store provisioned while another is alive got a new table")
 	}
-	if res, _ := c.Claim(bg, "shared", "c", time.Minute); res.State != stateCompleted {
+	if res, _ := c.Claim(bg, "shared", "c", time.Minute); res.State != store.StateCompleted {
 		t.Fatalf("after cleaning up one store: %v, want the record kept", res.State)
 	}
 	tbl := c.table
@@ -651,13 +646,13 @@ func TestMemoryUsagePoolSharesTheTable(t *testing.T) {
 	if d.table == tbl {
 		t.Fatal("a destroyed table was handed out again")
 	}
-	if res, _ := d.Claim(bg, "shared", "d", time.Minute); res.State != stateClaimed {
+	if res, _ := d.Claim(bg, "shared", "d", time.Minute); res.State != store.StateClaimed {
 		t.Fatalf("fresh table: %v, want Claimed", res.State)
 	}
 }
 
 func TestMemoryCleanupTwiceIsSafe(t *testing.T) {
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	keep := provisionMemoryStore(t, ctx)
 	defer keep.Cleanup()
@@ -669,12 +664,13 @@ func TestMemoryCleanupTwiceIsSafe(t *testing.T) {
 	if err := m.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := keep.Claim(context.Background(), "twice", "a", time.Minute); res.State != stateClaimed {
+	if res, _ := keep.Claim(context.Background(), "twice", "a", time.Minute); res.State != store.StateClaimed {
 		t.Fatalf("claim: %v", res.State)
 	}
 }
 
 func TestMemoryConcurrentClaims(t *testing.T) {
+	t.Parallel() // a table of its own, on the real clock
 	tbl := newTestTable(t)
 	const (
 		keys       = 50
@@ -694,7 +690,7 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 			owner := fmt.Sprintf("owner-%d", g)
 			res := tbl.claim(key, owner, time.Minute)
 			switch res.State {
-			case stateClaimed:
+			case store.StateClaimed:
 				claimed[k].Add(1)
 				// half the winners complete, the other half keep the claim
 				if k%2 == 0 {
@@ -705,15 +701,15 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 						t.Errorf("complete %s: %v", key, err)
 					}
 				}
-			case stateInFlight:
-			case stateCompleted:
+			case store.StateInFlight:
+			case store.StateCompleted:
 				if string(res.Record) != key {
 					t.Errorf("record of %s = %q", key, res.Record)
 				}
 			}
 			// a loser can never touch the winner's claim
-			if res.State != stateClaimed {
-				if err := tbl.release(key, owner); !errors.Is(err, errNotOwner) {
+			if res.State != store.StateClaimed {
+				if err := tbl.release(key, owner); !errors.Is(err, store.ErrNotOwner) {
 					t.Errorf("release by a loser of %s: %v", key, err)
 				}
 			}
@@ -733,12 +729,12 @@ func TestMemoryConcurrentClaims(t *testing.T) {
 // request it is serving still has to complete its key, and the new
 // configuration must then replay that answer.
 func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	bg := context.Background()
 
 	old := provisionMemoryStore(t, ctx)
-	if res, err := old.Claim(bg, "inflight-reload", "first", time.Minute); err != nil || res.State != stateClaimed {
+	if res, err := old.Claim(bg, "inflight-reload", "first", time.Minute); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	// the reload: the new store is provisioned, then the old one cleaned up
@@ -751,7 +747,7 @@ func TestMemoryRequestCompletesAfterItsConfigIsCleanedUp(t *testing.T) {
 	if err := old.Complete(bg, "inflight-reload", "first", []byte("answer"), time.Hour); err != nil {
 		t.Fatalf("completing through a cleaned-up store: %v", err)
 	}
-	if res, _ := next.Claim(bg, "inflight-reload", "dup", time.Minute); res.State != stateCompleted || string(res.Record) != "answer" {
+	if res, _ := next.Claim(bg, "inflight-reload", "dup", time.Minute); res.State != store.StateCompleted || string(res.Record) != "answer" {
 		t.Fatalf("duplicate after the reload: %v %q, want the recorded answer", res.State, res.Record)
 	}
 }

@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package redisstore
 
 import (
 	"context"
@@ -16,17 +14,28 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
+
+// The redis store's own behaviour, beyond the contract suite
+// (contract_test.go): the values and expiries it leaves in Redis, corrupt
+// and foreign values, clients shared across reloads through the
+// UsagePool, passwords from placeholders kept out of keys, errors and
+// logs, the breaker, a Redis down at provision, and the Caddyfile. Every
+// test runs its own redis-server.
 
 // provisionRedisStore provisions a RedisStore from its JSON config, as
 // Caddy would, and cleans it up when the test ends.
-func provisionRedisStore(t *testing.T, cfg string) *RedisStore {
+func provisionRedisStore(t *testing.T, cfg string) *Store {
 	t.Helper()
-	s := new(RedisStore)
+	s := new(Store)
 	if err := json.Unmarshal([]byte(cfg), s); err != nil {
 		t.Fatalf("decoding %s: %v", cfg, err)
 	}
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	t.Cleanup(cancel)
 	if err := s.Provision(ctx); err != nil {
 		t.Fatalf("provisioning redis store: %v", err)
@@ -45,18 +54,20 @@ func provisionRedisStore(t *testing.T, cfg string) *RedisStore {
 // testRecord is an encoded record for status 201 with a small body.
 func testRecord(body string) []byte {
 	var hash [32]byte
-	return encodeTestRecord(nil, http.StatusCreated, http.Header{"Content-Type": {"text/plain"}}, []byte(body), false, &hash)
+	rec := record.Encode(nil, http.StatusCreated, http.Header{"Content-Type": {"text/plain"}}, &hash)
+	return append(rec, body...)
 }
 
 func TestRedisStoreClaimCompleteReplay(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
-	rc := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
+	rc := srv.Client(t)
 	ctx := context.Background()
 	key := "idem:test:evt_1"
 
 	res, err := s.Claim(ctx, key, "owner-a", 30*time.Second)
-	if err != nil || res.State != stateClaimed {
+	if err != nil || res.State != store.StateClaimed {
 		t.Fatalf("first claim: %v, %v", res.State, err)
 	}
 	// the in-flight value: marker 0x00 0x01 and the owner, with the lease
@@ -68,13 +79,13 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	}
 
 	res, err = s.Claim(ctx, key, "owner-b", 30*time.Second)
-	if err != nil || res.State != stateInFlight {
+	if err != nil || res.State != store.StateInFlight {
 		t.Fatalf("duplicate claim: %v, %v", res.State, err)
 	}
 	if res.LeaseLeft <= 29*time.Second || res.LeaseLeft > 30*time.Second {
 		t.Fatalf("lease left %v, want about 30s", res.LeaseLeft)
 	}
-	if err := s.Complete(ctx, key, "owner-b", testRecord("no"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := s.Complete(ctx, key, "owner-b", testRecord("no"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("completion by a non-owner: %v, want ErrNotOwner", err)
 	}
 
@@ -86,7 +97,7 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	if err := s.Complete(ctx, key, "owner-a", rec, time.Hour); err != nil {
 		t.Fatalf("retried complete: %v", err)
 	}
-	if v, _ := rc.Get(ctx, key).Bytes(); string(v) != string(rec) || v[0] != recordVersion {
+	if v, _ := rc.Get(ctx, key).Bytes(); string(v) != string(rec) || v[0] != record.Version {
 		t.Fatalf("completed value %q, want the record", v)
 	}
 	if pttl := rc.PTTL(ctx, key).Val(); pttl <= 59*time.Minute || pttl > time.Hour {
@@ -94,26 +105,27 @@ func TestRedisStoreClaimCompleteReplay(t *testing.T) {
 	}
 
 	res, err = s.Claim(ctx, key, "owner-c", 30*time.Second)
-	if err != nil || res.State != stateCompleted {
+	if err != nil || res.State != store.StateCompleted {
 		t.Fatalf("claim of a completed key: %v, %v", res.State, err)
 	}
-	got, err := decodeRecord(res.Record)
-	if err != nil || got.status != http.StatusCreated || string(got.body) != "hello" {
+	got, err := record.Decode(res.Record)
+	if err != nil || got.Status != http.StatusCreated || string(got.Body) != "hello" {
 		t.Fatalf("replayed record: %+v, %v", got, err)
 	}
-	if err := s.Release(ctx, key, "owner-a"); !errors.Is(err, errNotOwner) {
+	if err := s.Release(ctx, key, "owner-a"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("release of a completed key: %v, want ErrNotOwner", err)
 	}
 }
 
 func TestRedisStoreReleaseAndRenew(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
-	rc := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
+	rc := srv.Client(t)
 	ctx := context.Background()
 	key := "idem:test:evt_2"
 
-	if res, err := s.Claim(ctx, key, "a", time.Second); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "a", time.Second); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	if err := s.Renew(ctx, key, "a", time.Minute); err != nil {
@@ -122,10 +134,10 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 	if pttl := rc.PTTL(ctx, key).Val(); pttl <= 59*time.Second {
 		t.Fatalf("PTTL after renew %v, want about 1m", pttl)
 	}
-	if err := s.Renew(ctx, key, "b", time.Minute); !errors.Is(err, errNotOwner) {
+	if err := s.Renew(ctx, key, "b", time.Minute); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("renew by a non-owner: %v", err)
 	}
-	if err := s.Release(ctx, key, "b"); !errors.Is(err, errNotOwner) {
+	if err := s.Release(ctx, key, "b"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("release by a non-owner: %v", err)
 	}
 	if err := s.Release(ctx, key, "a"); err != nil {
@@ -134,7 +146,7 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 	if n := rc.Exists(ctx, key).Val(); n != 0 {
 		t.Fatal("released key still exists")
 	}
-	if res, err := s.Claim(ctx, key, "b", time.Second); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "b", time.Second); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim after release: %v, %v", res.State, err)
 	}
 }
@@ -142,29 +154,30 @@ func TestRedisStoreReleaseAndRenew(t *testing.T) {
 // An owner whose lease expired cannot complete, release or renew a key
 // that another request claimed since.
 func TestRedisStoreExpiredOwnerCannotTouchNewOwner(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
-	rc := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
+	rc := srv.Client(t)
 	ctx := context.Background()
 	key := "idem:test:evt_3"
 
-	if res, err := s.Claim(ctx, key, "old", 100*time.Millisecond); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "old", 100*time.Millisecond); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim: %v, %v", res.State, err)
 	}
 	time.Sleep(250 * time.Millisecond)
-	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("completion after the lease expired: %v, want ErrNotOwner", err)
 	}
-	if res, err := s.Claim(ctx, key, "new", 30*time.Second); err != nil || res.State != stateClaimed {
+	if res, err := s.Claim(ctx, key, "new", 30*time.Second); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim after expiry: %v, %v", res.State, err)
 	}
-	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, errNotOwner) {
+	if err := s.Complete(ctx, key, "old", testRecord("late"), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("old owner completes: %v, want ErrNotOwner", err)
 	}
-	if err := s.Release(ctx, key, "old"); !errors.Is(err, errNotOwner) {
+	if err := s.Release(ctx, key, "old"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("old owner releases: %v, want ErrNotOwner", err)
 	}
-	if err := s.Renew(ctx, key, "old", time.Hour); !errors.Is(err, errNotOwner) {
+	if err := s.Renew(ctx, key, "old", time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("old owner renews: %v, want ErrNotOwner", err)
 	}
 	if v := rc.Get(ctx, key).Val(); v != "\x00\x01new" {
@@ -177,16 +190,17 @@ func TestRedisStoreExpiredOwnerCannotTouchNewOwner(t *testing.T) {
 
 // Corrupt or foreign values are logged and treated as absent.
 func TestRedisStoreCorruptValues(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"]}`)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"]}`)
 	core, logs := observer.New(zap.WarnLevel)
 	s.logger = zap.New(core)
-	rc := srv.client(t)
+	rc := srv.Client(t)
 	ctx := context.Background()
 
 	// a record header that looks right but whose header block is broken
 	broken := testRecord("x")
-	broken[recordFixedLen] = 0x7f
+	broken[record.FixedLen] = 0x7f
 	cases := map[string]func(key string) error{
 		"garbage":        func(key string) error { return rc.Set(ctx, key, "garbage", 0).Err() },
 		"empty":          func(key string) error { return rc.Set(ctx, key, "", 0).Err() },
@@ -206,7 +220,7 @@ func TestRedisStoreCorruptValues(t *testing.T) {
 			}
 			before := logs.Len()
 			res, err := s.Claim(ctx, key, "me", time.Minute)
-			if err != nil || res.State != stateClaimed {
+			if err != nil || res.State != store.StateClaimed {
 				t.Fatalf("claim over a corrupt value: %v, %v", res.State, err)
 			}
 			if logs.Len() != before+1 || !strings.Contains(logs.All()[before].Message, "corrupt") {
@@ -225,10 +239,10 @@ func TestRedisStoreCorruptValues(t *testing.T) {
 	if err := rc.HSet(ctx, "idem:test:foreign", "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "idem:test:foreign", "me"); !errors.Is(err, errNotOwner) {
+	if err := s.Release(ctx, "idem:test:foreign", "me"); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("release of a foreign value: %v", err)
 	}
-	if err := s.Complete(ctx, "idem:test:foreign", "me", testRecord("x"), time.Minute); !errors.Is(err, errNotOwner) {
+	if err := s.Complete(ctx, "idem:test:foreign", "me", testRecord("x"), time.Minute); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("complete of a foreign value: %v", err)
 	}
 }
@@ -236,17 +250,18 @@ func TestRedisStoreCorruptValues(t *testing.T) {
 // Clients are shared by every configuration with the same connection
 // settings, and closed only when the last one is cleaned up.
 func TestRedisStoreClientSharedAcrossReloads(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
 	ctx := context.Background()
-	cfg := `{"addresses":["` + srv.addr() + `"],"pool_size":3}`
+	cfg := `{"addresses":["` + srv.Addr() + `"],"pool_size":3}`
 
-	load := func(cfg string) (*RedisStore, func()) {
-		s := new(RedisStore)
+	load := func(cfg string) (*Store, func()) {
+		s := new(Store)
 		if err := json.Unmarshal([]byte(cfg), s); err != nil {
 			t.Fatal(err)
 		}
-		cctx, cancel := newTestContext(t)
+		cctx, cancel := testkit.NewContext(t)
 		if err := s.Provision(cctx); err != nil {
 			t.Fatal(err)
 		}
@@ -280,11 +295,11 @@ func TestRedisStoreClientSharedAcrossReloads(t *testing.T) {
 
 	// any changed connection setting gets its own client
 	for _, other := range []string{
-		`{"addresses":["` + srv.addr() + `"],"pool_size":4}`,
-		`{"addresses":["` + srv.addr() + `"],"pool_size":3,"db":1}`,
-		`{"addresses":["` + srv.addr() + `"],"pool_size":3,"password":"x"}`,
-		`{"addresses":["` + srv.addr() + `"],"pool_size":3,"timeout":1000000000}`,
-		`{"url":"redis://` + srv.addr() + `/2","pool_size":3}`,
+		`{"addresses":["` + srv.Addr() + `"],"pool_size":4}`,
+		`{"addresses":["` + srv.Addr() + `"],"pool_size":3,"db":1}`,
+		`{"addresses":["` + srv.Addr() + `"],"pool_size":3,"password":"x"}`,
+		`{"addresses":["` + srv.Addr() + `"],"pool_size":3,"timeout":1000000000}`,
+		`{"url":"redis://` + srv.Addr() + `/2","pool_size":3}`,
 	} {
 		s, cleanup := load(other)
 		if s.client == second.client {
@@ -294,7 +309,7 @@ func TestRedisStoreClientSharedAcrossReloads(t *testing.T) {
 	}
 
 	// the key prefix is not a connection setting
-	third, cleanupThird := load(`{"addresses":["` + srv.addr() + `"],"pool_size":3,"key_prefix":"other"}`)
+	third, cleanupThird := load(`{"addresses":["` + srv.Addr() + `"],"pool_size":3,"key_prefix":"other"}`)
 	if third.client != second.client || third.KeyPrefix() != "other" || second.KeyPrefix() != "idem" {
 		t.Fatal("a different key_prefix must share the client and keep its own prefix")
 	}
@@ -312,27 +327,28 @@ func redisClientCount(t testing.TB, rc *redis.Client) int {
 }
 
 func TestRedisStorePasswordFromPlaceholders(t *testing.T) {
-	srv := startRedis(t, "--requirepass", "s3cret-pw")
+	// not parallel: t.Setenv
+	srv := testkit.StartRedis(t, "--requirepass", "s3cret-pw")
 	t.Setenv("WEBHOOK_TEST_REDIS_PW", "s3cret-pw")
 	ctx := context.Background()
 
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"],"password":"{env.WEBHOOK_TEST_REDIS_PW}"}`)
-	if res, err := s.Claim(ctx, "idem:test:pw", "a", time.Minute); err != nil || res.State != stateClaimed {
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"],"password":"{env.WEBHOOK_TEST_REDIS_PW}"}`)
+	if res, err := s.Claim(ctx, "idem:test:pw", "a", time.Minute); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("claim with the password from {env.*}: %v, %v", res.State, err)
 	}
-	if strings.Contains(s.ref.key, "s3cret-pw") {
+	if strings.Contains(s.ref.Key(), "s3cret-pw") {
 		t.Fatal("the pool key holds the password")
 	}
 
-	u := provisionRedisStore(t, `{"url":"redis://:{env.WEBHOOK_TEST_REDIS_PW}@`+srv.addr()+`"}`)
-	if res, err := u.Claim(ctx, "idem:test:pw", "b", time.Minute); err != nil || res.State != stateInFlight {
+	u := provisionRedisStore(t, `{"url":"redis://:{env.WEBHOOK_TEST_REDIS_PW}@`+srv.Addr()+`"}`)
+	if res, err := u.Claim(ctx, "idem:test:pw", "b", time.Minute); err != nil || res.State != store.StateInFlight {
 		t.Fatalf("claim with the password from the URL: %v, %v", res.State, err)
 	}
 
 	// a wrong password is an error that does not name the password
 	core, logs := observer.New(zap.WarnLevel)
-	w := new(RedisStore)
-	w.Addresses = []string{srv.addr()}
+	w := new(Store)
+	w.Addresses = []string{srv.Addr()}
 	w.Password = "wrong-pw"
 	if err := w.provision(zap.New(core)); err != nil {
 		t.Fatalf("provision must not fail when Redis refuses: %v", err)
@@ -368,15 +384,16 @@ func redisJSON(v any) string {
 // The breaker: once Redis stops answering, calls fail at once instead of
 // waiting for the timeout, and the store comes back on its own.
 func TestRedisStoreBreaker(t *testing.T) {
-	srv := startRedis(t)
-	s := provisionRedisStore(t, `{"addresses":["`+srv.addr()+`"],"timeout":200000000}`)
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	s := provisionRedisStore(t, `{"addresses":["`+srv.Addr()+`"],"timeout":200000000}`)
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, "idem:test:b0", "a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 
-	srv.pause()
-	defer srv.resume()
+	srv.Pause()
+	defer srv.Resume()
 	for i := range breakerThreshold {
 		start := time.Now()
 		if _, err := s.Claim(ctx, "idem:test:b1", "a", time.Minute); err == nil {
@@ -400,11 +417,11 @@ func TestRedisStoreBreaker(t *testing.T) {
 		}
 	}
 
-	srv.resume()
+	srv.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		res, err := s.Claim(ctx, "idem:test:b2", "a", time.Minute)
-		if err == nil && res.State == stateClaimed {
+		if err == nil && res.State == store.StateClaimed {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -417,9 +434,10 @@ func TestRedisStoreBreaker(t *testing.T) {
 // A Redis that is down at provision time is not fatal, and the breaker
 // opens at once; Cleanup stops its probe.
 func TestRedisStoreProvisionWhileDown(t *testing.T) {
-	port := freePort(t)
+	t.Parallel()
+	port := testkit.FreePort(t)
 	core, logs := observer.New(zap.WarnLevel)
-	s := new(RedisStore)
+	s := new(Store)
 	s.Addresses = []string{"127.0.0.1:" + strconv.Itoa(port)}
 	start := time.Now()
 	if err := s.provision(zap.New(core)); err != nil {
@@ -446,6 +464,7 @@ func TestRedisStoreProvisionWhileDown(t *testing.T) {
 }
 
 func TestRedisStoreCaddyfile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		input string
 		want  string // JSON, or an error fragment after "error: "
@@ -477,7 +496,7 @@ func TestRedisStoreCaddyfile(t *testing.T) {
 		{"redis {\nusername\n}", `error: redis store 'username' takes exactly one value, got 0`},
 		{"redis {\nbogus 1\n}", `error: unrecognized redis store subdirective 'bogus'`},
 	} {
-		s := new(RedisStore)
+		s := new(Store)
 		err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
 		if frag, ok := strings.CutPrefix(tc.want, "error: "); ok {
 			if err == nil || !strings.Contains(err.Error(), frag) {
@@ -496,13 +515,14 @@ func TestRedisStoreCaddyfile(t *testing.T) {
 	}
 
 	// an invalid URL never shows its password
-	err := new(RedisStore).UnmarshalCaddyfile(caddyfile.NewTestDispenser(`redis http://u:topsecret@x`))
+	err := new(Store).UnmarshalCaddyfile(caddyfile.NewTestDispenser(`redis http://u:topsecret@x`))
 	if err == nil || strings.Contains(err.Error(), "topsecret") {
 		t.Fatalf("error %v must exist and hide the password", err)
 	}
 }
 
 func TestRedisStoreProvisionErrors(t *testing.T) {
+	t.Parallel()
 	for cfg, want := range map[string]string{
 		`{"addresses":["a:1","b:2"],"db":1}`:     "Cluster has database 0 only",
 		`{"url":"http://localhost"}`:             "must start with redis://",
@@ -513,11 +533,11 @@ func TestRedisStoreProvisionErrors(t *testing.T) {
 		`{"key_prefix":"a b"}`:                   "white space",
 		`{"url":"redis://:hunter2@x:1:2:3/abc"}`: "invalid url",
 	} {
-		s := new(RedisStore)
+		s := new(Store)
 		if err := json.Unmarshal([]byte(cfg), s); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := newTestContext(t)
+		ctx, cancel := testkit.NewContext(t)
 		err := s.Provision(ctx)
 		cancel()
 		if err == nil {
