@@ -3,7 +3,7 @@
 # make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
 # make xcaddy builds ./bin/caddy-xcaddy with xcaddy from this checkout and checks
 #             that list-modules prints the module's six ids
-# make lint   gofmt and go vet
+# make lint   gofmt, go vet and staticcheck (with its unused check)
 # make bench  the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 
 GO ?= go
@@ -43,9 +43,12 @@ xcaddy:
 	fi; \
 	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all six module ids"
 
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 # The tests start their own redis-server processes (standalone, Cluster and
 # Sentinel), so the binaries must be installed.
