@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -7,12 +5,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // These tests drive every row of the admin API over HTTP against a real
@@ -47,11 +50,11 @@ type adminKeyJSON struct {
 }
 
 type adminEventsJSON struct {
-	Events []archivedEvent `json:"events"`
+	Events []archive.Event `json:"events"`
 	Cursor string          `json:"cursor"`
 }
 
-func eventKeys(evs []archivedEvent) string {
+func eventKeys(evs []archive.Event) string {
 	var keys []string
 	for _, ev := range evs {
 		keys = append(keys, ev.Key+"/"+ev.Result)
@@ -64,9 +67,9 @@ func eventKeys(evs []archivedEvent) string {
 // the archive searched, paged, fetched whole, exported and redelivered to
 // redeliver_to; every error of these routes.
 func TestAdminKeysAndArchive(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	release := make(chan struct{})
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/slow"):
 			<-release
@@ -77,13 +80,14 @@ func TestAdminKeysAndArchive(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
-	redo := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) { w.WriteHeader(http.StatusAccepted) })
-	port := freePort(t)
+	redo := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) { w.WriteHeader(http.StatusAccepted) })
+	port := testkit.FreePort(t)
 	sites := fmt.Sprintf(`
 http://127.0.0.1:%d {
 	handle /plain* {
 		webhook_idempotency {
 			source adm_plain
+			store memory
 		}
 		reverse_proxy %s
 	}
@@ -106,44 +110,56 @@ http://127.0.0.1:%d {
 		}
 		reverse_proxy %s
 	}
-}`, port, app.addr(), app.addr(), srv.addr(), redo.URL, app.addr())
-	c := startCaddy(t, "", sites)
-	site := siteURL(port)
+}`, port, app.Addr(), app.Addr(), srv.Addr(), redo.URL, app.Addr())
+	c := testkit.StartCaddy(t, "", sites)
+	site := testkit.SiteURL(port)
 
 	send := func(path, key, body string) *http.Response {
-		resp, b := post(t, site+path, []byte(body), "Idempotency-Key", key, "Content-Type", "application/json", "X-Trace", "t-"+key)
+		resp, b := testkit.Post(t, site+path, []byte(body), "Idempotency-Key", key, "Content-Type", "application/json", "X-Trace", "t-"+key)
 		if resp.StatusCode >= 500 && !strings.HasPrefix(path, "/fail") {
 			t.Fatalf("%s %s: %s %s", path, key, resp.Status, b)
 		}
 		return resp
 	}
 	send("/hook", "k1", `{"n":1}`)
-	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(replayedHeader) != "true" {
+	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(record.ReplayedHeader) != "true" {
 		t.Fatal("no replay")
 	}
 	send("/fail", "k2", `{"n":2}`)
 	send("/plain", "p1", `{"p":1}`)
 	// a delivery in flight
 	slowDone := make(chan struct{})
+	var slowErr error // checked on the test's goroutine
 	go func() {
 		defer close(slowDone)
-		post(t, site+"/slow", []byte(`{"n":3}`), "Idempotency-Key", "k3")
+		req, _ := http.NewRequest(http.MethodPost, site+"/slow", strings.NewReader(`{"n":3}`))
+		req.Header.Set("Idempotency-Key", "k3")
+		resp, err := testkit.Client.Do(req)
+		if err != nil {
+			slowErr = err
+			return
+		}
+		_, slowErr = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}()
 	var inflight adminKeyJSON
-	adminWait(t, 10*time.Second, "k3 in flight", func() bool {
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k3", &inflight)
+	testkit.Eventually(t, 10*time.Second, "k3 in flight", func() bool {
+		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k3", &inflight)
 		return inflight.State == "in_flight"
 	})
 	if inflight.LeaseLeftMs == nil || *inflight.LeaseLeftMs <= 0 || *inflight.LeaseLeftMs > 30000 || inflight.StoreKey != "idem:adm:k3" {
 		t.Fatalf("in flight: %+v", inflight)
 	}
-	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k3", http.StatusConflict)
+	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k3", http.StatusConflict)
 	close(release)
 	<-slowDone
+	if slowErr != nil {
+		t.Fatalf("the delivery of k3: %v", slowErr)
+	}
 
 	// sources
 	var all []adminSourceJSON
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/", &all)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/", &all)
 	if len(all) != 3 || all[0].Source != "adm" || all[1].Source != "adm_noredo" || all[2].Source != "adm_plain" {
 		t.Fatalf("sources: %+v", all)
 	}
@@ -157,48 +173,48 @@ http://127.0.0.1:%d {
 		t.Fatalf("adm_plain: %+v", all[2])
 	}
 	var one adminSourceJSON
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
 	if one.Source != "adm" || one.Archive == nil {
 		t.Fatalf("one source: %+v", one)
 	}
-	adminWait(t, 10*time.Second, "four archived events", func() bool {
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
+	testkit.Eventually(t, 10*time.Second, "four archived events", func() bool {
+		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
 		return one.Archive.Events == 4
 	})
 
 	// keys
 	var k adminKeyJSON
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k1", &k)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k1", &k)
 	if k.State != "completed" || k.Status != 200 || k.RecordedAt == nil || k.ExpiresAt == nil ||
 		time.Since(*k.RecordedAt) > time.Minute || time.Since(*k.RecordedAt) < -time.Second ||
 		k.ExpiresAt.Sub(*k.RecordedAt) != 24*time.Hour {
 		t.Fatalf("completed key: %+v", k)
 	}
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k2", &k)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k2", &k)
 	if k.State != "absent" || k.Key != "k2" {
 		t.Fatalf("released key: %+v", k)
 	}
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm_plain/keys/p1", &k)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm_plain/keys/p1", &k)
 	if k.State != "completed" || k.Status != 200 {
 		t.Fatalf("memory key: %+v", k)
 	}
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/"+url.PathEscape("a/b c"), &k)
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/"+url.PathEscape("a/b c"), &k)
 	if k.State != "absent" || k.Key != "a/b c" || k.StoreKey != "idem:adm:a/b c" {
 		t.Fatalf("escaped key: %+v", k)
 	}
 	// forget: the next retry is processed
-	calls := app.calls.Load()
-	adminForget(t, c, "adm", "k1")
-	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusNotFound)
-	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(replayedHeader) != "" || app.calls.Load() != calls+1 {
-		t.Fatalf("the retry after forget was not processed: %v, %d calls", resp.Header, app.calls.Load()-calls)
+	calls := app.Calls.Load()
+	archiveAdminForget(t, c, "adm", "k1")
+	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusNotFound)
+	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(record.ReplayedHeader) != "" || app.Calls.Load() != calls+1 {
+		t.Fatalf("the retry after forget was not processed: %v, %d calls", resp.Header, app.Calls.Load()-calls)
 	}
-	adminForget(t, c, "adm_plain", "p1") // on the memory store
+	archiveAdminForget(t, c, "adm_plain", "p1") // on the memory store
 
 	// the archive, newest first
 	var list adminEventsJSON
-	adminWait(t, 10*time.Second, "five archived events", func() bool {
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events", &list)
+	testkit.Eventually(t, 10*time.Second, "five archived events", func() bool {
+		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events", &list)
 		return len(list.Events) == 5
 	})
 	if got := eventKeys(list.Events); got != "k1/new k3/new k2/new k1/replayed k1/new" || list.Cursor != "" {
@@ -218,16 +234,16 @@ http://127.0.0.1:%d {
 		"key=nope": "",
 	} {
 		var l adminEventsJSON
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events?"+q, &l)
+		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events?"+q, &l)
 		if got := eventKeys(l.Events); got != want {
 			t.Errorf("?%s: %s, want %s", q, got, want)
 		}
 	}
 	// paging
 	var page adminEventsJSON
-	var paged []archivedEvent
+	var paged []archive.Event
 	for path := "/webhook_idempotency/adm/events?count=2"; ; {
-		adminJSON(t, c, http.MethodGet, path, &page)
+		archiveAdminJSON(t, c, http.MethodGet, path, &page)
 		paged = append(paged, page.Events...)
 		if page.Cursor == "" {
 			break
@@ -239,20 +255,20 @@ http://127.0.0.1:%d {
 	}
 	// one event, whole
 	first := list.Events[len(list.Events)-1]
-	var ev archivedEvent
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events/"+first.ID, &ev)
+	var ev archive.Event
+	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events/"+first.ID, &ev)
 	if ev.Body == nil || *ev.Body != `{"n":1}` || ev.Headers["X-Trace"][0] != "t-k1" || ev.Status != 200 || ev.URI != "/hook" {
 		t.Fatalf("event: %+v", ev)
 	}
 	// export
-	resp, b := adminCall(t, c, http.MethodGet, "/webhook_idempotency/adm/events/export?key=k1")
+	resp, b := archiveAdminCall(t, c, http.MethodGet, "/webhook_idempotency/adm/events/export?key=k1")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("export: %s %v", resp.Status, resp.Header)
 	}
-	var exported []archivedEvent
+	var exported []archive.Event
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		var e archivedEvent
+		var e archive.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("export line %q: %v", sc.Text(), err)
 		}
@@ -264,27 +280,27 @@ http://127.0.0.1:%d {
 
 	// redeliver one to redeliver_to
 	var out redeliveryOutcome
-	adminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+first.ID+"/redeliver", &out)
+	archiveAdminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+first.ID+"/redeliver", &out)
 	if !out.Delivered || out.Status != http.StatusAccepted || out.ID != first.ID {
 		t.Fatalf("redeliver: %+v", out)
 	}
-	got := redo.requests()
+	got := redo.Requests()
 	if len(got) != 1 || string(got[0].Body) != `{"n":1}` || got[0].URI != "/redo" || got[0].Header.Get("X-Trace") != "t-k1" ||
 		got[0].Header.Get("Idempotency-Key") != "k1" || got[0].Header.Get("X-Forwarded-For") != "127.0.0.1" {
 		t.Fatalf("redelivered request: %+v", got)
 	}
 	// a replay has no body to redeliver
-	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+list.Events[3].ID+"/redeliver", http.StatusConflict)
+	archiveAdminError(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+list.Events[3].ID+"/redeliver", http.StatusConflict)
 	// a filtered set: one per key, oldest first
 	var set struct {
 		Redelivered []redeliveryOutcome `json:"redelivered"`
 		Skipped     []redeliveryOutcome `json:"skipped"`
 	}
-	adminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/redeliver?since=1h", &set)
+	archiveAdminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/redeliver?since=1h", &set)
 	if len(set.Redelivered) != 3 || len(set.Skipped) != 2 || set.Redelivered[0].Key != "k2" || set.Redelivered[2].Key != "k1" {
 		t.Fatalf("redelivered set: %+v", set)
 	}
-	if n := len(redo.requests()); n != 4 {
+	if n := len(redo.Requests()); n != 4 {
 		t.Fatalf("redeliver_to got %d requests, want 4", n)
 	}
 
@@ -319,7 +335,7 @@ http://127.0.0.1:%d {
 		{http.MethodDelete, "/webhook_idempotency/adm/events/" + first.ID, 405},
 		{http.MethodPost, "/webhook_idempotency/console", 405},
 	} {
-		resp := adminExpectError(t, c, tc.method, tc.path, tc.status)
+		resp := archiveAdminError(t, c, tc.method, tc.path, tc.status)
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%s %s: Content-Type %q", tc.method, tc.path, ct)
 		}
@@ -327,17 +343,17 @@ http://127.0.0.1:%d {
 			t.Errorf("%s %s: no Allow", tc.method, tc.path)
 		}
 	}
-	if resp := adminExpectError(t, c, http.MethodPatch, "/webhook_idempotency/adm/keys/k1", 405); resp.Header.Get("Allow") != "DELETE, GET" {
+	if resp := archiveAdminError(t, c, http.MethodPatch, "/webhook_idempotency/adm/keys/k1", 405); resp.Header.Get("Allow") != "DELETE, GET" {
 		t.Errorf("Allow %q", resp.Header.Get("Allow"))
 	}
 
 	// Redis down: 503
-	srv.kill()
+	srv.Kill()
 	for _, p := range []string{"/webhook_idempotency/", "/webhook_idempotency/adm", "/webhook_idempotency/adm/keys/k1",
 		"/webhook_idempotency/adm/events", "/webhook_idempotency/adm/events/" + first.ID} {
-		adminExpectError(t, c, http.MethodGet, p, http.StatusServiceUnavailable)
+		archiveAdminError(t, c, http.MethodGet, p, http.StatusServiceUnavailable)
 	}
-	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusServiceUnavailable)
+	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusServiceUnavailable)
 }
 
 // TestAdminArchiveToInboxAndDeadLetters: on an inbox route, an archived
@@ -345,35 +361,35 @@ http://127.0.0.1:%d {
 // are discarded one by one and redelivered all at once.
 func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 	const source = "adm_inbox"
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	var fixed atomic.Bool
 	fixed.Store(true)
-	app := fixableApp(t, &fixed)
-	port := freePort(t)
-	site := strings.Replace(adminInboxSite(port, source, srv.addr(), app.URL+"/in", "200ms"),
+	app := archiveFixableApp(t, &fixed)
+	port := testkit.FreePort(t)
+	site := strings.Replace(archiveInboxSite(port, source, srv.Addr(), app.URL+"/in", "200ms"),
 		"\t\tinbox {", "\t\tarchive {\n\t\t\tredact header:X-Secret\n\t\t}\n\t\tinbox {", 1)
-	c := startCaddy(t, "", site)
+	c := testkit.StartCaddy(t, "", site)
 	base := "/webhook_idempotency/" + source
 
-	if resp, b := post(t, siteURL(port)+"/w", []byte(`{"a":1}`), "Idempotency-Key", "i1", "X-Secret", "s3", "X-Plain", "p"); resp.StatusCode != http.StatusAccepted {
+	if resp, b := testkit.Post(t, testkit.SiteURL(port)+"/w", []byte(`{"a":1}`), "Idempotency-Key", "i1", "X-Secret", "s3", "X-Plain", "p"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("accept: %s %s", resp.Status, b)
 	}
-	adminWait(t, 10*time.Second, "the delivery", func() bool { return app.calls.Load() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the delivery", func() bool { return app.Calls.Load() == 1 })
 	var list adminEventsJSON
-	adminWait(t, 10*time.Second, "the archived event", func() bool {
-		adminJSON(t, c, http.MethodGet, base+"/events", &list)
+	testkit.Eventually(t, 10*time.Second, "the archived event", func() bool {
+		archiveAdminJSON(t, c, http.MethodGet, base+"/events", &list)
 		return len(list.Events) == 1
 	})
 	if ev := list.Events[0]; ev.Result != resultNew || ev.Status != http.StatusAccepted || ev.Key != "i1" {
 		t.Fatalf("archived: %+v", ev)
 	}
 	var out redeliveryOutcome
-	adminJSON(t, c, http.MethodPost, base+"/events/"+list.Events[0].ID+"/redeliver", &out)
+	archiveAdminJSON(t, c, http.MethodPost, base+"/events/"+list.Events[0].ID+"/redeliver", &out)
 	if !out.Delivered || out.InboxID == "" {
 		t.Fatalf("redeliver: %+v", out)
 	}
-	adminWait(t, 10*time.Second, "the redelivery", func() bool { return app.calls.Load() == 2 })
-	got := app.requests()[1]
+	testkit.Eventually(t, 10*time.Second, "the redelivery", func() bool { return app.Calls.Load() == 2 })
+	got := app.Requests()[1]
 	if string(got.Body) != `{"a":1}` || got.Header.Get("Webhook-Attempt") != "1" || got.Header.Get("X-Plain") != "p" ||
 		got.Header.Get("X-Secret") != "" || got.Header.Get("Idempotency-Key") != "i1" {
 		t.Fatalf("redelivered through the inbox: %q %v", got.Body, got.Header)
@@ -383,37 +399,134 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 	fixed.Store(false)
 	for i := range 3 {
 		key := fmt.Sprintf("d%d", i)
-		if resp, _ := post(t, siteURL(port)+"/w", []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
+		if resp, _ := testkit.Post(t, testkit.SiteURL(port)+"/w", []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("accept %s: %s", key, resp.Status)
 		}
 	}
-	var dead []adminDead
-	adminWait(t, 10*time.Second, "three dead letters", func() bool {
-		adminJSON(t, c, http.MethodGet, base+"/dead", &dead)
+	var dead []archiveDeadJSON
+	testkit.Eventually(t, 10*time.Second, "three dead letters", func() bool {
+		archiveAdminJSON(t, c, http.MethodGet, base+"/dead", &dead)
 		return len(dead) == 3
 	})
-	if resp, b := adminCall(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID); resp.StatusCode != http.StatusNoContent {
+	if resp, b := archiveAdminCall(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("discard: %s %s", resp.Status, b)
 	}
-	adminExpectError(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID, http.StatusNotFound)
-	adminExpectError(t, c, http.MethodDelete, base+"/dead/123", http.StatusNotFound)
+	archiveAdminError(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID, http.StatusNotFound)
+	archiveAdminError(t, c, http.MethodDelete, base+"/dead/123", http.StatusNotFound)
 	fixed.Store(true)
-	calls := app.calls.Load()
+	calls := app.Calls.Load()
 	var all struct {
 		Redelivered int `json:"redelivered"`
 	}
-	adminJSON(t, c, http.MethodPost, base+"/dead/redeliver", &all)
+	archiveAdminJSON(t, c, http.MethodPost, base+"/dead/redeliver", &all)
 	if all.Redelivered != 2 {
 		t.Fatalf("redelivered %d", all.Redelivered)
 	}
-	adminWait(t, 10*time.Second, "two redeliveries", func() bool { return app.calls.Load() == calls+2 })
-	adminJSON(t, c, http.MethodGet, base+"/dead", &dead)
+	testkit.Eventually(t, 10*time.Second, "two redeliveries", func() bool { return app.Calls.Load() == calls+2 })
+	archiveAdminJSON(t, c, http.MethodGet, base+"/dead", &dead)
 	if len(dead) != 0 {
 		t.Fatalf("dead after redeliver all: %+v", dead)
 	}
-	for _, r := range app.requests()[calls:] {
+	for _, r := range app.Requests()[calls:] {
 		if k := r.Header.Get("Idempotency-Key"); k != "d1" && k != "d2" {
 			t.Fatalf("redelivered %q", k)
 		}
 	}
+}
+
+// archiveAdminCall sends a request to the admin API and returns the
+// response and its body.
+func archiveAdminCall(t *testing.T, c *testkit.Caddy, method, path string) (*http.Response, []byte) {
+	t.Helper()
+	return testkit.Do(t, method, c.AdminURL(path), nil)
+}
+
+// archiveAdminJSON sends a request that must answer 200 with JSON, and
+// decodes the body into v.
+func archiveAdminJSON(t *testing.T, c *testkit.Caddy, method, path string, v any) {
+	t.Helper()
+	resp, body := archiveAdminCall(t, c, method, path)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %s: %s", method, path, resp.Status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("%s %s: Content-Type %q", method, path, ct)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("%s %s: decoding %s: %v", method, path, body, err)
+	}
+}
+
+// archiveAdminError checks that a request answers status with Caddy's
+// JSON error body.
+func archiveAdminError(t *testing.T, c *testkit.Caddy, method, path string, status int) *http.Response {
+	t.Helper()
+	resp, body := archiveAdminCall(t, c, method, path)
+	if resp.StatusCode != status {
+		t.Fatalf("%s %s: got %s, want %d: %s", method, path, resp.Status, status, body)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+		t.Fatalf("%s %s: want a JSON error, got %q (%v)", method, path, body, err)
+	}
+	return resp
+}
+
+// archiveAdminForget forgets key of source through the admin API, which
+// must answer 204.
+func archiveAdminForget(t *testing.T, c *testkit.Caddy, source, key string) {
+	t.Helper()
+	path := "/webhook_idempotency/" + source + "/keys/" + key
+	resp, body := archiveAdminCall(t, c, http.MethodDelete, path)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("forget %s of %s: %s: %s", key, source, resp.Status, body)
+	}
+}
+
+// archiveInboxSite is a site whose handler has an inbox for source on
+// Redis, delivering to deliverTo, with a short retry schedule.
+func archiveInboxSite(port int, source, redisAddr, deliverTo, retries string) string {
+	return fmt.Sprintf(`
+http://127.0.0.1:%d {
+	webhook_idempotency {
+		source %s
+		store redis redis://%s {
+			timeout 300ms
+		}
+		inbox {
+			deliver_to %s
+			retries %s
+			jitter 0%%
+			timeout 1s
+		}
+	}
+}`, port, source, redisAddr, deliverTo, retries)
+}
+
+// archiveFixableApp is an application that answers 400 (a refusal the
+// inbox dead-letters) while fixed is false, and 200 once it is true.
+func archiveFixableApp(t *testing.T, fixed *atomic.Bool) *testkit.Upstream {
+	return testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if !fixed.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// archiveDeadJSON is the JSON of one dead-lettered event as the README
+// documents it.
+type archiveDeadJSON struct {
+	ID         string    `json:"id"`
+	Key        string    `json:"key"`
+	Method     string    `json:"method"`
+	URI        string    `json:"uri"`
+	Attempts   int       `json:"attempts"`
+	LastStatus int       `json:"last_status"`
+	LastError  string    `json:"last_error"`
+	Received   time.Time `json:"received"`
+	Failed     time.Time `json:"failed"`
 }

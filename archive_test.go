@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -8,17 +6,26 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // These tests run a real Caddy in front of a real upstream, with the archive
-// on a real Redis or on the memory store.
+// on a real Redis or on the memory store: the archive as the handler
+// builds it from its configuration and feeds it on the request path. The
+// archive's own workings (backends, ring, trimming) are tested in
+// internal/archive.
 
 const archiveSecret = "archive-hmac-secret"
 
@@ -45,7 +52,7 @@ http://127.0.0.1:%d {
 // signedPost sends a delivery signed for archiveSite.
 func signedPost(t *testing.T, url string, body string, header ...string) (*http.Response, []byte) {
 	t.Helper()
-	return post(t, url, []byte(body), append([]string{"X-Sig", sigtest.HMACHex(archiveSecret, body), "Content-Type", "application/json"}, header...)...)
+	return testkit.Post(t, url, []byte(body), append([]string{"X-Sig", sigtest.HMACHex(archiveSecret, body), "Content-Type", "application/json"}, header...)...)
 }
 
 // The secrets of TestArchiveRedis: none may be stored anywhere in Redis.
@@ -63,8 +70,8 @@ const (
 // appends.
 func TestArchiveRedis(t *testing.T) {
 	const source = "arch_redis"
-	srv := startRedis(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if strings.Contains(r.URL.Path, "fail") {
 			w.WriteHeader(http.StatusBadGateway)
 			return
@@ -72,11 +79,11 @@ func TestArchiveRedis(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
-	port := freePort(t)
-	c := startCaddy(t, "", archiveSite(port, source, "redis redis://"+srv.addr()+" {\n\t\t\ttimeout 2s\n\t\t}",
-		"1h {\n\t\t\tredact header:X-Card json:card.number json:wallet.#.pan\n\t\t}", up.addr()))
-	before := c.scrapeMetrics(t)
-	url := siteURL(port)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", archiveSite(port, source, "redis redis://"+srv.Addr()+" {\n\t\t\ttimeout 2s\n\t\t}",
+		"1h {\n\t\t\tredact header:X-Card json:card.number json:wallet.#.pan\n\t\t}", up.Addr()))
+	before := archiveMetrics(t, c)
+	url := testkit.SiteURL(port)
 
 	body1 := `{"id":"evt_1","card":{"number":"` + archiveCard + `","brand":"visa"},"wallet":[{"pan":"` + archiveNestedPAN + `"}]}`
 	resp, b := signedPost(t, url+"/hook?x=1", body1, "Authorization", "Bearer "+archiveBearer, "X-Card", archiveCardHdr, "X-Other", "kept")
@@ -84,18 +91,18 @@ func TestArchiveRedis(t *testing.T) {
 		t.Fatalf("new: %s %s", resp.Status, b)
 	}
 	resp, b = signedPost(t, url+"/hook?x=1", body1)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(replayedHeader) != "true" {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(record.ReplayedHeader) != "true" {
 		t.Fatalf("replay: %s %v %s", resp.Status, resp.Header, b)
 	}
 	// not archived: forged, too large, skipped
-	if resp, _ := post(t, url+"/hook", []byte(`{"id":"evt_forged"}`), "X-Sig", "00"); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := testkit.Post(t, url+"/hook", []byte(`{"id":"evt_forged"}`), "X-Sig", "00"); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("forged: %s", resp.Status)
 	}
 	big := `{"id":"evt_big","pad":"` + strings.Repeat("x", 4096) + `"}`
 	if resp, _ := signedPost(t, url+"/hook", big); resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("too large: %s", resp.Status)
 	}
-	if resp, _ := do(t, http.MethodGet, url+"/hook", nil); resp.StatusCode != http.StatusOK {
+	if resp, _ := testkit.Do(t, http.MethodGet, url+"/hook", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("skipped: %s", resp.Status)
 	}
 	// a 502 releases the key: archived with its status
@@ -103,10 +110,10 @@ func TestArchiveRedis(t *testing.T) {
 		t.Fatalf("fail: %s", resp.Status)
 	}
 
-	rc := srv.client(t)
+	rc := srv.Client(t)
 	stream := "{idem:" + source + "}:archive"
 	var msgs []redis.XMessage
-	adminWait(t, 10*time.Second, "three archived events", func() bool {
+	testkit.Eventually(t, 10*time.Second, "three archived events", func() bool {
 		msgs = rc.XRange(t.Context(), stream, "-", "+").Val()
 		return len(msgs) >= 3
 	})
@@ -116,7 +123,7 @@ func TestArchiveRedis(t *testing.T) {
 	}
 	byResult := map[string]map[string]any{}
 	for _, m := range msgs {
-		byResult[str(m.Values["result"])+"/"+str(m.Values["key"])] = m.Values
+		byResult[archiveField(m.Values["result"])+"/"+archiveField(m.Values["key"])] = m.Values
 	}
 	sum := sha256.Sum256([]byte(body1))
 	first := byResult["new/evt_1"]
@@ -129,36 +136,36 @@ func TestArchiveRedis(t *testing.T) {
 		"source": source, "status": "200", "method": "POST", "uri": "/hook?x=1",
 		"proto": "http", "remote": "127.0.0.1", "body_sha256": hex.EncodeToString(sum[:]), "redacted": "body",
 	} {
-		if got := str(first[name]); got != want {
+		if got := archiveField(first[name]); got != want {
 			t.Errorf("new event %s = %q, want %q", name, got, want)
 		}
 	}
 	wantBody := `{"id":"evt_1","card":{"number":"[redacted]","brand":"visa"},"wallet":[{"pan":"[redacted]"}]}`
-	if got := str(first["body"]); got != wantBody {
+	if got := archiveField(first["body"]); got != wantBody {
 		t.Errorf("new event body\n got %s\nwant %s", got, wantBody)
 	}
-	mustContain(t, str(first["headers"]), "Authorization: [redacted]\r\n", "X-Card: [redacted]\r\n", "X-Other: kept\r\n", "Content-Type: application/json\r\n")
-	received := unixMilli(str(first["received"]))
+	testkit.MustContain(t, archiveField(first["headers"]), "Authorization: [redacted]\r\n", "X-Card: [redacted]\r\n", "X-Other: kept\r\n", "Content-Type: application/json\r\n")
+	received := event.UnixMilli(archiveField(first["received"]))
 	if time.Since(received) > time.Minute || time.Since(received) < 0 {
 		t.Errorf("received %s", received)
 	}
-	if us := str(first["duration_us"]); us == "" || us == "0" {
+	if us := archiveField(first["duration_us"]); us == "" || us == "0" {
 		t.Errorf("duration_us %q", us)
 	}
 	if _, ok := replay["body"]; ok {
 		t.Errorf("a replay's body is stored: %v", replay)
 	}
-	if str(replay["body_sha256"]) != hex.EncodeToString(sum[:]) || str(replay["status"]) != "200" {
+	if archiveField(replay["body_sha256"]) != hex.EncodeToString(sum[:]) || archiveField(replay["status"]) != "200" {
 		t.Errorf("replay event: %v", replay)
 	}
-	if str(failed["status"]) != "502" || str(failed["body"]) != `{"id":"evt_fail"}` {
+	if archiveField(failed["status"]) != "502" || archiveField(failed["body"]) != `{"id":"evt_fail"}` {
 		t.Errorf("failed event: %v", failed)
 	}
 
 	// nothing redacted is stored anywhere
 	assertRedisHoldsNone(t, rc, archiveCard, archiveBearer, archiveCardHdr, archiveNestedPAN)
 
-	after := c.scrapeMetrics(t)
+	after := archiveMetrics(t, c)
 	for name, want := range map[string]float64{
 		"caddy_webhook_idempotency_archive_events_total":  3,
 		"caddy_webhook_idempotency_archive_errors_total":  0,
@@ -190,7 +197,7 @@ func assertRedisHoldsNone(t *testing.T, rc *redis.Client, secrets ...string) {
 		case "stream":
 			for _, m := range rc.XRange(ctx, key, "-", "+").Val() {
 				for k, v := range m.Values {
-					all.WriteString(k + "=" + str(v) + "\n")
+					all.WriteString(k + "=" + archiveField(v) + "\n")
 				}
 			}
 		case "zset":
@@ -213,7 +220,7 @@ func assertRedisHoldsNone(t *testing.T, rc *redis.Client, secrets ...string) {
 }
 
 // archiveOf returns the archive of the running handler of source.
-func archiveOf(t *testing.T, source string) *archive {
+func archiveOf(t *testing.T, source string) *archive.Archive {
 	t.Helper()
 	hs := sourceHandlers(source)
 	if len(hs) == 0 || hs[0].archive == nil {
@@ -222,10 +229,11 @@ func archiveOf(t *testing.T, source string) *archive {
 	return hs[0].archive
 }
 
-// findAll returns every archived event of a, newest first.
-func findAll(t *testing.T, a *archive) []archivedEvent {
+// archiveFindAll returns every archived event of a, newest first, as a
+// list shows them (without headers and body).
+func archiveFindAll(t *testing.T, a *archive.Archive) []archive.Event {
 	t.Helper()
-	evs, _, err := a.find(context.Background(), archiveQuery{count: maxArchiveCount}, archiveScanMax)
+	evs, _, err := a.Find(context.Background(), archive.Query{Count: maxArchiveCount}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +245,10 @@ func findAll(t *testing.T, a *archive) []archivedEvent {
 // appended, which is counted, and nothing else happens.
 func TestArchiveStoreDownNeverFailsTheAnswer(t *testing.T) {
 	const source = "arch_down"
-	srv := startRedis(t)
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	c := startCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
 	webhook_idempotency {
 		source %s
 		store redis redis://%s {
@@ -249,25 +257,90 @@ func TestArchiveStoreDownNeverFailsTheAnswer(t *testing.T) {
 		archive
 	}
 	reverse_proxy %s
-}`, port, source, srv.addr(), up.addr()))
-	before := c.scrapeMetrics(t)
-	srv.kill()
+}`, port, source, srv.Addr(), up.Addr()))
+	before := archiveMetrics(t, c)
+	srv.Kill()
 	for i := range 3 {
-		resp, b := post(t, siteURL(port)+"/hook", []byte("down"), "Idempotency-Key", fmt.Sprint("down-", i))
+		resp, b := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte("down"), "Idempotency-Key", fmt.Sprint("down-", i))
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"call"`) {
 			t.Fatalf("delivery %d with Redis down: %s %s", i, resp.Status, b)
 		}
 	}
-	if n := up.calls.Load(); n != 3 {
+	if n := up.Calls.Load(); n != 3 {
 		t.Fatalf("upstream called %d times, want 3", n)
 	}
 	const errorsName = "caddy_webhook_idempotency_archive_errors_total"
 	b, _ := before.value(errorsName, "source", source)
-	adminWait(t, 10*time.Second, "the failed appends to be counted", func() bool {
-		a, _ := c.scrapeMetrics(t).value(errorsName, "source", source)
+	testkit.Eventually(t, 10*time.Second, "the failed appends to be counted", func() bool {
+		a, _ := archiveMetrics(t, c).value(errorsName, "source", source)
 		return a-b == 3
 	})
-	if v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_requests_total", "source", source, "result", resultBypassed); v != 3 {
-		t.Fatalf("bypassed %v, want 3", v)
+	// counters live as long as the process: count from before
+	const requestsName = "caddy_webhook_idempotency_requests_total"
+	was, _ := before.value(requestsName, "source", source, "result", resultBypassed)
+	if v, _ := archiveMetrics(t, c).value(requestsName, "source", source, "result", resultBypassed); v-was != 3 {
+		t.Fatalf("bypassed %v more, want 3", v-was)
 	}
+}
+
+// archiveField is a stream field's value as a string.
+func archiveField(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// archiveScrape is one read of Caddy's metrics: each series, written as
+// its name and its labels sorted, and its value.
+type archiveScrape map[string]float64
+
+// archiveMetrics reads Caddy's metrics from the admin endpoint.
+func archiveMetrics(t *testing.T, c *testkit.Caddy) archiveScrape {
+	t.Helper()
+	resp, body := testkit.Do(t, http.MethodGet, c.AdminURL("/metrics"), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics endpoint: %s: %s", resp.Status, body)
+	}
+	s := archiveScrape{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			t.Fatalf("metrics line without a value: %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		name, labels, _ := strings.Cut(line[:i], "{")
+		var pairs []string
+		for labels = strings.TrimSuffix(labels, "}"); labels != ""; {
+			k, rest, _ := strings.Cut(labels, "=")
+			val, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			pairs = append(pairs, k+"="+val)
+			labels = strings.TrimPrefix(rest[len(val):], ",")
+		}
+		s[archiveSeries(name, pairs)] = v
+	}
+	return s
+}
+
+// value returns the value of the series name with labels given as name,
+// value pairs (all of them), and whether it is present.
+func (s archiveScrape) value(name string, labels ...string) (float64, bool) {
+	var pairs []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		pairs = append(pairs, labels[i]+"="+strconv.Quote(labels[i+1]))
+	}
+	v, ok := s[archiveSeries(name, pairs)]
+	return v, ok
+}
+
+func archiveSeries(name string, pairs []string) string {
+	slices.Sort(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
 }

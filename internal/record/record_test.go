@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package record
 
 import (
 	"bytes"
@@ -12,6 +10,7 @@ import (
 )
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	hash := sha256.Sum256([]byte(`{"id":"evt_1"}`))
 	for _, tc := range []struct {
 		name       string
@@ -99,21 +98,21 @@ func TestRecordRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			enc := encodeTestRecord(nil, tc.status, tc.header, tc.body, tc.noBody, &hash)
-			rec, err := decodeRecord(enc)
+			rec, err := Decode(enc)
 			if err != nil {
-				t.Fatalf("decodeRecord: %v", err)
+				t.Fatalf("Decode: %v", err)
 			}
-			if rec.status != tc.status {
-				t.Errorf("status = %d, want %d", rec.status, tc.status)
+			if rec.Status != tc.status {
+				t.Errorf("status = %d, want %d", rec.Status, tc.status)
 			}
-			if rec.noBody != tc.noBody {
-				t.Errorf("noBody = %v, want %v", rec.noBody, tc.noBody)
+			if rec.NoBody != tc.noBody {
+				t.Errorf("noBody = %v, want %v", rec.NoBody, tc.noBody)
 			}
-			if !bytes.Equal(rec.bodyHash, hash[:]) {
-				t.Errorf("bodyHash = %x, want %x", rec.bodyHash, hash)
+			if !bytes.Equal(rec.BodyHash, hash[:]) {
+				t.Errorf("bodyHash = %x, want %x", rec.BodyHash, hash)
 			}
-			if !bytes.Equal(rec.body, tc.wantBody) {
-				t.Errorf("body = %q, want %q", rec.body, tc.wantBody)
+			if !bytes.Equal(rec.Body, tc.wantBody) {
+				t.Errorf("body = %q, want %q", rec.Body, tc.wantBody)
 			}
 			got := http.Header{}
 			rec.writeTestHeaders(got)
@@ -125,14 +124,15 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestRecordEncodeAppends(t *testing.T) {
+	t.Parallel()
 	hash := sha256.Sum256(nil)
 	prefix := []byte("keep")
 	enc := encodeTestRecord(append([]byte(nil), prefix...), 200, http.Header{"A": {"1"}}, []byte("b"), false, &hash)
 	if !bytes.HasPrefix(enc, prefix) {
-		t.Fatalf("encodeRecord overwrote dst: %q", enc[:4])
+		t.Fatalf("Encode overwrote dst: %q", enc[:4])
 	}
-	rec, err := decodeRecord(enc[len(prefix):])
-	if err != nil || rec.status != 200 || string(rec.body) != "b" {
+	rec, err := Decode(enc[len(prefix):])
+	if err != nil || rec.Status != 200 || string(rec.Body) != "b" {
 		t.Fatalf("decode of appended record = %+v, %v", rec, err)
 	}
 }
@@ -141,15 +141,16 @@ func TestRecordEncodeAppends(t *testing.T) {
 // one header cannot be grown into another header's values (they share one
 // backing slice).
 func TestRecordWriteHeadersIndependentValues(t *testing.T) {
+	t.Parallel()
 	hash := sha256.Sum256(nil)
 	enc := encodeTestRecord(nil, 200, http.Header{"A": {"1", "2"}, "B": {"3"}}, nil, false, &hash)
-	rec, err := decodeRecord(enc)
+	rec, err := Decode(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	rec.writeReplayHeaders(h, "")
-	delete(h, replayedHeader)
+	rec.WriteReplayHeaders(h, "")
+	delete(h, ReplayedHeader)
 	h.Add("A", "added")
 	h.Add("B", "added")
 	want := http.Header{"A": {"1", "2", "added"}, "B": {"3", "added"}}
@@ -158,17 +159,18 @@ func TestRecordWriteHeadersIndependentValues(t *testing.T) {
 	}
 	// merging into a header that already has the name adds to it
 	h2 := http.Header{"A": {"0"}}
-	rec.writeReplayHeaders(h2, "")
-	delete(h2, replayedHeader)
+	rec.WriteReplayHeaders(h2, "")
+	delete(h2, ReplayedHeader)
 	if got := h2["A"]; !reflect.DeepEqual(got, []string{"1", "2"}) && !reflect.DeepEqual(got, []string{"0", "1", "2"}) {
-		t.Errorf("A after writeHeaders over an existing value = %q", got)
+		t.Errorf("A after WriteReplayHeaders over an existing value = %q", got)
 	}
 }
 
 func TestRecordCorrupt(t *testing.T) {
+	t.Parallel()
 	hash := sha256.Sum256([]byte("x"))
 	valid := encodeTestRecord(nil, 200, http.Header{"Content-Type": {"text/plain"}, "X-Multi": {"1", "2"}}, []byte("body"), false, &hash)
-	if _, err := decodeRecord(valid); err != nil {
+	if _, err := Decode(valid); err != nil {
 		t.Fatalf("valid record: %v", err)
 	}
 	// The header block ends where the body starts, so cutting into the
@@ -176,18 +178,18 @@ func TestRecordCorrupt(t *testing.T) {
 	// the body must be refused.
 	bodyStart := len(valid) - len("body")
 	for n := 0; n < bodyStart; n++ {
-		if rec, err := decodeRecord(valid[:n]); err == nil {
+		if rec, err := Decode(valid[:n]); err == nil {
 			t.Errorf("truncation to %d of %d bytes decoded as %+v, want an error", n, len(valid), rec)
 		}
 	}
 	for n := bodyStart; n <= len(valid); n++ {
-		rec, err := decodeRecord(valid[:n])
+		rec, err := Decode(valid[:n])
 		if err != nil {
 			t.Errorf("truncation to %d bytes (in the body): %v", n, err)
 			continue
 		}
-		if string(rec.body) != "body"[:n-bodyStart] {
-			t.Errorf("truncation to %d bytes: body %q", n, rec.body)
+		if string(rec.Body) != "body"[:n-bodyStart] {
+			t.Errorf("truncation to %d bytes: body %q", n, rec.Body)
 		}
 	}
 
@@ -205,44 +207,44 @@ func TestRecordCorrupt(t *testing.T) {
 		{"status 99", mutate(func(b []byte) []byte { b[2], b[3] = 0, 99; return b })},
 		{"status 1000", mutate(func(b []byte) []byte { b[2], b[3] = 0x03, 0xe8; return b })},
 		{"header length past the end", mutate(func(b []byte) []byte {
-			return append(binary.AppendUvarint(b[:recordFixedLen], uint64(len(b))), b[recordFixedLen+1:]...)
+			return append(binary.AppendUvarint(b[:FixedLen], uint64(len(b))), b[FixedLen+1:]...)
 		})},
 		{"header length over the limit", mutate(func(b []byte) []byte {
-			return binary.AppendUvarint(b[:recordFixedLen], recordMaxHeaderLen+1)
+			return binary.AppendUvarint(b[:FixedLen], maxHeaderLen+1)
 		})},
 		{"header length overflowing uvarint", mutate(func(b []byte) []byte {
-			return append(b[:recordFixedLen], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
+			return append(b[:FixedLen], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
 		})},
 		{"name length past the header block", mutate(func(b []byte) []byte {
-			b[recordFixedLen+1] = 0x7f
+			b[FixedLen+1] = 0x7f
 			return b
 		})},
 		{"value missing in the header block", func() []byte {
-			b := append([]byte(nil), valid[:recordFixedLen]...)
+			b := append([]byte(nil), valid[:FixedLen]...)
 			b = binary.AppendUvarint(b, 2)
 			return append(b, 1, 'A') // a name with no value
 		}()},
 		{"huge name length", func() []byte {
-			b := append([]byte(nil), valid[:recordFixedLen]...)
+			b := append([]byte(nil), valid[:FixedLen]...)
 			hdr := binary.AppendUvarint(nil, 1<<62)
 			b = binary.AppendUvarint(b, uint64(len(hdr)))
 			return append(b, hdr...)
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec, err := decodeRecord(tc.b)
+			rec, err := Decode(tc.b)
 			if err == nil {
-				t.Fatalf("decodeRecord(%x) = %+v, want an error", tc.b, rec)
+				t.Fatalf("Decode(%x) = %+v, want an error", tc.b, rec)
 			}
-			if err != errCorruptRecord {
-				t.Errorf("error = %v, want errCorruptRecord", err)
+			if err != ErrCorrupt {
+				t.Errorf("error = %v, want ErrCorrupt", err)
 			}
 		})
 	}
 }
 
-// FuzzRecordDecode checks that no input makes decodeRecord or
-// writeReplayHeaders panic, and that whatever decodes re-encodes to the
+// FuzzRecordDecode checks that no input makes Decode or
+// WriteReplayHeaders panic, and that whatever decodes re-encodes to the
 // same record.
 func FuzzRecordDecode(f *testing.F) {
 	hash := sha256.Sum256([]byte("seed"))
@@ -250,22 +252,22 @@ func FuzzRecordDecode(f *testing.F) {
 	f.Add(encodeTestRecord(nil, 500, nil, nil, true, &hash))
 	f.Add([]byte{1})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rec, err := decodeRecord(b)
+		rec, err := Decode(b)
 		if err != nil {
 			return
 		}
-		rec.writeReplayHeaders(http.Header{}, "1")
+		rec.WriteReplayHeaders(http.Header{}, "1")
 		h := http.Header{}
 		rec.writeTestHeaders(h)
 		var sum [32]byte
-		copy(sum[:], rec.bodyHash)
-		again, err := decodeRecord(encodeTestRecord(nil, rec.status, h, rec.body, rec.noBody, &sum))
+		copy(sum[:], rec.BodyHash)
+		again, err := Decode(encodeTestRecord(nil, rec.Status, h, rec.Body, rec.NoBody, &sum))
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
 		h2 := http.Header{}
 		again.writeTestHeaders(h2)
-		if again.status != rec.status || !bytes.Equal(again.body, rec.body) && !rec.noBody {
+		if again.Status != rec.Status || !bytes.Equal(again.Body, rec.Body) && !rec.NoBody {
 			t.Fatalf("re-encoded record differs: %+v vs %+v", again, rec)
 		}
 	})
@@ -275,18 +277,18 @@ func FuzzRecordDecode(f *testing.F) {
 // a response's status, headers and body, or without the body when it
 // outgrew max_response (noBody).
 func encodeTestRecord(dst []byte, status int, header http.Header, body []byte, noBody bool, bodyHash *[32]byte) []byte {
-	rec := encodeRecord(dst, status, header, bodyHash)
+	rec := Encode(dst, status, header, bodyHash)
 	if noBody {
-		rec[len(dst)+1] |= recordFlagNoBody
+		MarkNoBody(rec[len(dst):])
 		return rec
 	}
 	return append(rec, body...)
 }
 
 // writeTestHeaders adds the recorded headers to dst, as they were
-// recorded, without what a replay adds (writeReplayHeaders).
-func (rec record) writeTestHeaders(dst http.Header) {
-	for h := rec.headers; len(h) > 0; {
+// recorded, without what a replay adds (WriteReplayHeaders).
+func (rec Record) writeTestHeaders(dst http.Header) {
+	for h := rec.Headers; len(h) > 0; {
 		var fields [2]string
 		for i := range fields {
 			l, n := binary.Uvarint(h)
