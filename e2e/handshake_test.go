@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package e2e
 
 import (
 	"context"
@@ -19,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // caseNamed is the sigtest case with this label.
@@ -44,7 +43,7 @@ func sendSigned(t *testing.T, base, path string, c sigtest.Case, secret string, 
 	for name, values := range d.Req.Header {
 		header = append(header, name, values[0])
 	}
-	return post(t, base+path, d.Body, append(header, extra...)...)
+	return testkit.Post(t, base+path, d.Body, append(header, extra...)...)
 }
 
 // dbSize is the number of keys in the Redis database.
@@ -87,14 +86,14 @@ func discordDirective(t *testing.T) string {
 // called and nothing reaches Redis; forged handshakes get 401; verified
 // events still pass and are deduplicated.
 func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
-	srv := startRedis(t)
-	rdb := srv.client(t)
-	up := newUpstream(t, nil)
-	port := freePort(t)
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
 	route := func(path, directive string) string {
-		return fmt.Sprintf("\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", path, directive, up.addr())
+		return fmt.Sprintf("\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", path, directive, up.Addr())
 	}
-	c := startCaddy(t, fmt.Sprintf("webhook_idempotency {\n\t\tstore redis redis://%s {\n\t\t\ttimeout 5s\n\t\t}\n\t}", srv.addr()),
+	c := testkit.StartCaddy(t, fmt.Sprintf("webhook_idempotency {\n\t\tstore redis redis://%s {\n\t\t\ttimeout 5s\n\t\t}\n\t}", srv.Addr()),
 		fmt.Sprintf(":%d {\n%s%s%s%s%s}", port,
 			route("/whatsapp", "webhook_idempotency whatsapp verify_token meta-verify-token secret meta-app-secret"),
 			route("/slack", slackDirective),
@@ -102,15 +101,15 @@ func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
 			route("/discord", discordDirective(t)),
 			route("/twitch", "webhook_idempotency twitch secret twitch-secret-0001"),
 		))
-	base := siteURL(port)
+	base := testkit.SiteURL(port)
 	slack, zoom, discord, twitch := caseNamed(t, "slack"), caseNamed(t, "zoom"), caseNamed(t, "discord"), caseNamed(t, "twitch")
 
 	// Meta's subscription check
-	resp, body := do(t, http.MethodGet, base+"/whatsapp?hub.mode=subscribe&hub.verify_token=meta-verify-token&hub.challenge=1158201444", nil)
+	resp, body := testkit.Do(t, http.MethodGet, base+"/whatsapp?hub.mode=subscribe&hub.verify_token=meta-verify-token&hub.challenge=1158201444", nil)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/plain" || string(body) != "1158201444" {
 		t.Fatalf("whatsapp: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	resp, body = do(t, http.MethodGet, base+"/whatsapp?hub.mode=subscribe&hub.verify_token=guess&hub.challenge=1158201444", nil)
+	resp, body = testkit.Do(t, http.MethodGet, base+"/whatsapp?hub.mode=subscribe&hub.verify_token=guess&hub.challenge=1158201444", nil)
 	if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "1158201444") {
 		t.Fatalf("whatsapp, wrong token: %d %q", resp.StatusCode, body)
 	}
@@ -158,15 +157,15 @@ func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
 		resp, body = sendSigned(t, base, f.path, f.c, f.c.Secrets[2], f.body, f.extra...)
 		wantRejected(t, resp, body, "invalid signature")
 	}
-	if n := up.calls.Load(); n != 0 {
+	if n := up.Calls.Load(); n != 0 {
 		t.Fatalf("upstream called %d times by handshakes", n)
 	}
 	if n := dbSize(t, rdb); n != 0 {
 		t.Fatalf("handshakes left %d keys in Redis", n)
 	}
-	m := c.scrapeMetrics(t)
+	m := c.Metrics(t)
 	for _, source := range []string{"whatsapp", "slack", "zoom", "discord", "twitch"} {
-		if v, _ := m.value(metricRequestsName, "result", "handshake", "source", source); v != 1 {
+		if v, _ := m.Value("caddy_webhook_idempotency_requests_total", "result", "handshake", "source", source); v != 1 {
 			t.Errorf("%s: %v handshakes counted, want 1", source, v)
 		}
 	}
@@ -190,14 +189,14 @@ func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
 			secret = "meta-app-secret"
 		}
 		resp, body = sendSigned(t, base, e.path, e.c, secret, []byte(e.body), e.extra...)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(replayedHeader) != "" {
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(testkit.ReplayedHeader) != "" {
 			t.Fatalf("%s event: %d %s", e.path, resp.StatusCode, body)
 		}
 		resp, _ = sendSigned(t, base, e.path, e.c, secret, []byte(e.body), e.extra...)
-		if resp.Header.Get(replayedHeader) != "true" {
+		if resp.Header.Get(testkit.ReplayedHeader) != "true" {
 			t.Fatalf("%s duplicate not replayed: %d", e.path, resp.StatusCode)
 		}
-		if n := up.calls.Load(); n != int64(i+1) {
+		if n := up.Calls.Load(); n != int64(i+1) {
 			t.Fatalf("%s: upstream called %d times, want %d", e.path, n, i+1)
 		}
 	}
@@ -210,10 +209,10 @@ func TestE2EHandshakesAnsweredAtTheEdge(t *testing.T) {
 // a real Caddy: verified deliveries pass once, forged ones get 401 and
 // never touch the store.
 func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
-	srv := startRedis(t)
-	rdb := srv.client(t)
-	up := newUpstream(t, nil)
-	port := freePort(t)
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
 	rsaFile := writeKeyFile(t, "rsa.pem", sigtest.PEMPublic(&sigtest.RSAKey("rsa-1").PublicKey))
 	edFile := writeKeyFile(t, "ed.pem", sigtest.PEMPublic(sigtest.Ed25519Public("ed-1")))
 	type route struct {
@@ -232,11 +231,11 @@ func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
 	var sites strings.Builder
 	fmt.Fprintf(&sites, ":%d {\n", port)
 	for _, r := range routes {
-		fmt.Fprintf(&sites, "\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", r.path, r.directive, up.addr())
+		fmt.Fprintf(&sites, "\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", r.path, r.directive, up.Addr())
 	}
 	sites.WriteString("}")
-	startCaddy(t, fmt.Sprintf("webhook_idempotency {\n\t\tstore redis redis://%s {\n\t\t\ttimeout 5s\n\t\t}\n\t}", srv.addr()), sites.String())
-	base := siteURL(port)
+	testkit.StartCaddy(t, fmt.Sprintf("webhook_idempotency {\n\t\tstore redis redis://%s {\n\t\t\ttimeout 5s\n\t\t}\n\t}", srv.Addr()), sites.String())
+	base := testkit.SiteURL(port)
 
 	for _, r := range routes {
 		target := r.path
@@ -246,8 +245,8 @@ func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
 		body := []byte(r.c.Body)
 		resp, rb := sendSigned(t, base, target, r.c, r.c.Secrets[2], body)
 		wantRejected(t, resp, rb, "invalid signature")
-		if n := dbSize(t, rdb); n != 0 || up.calls.Load() != 0 {
-			t.Fatalf("%s: forged delivery left %d keys, %d upstream calls", r.path, n, up.calls.Load())
+		if n := dbSize(t, rdb); n != 0 || up.Calls.Load() != 0 {
+			t.Fatalf("%s: forged delivery left %d keys, %d upstream calls", r.path, n, up.Calls.Load())
 		}
 	}
 	for i, r := range routes {
@@ -256,15 +255,15 @@ func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
 			target += q
 		}
 		resp, rb := sendSigned(t, base, target, r.c, r.c.Secrets[0], []byte(r.c.Body))
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(replayedHeader) != "" {
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(testkit.ReplayedHeader) != "" {
 			t.Fatalf("%s: %d %s", r.path, resp.StatusCode, rb)
 		}
 		// a retry of the same event is replayed
 		resp, _ = sendSigned(t, base, target, r.c, r.c.Secrets[0], []byte(r.c.Body))
-		if resp.Header.Get(replayedHeader) != "true" {
+		if resp.Header.Get(testkit.ReplayedHeader) != "true" {
 			t.Fatalf("%s: duplicate not replayed: %d", r.path, resp.StatusCode)
 		}
-		if n := up.calls.Load(); n != int64(i+1) {
+		if n := up.Calls.Load(); n != int64(i+1) {
 			t.Fatalf("%s: upstream called %d times, want %d", r.path, n, i+1)
 		}
 	}
@@ -274,20 +273,20 @@ func TestE2ENewPresetsVerifyBeforeTheStore(t *testing.T) {
 // is guarded (a header the scheme does not sign) claims nothing for it,
 // guard included; the same route's events are claimed with their guard.
 func TestE2EHandshakesClaimNoGuard(t *testing.T) {
-	srv := startRedis(t)
-	rdb := srv.client(t)
-	up := newUpstream(t, nil)
-	port := freePort(t)
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
 	route := func(path, directive string) string {
 		return fmt.Sprintf("\troute %s {\n\t\t%s {\n\t\t\tkey header:X-Event-Id body\n\t\t\tstore redis redis://%s\n\t\t}\n\t\treverse_proxy %s\n\t}\n",
-			path, directive, srv.addr(), up.addr())
+			path, directive, srv.Addr(), up.Addr())
 	}
-	startCaddy(t, "", fmt.Sprintf(":%d {\n%s%s%s}", port,
+	testkit.StartCaddy(t, "", fmt.Sprintf(":%d {\n%s%s%s}", port,
 		route("/slack", slackDirective),
 		route("/zoom", zoomDirective),
 		route("/discord", discordDirective(t)),
 	))
-	base := siteURL(port)
+	base := testkit.SiteURL(port)
 	slack, zoom, discord := caseNamed(t, "slack"), caseNamed(t, "zoom"), caseNamed(t, "discord")
 	for _, h := range []struct {
 		path string
@@ -303,11 +302,11 @@ func TestE2EHandshakesClaimNoGuard(t *testing.T) {
 			t.Fatalf("%s handshake: %d %s", h.path, resp.StatusCode, body)
 		}
 	}
-	if n := dbSize(t, rdb); n != 0 || up.calls.Load() != 0 {
-		t.Fatalf("handshakes on guarded routes left %d keys in Redis and called the upstream %d times", n, up.calls.Load())
+	if n := dbSize(t, rdb); n != 0 || up.Calls.Load() != 0 {
+		t.Fatalf("handshakes on guarded routes left %d keys in Redis and called the upstream %d times", n, up.Calls.Load())
 	}
 	resp, body := sendSigned(t, base, "/slack", slack, slack.Secrets[0], []byte(`{"type":"event_callback","event_id":"Ev0G"}`), "X-Event-Id", "ev_1")
-	if resp.StatusCode != http.StatusOK || up.calls.Load() != 1 {
+	if resp.StatusCode != http.StatusOK || up.Calls.Load() != 1 {
 		t.Fatalf("slack event: %d %s", resp.StatusCode, body)
 	}
 	if n := dbSize(t, rdb); n != 2 {

@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package redise2e
 
 import (
 	"fmt"
@@ -9,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // During a Redis stall, a duplicate of a delivery this instance completed
@@ -17,43 +17,43 @@ import (
 func TestRedisStallReplaysRecentDeliveries(t *testing.T) {
 	for _, fail := range []string{"open", "closed"} {
 		t.Run(fail, func(t *testing.T) {
-			srv := startRedis(t)
-			up := newUpstream(t, nil)
-			port := freePort(t)
-			startCaddy(t, "", redisChaosSite(port, srv, fail, up.addr()))
-			url := siteURL(port) + "/hook"
+			srv := testkit.StartRedis(t)
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
+			testkit.StartCaddy(t, "", redisChaosSite(port, srv, fail, up.Addr()))
+			url := testkit.SiteURL(port) + "/hook"
 			const deliveries = 50
 			for i := range deliveries {
 				key := fmt.Sprintf("evt_stall_%s_%d", fail, i)
-				resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
-				wantNew(t, resp, body, http.StatusOK)
+				resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+				testkit.WantNew(t, resp, body, http.StatusOK)
 			}
 
-			srv.pause()
+			srv.Pause()
 			stalled := time.Now()
-			before := up.calls.Load()
+			before := up.Calls.Load()
 			sent, replayed := 0, 0
 			for round := 0; round < 3; round++ {
 				for i := range deliveries {
 					key := fmt.Sprintf("evt_stall_%s_%d", fail, i)
-					resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+					resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
 					sent++
-					if resp.Header.Get(replayedHeader) == "true" && string(body) == fmt.Sprintf(`{"call":%d}`, i+1) {
+					if resp.Header.Get(testkit.ReplayedHeader) == "true" && string(body) == fmt.Sprintf(`{"call":%d}`, i+1) {
 						replayed++
 					}
 				}
 			}
-			executed := up.calls.Load() - before
+			executed := up.Calls.Load() - before
 			// a delivery never seen is not in any copy: the fail policy applies
-			resp, _ := post(t, url, []byte("evt_stall_new"), "Idempotency-Key", "evt_stall_new_"+fail)
+			resp, _ := testkit.Post(t, url, []byte("evt_stall_new"), "Idempotency-Key", "evt_stall_new_"+fail)
 			wantStatus := map[string]int{"open": http.StatusOK, "closed": http.StatusServiceUnavailable}[fail]
-			if resp.StatusCode != wantStatus || resp.Header.Get(replayedHeader) != "" {
-				t.Fatalf("a new delivery during the stall: %d (replayed %q), want %d", resp.StatusCode, resp.Header.Get(replayedHeader), wantStatus)
+			if resp.StatusCode != wantStatus || resp.Header.Get(testkit.ReplayedHeader) != "" {
+				t.Fatalf("a new delivery during the stall: %d (replayed %q), want %d", resp.StatusCode, resp.Header.Get(testkit.ReplayedHeader), wantStatus)
 			}
 			if d := 3*time.Second - time.Since(stalled); d > 0 {
 				time.Sleep(d) // a stall of at least 3s
 			}
-			srv.resume()
+			srv.Resume()
 			t.Logf("fail %s: %d duplicates during a %v Redis stall: %d replayed, %d executed again",
 				fail, sent, time.Since(stalled).Round(100*time.Millisecond), replayed, executed)
 			if replayed != sent || executed != 0 {
@@ -105,14 +105,14 @@ func logAt(level, msgPart, address string) func(map[string]any) bool {
 // run id changed) is warned about and counted, whether INFO or CONFIG is
 // renamed away or not.
 func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
-	noAOF := startRedis(t)
-	withAOF := startRedis(t, "--appendonly", "yes")
-	openNoAOF := startRedis(t)
-	noInfo := startRedis(t, "--rename-command", "INFO", "")
-	blind := startRedis(t, "--rename-command", "INFO", "", "--rename-command", "CONFIG", "")
-	up := newUpstream(t, nil)
+	noAOF := testkit.StartRedis(t)
+	withAOF := testkit.StartRedis(t, "--appendonly", "yes")
+	openNoAOF := testkit.StartRedis(t)
+	noInfo := testkit.StartRedis(t, "--rename-command", "INFO", "")
+	blind := testkit.StartRedis(t, "--rename-command", "INFO", "", "--rename-command", "CONFIG", "")
+	up := testkit.NewUpstream(t, nil)
 	logPath := filepath.Join(t.TempDir(), "all.log")
-	site := func(port int, source, fail string, srv *redisServer) string {
+	site := func(port int, source, fail string, srv *testkit.Redis) string {
 		return fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source %s
@@ -121,48 +121,48 @@ func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
 	}
 	reverse_proxy %s
 }
-`, port, source, fail, srv.addr(), up.addr())
+`, port, source, fail, srv.Addr(), up.Addr())
 	}
-	port := freePort(t)
-	c := startCaddy(t, fmt.Sprintf(`log everything {
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, fmt.Sprintf(`log everything {
 		output file %s
 		format json
 		level INFO
 	}`, logPath), site(port, "durable", "closed", noAOF)+
-		site(freePort(t), "durable_aof", "closed", withAOF)+
-		site(freePort(t), "open", "open", openNoAOF)+
-		site(freePort(t), "noinfo", "closed", noInfo)+
-		site(freePort(t), "blind", "closed", blind))
+		site(testkit.FreePort(t), "durable_aof", "closed", withAOF)+
+		site(testkit.FreePort(t), "open", "open", openNoAOF)+
+		site(testkit.FreePort(t), "noinfo", "closed", noInfo)+
+		site(testkit.FreePort(t), "blind", "closed", blind))
 
 	const noAOFMsg = "without AOF persistence"
-	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noAOF.addr()))
-	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noInfo.addr())) // read through CONFIG GET
-	waitLog(t, logPath, 10*time.Second, logAt("info", "cannot read redis persistence settings", blind.addr()))
-	for _, srv := range []*redisServer{withAOF, openNoAOF} {
-		if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, srv.addr())); n != 0 {
-			t.Fatalf("%d AOF warnings for %s, want none", n, srv.addr())
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noAOF.Addr()))
+	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noInfo.Addr())) // read through CONFIG GET
+	waitLog(t, logPath, 10*time.Second, logAt("info", "cannot read redis persistence settings", blind.Addr()))
+	for _, srv := range []*testkit.Redis{withAOF, openNoAOF} {
+		if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, srv.Addr())); n != 0 {
+			t.Fatalf("%d AOF warnings for %s, want none", n, srv.Addr())
 		}
 	}
 
 	// a restart without persistence: every key is gone, and it is said
-	url := siteURL(port) + "/hook"
+	url := testkit.SiteURL(port) + "/hook"
 	waitForDedup(t, url, 5*time.Second)
-	noAOF.kill()
-	noAOF.restart()
+	noAOF.Kill()
+	noAOF.Restart()
 	waitForDedup(t, url, 10*time.Second)
-	waitLog(t, logPath, 10*time.Second, logAt("warn", "different server process than before", noAOF.addr()))
+	waitLog(t, logPath, 10*time.Second, logAt("warn", "different server process than before", noAOF.Addr()))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		v, _ := c.scrapeMetrics(t).value("caddy_webhook_idempotency_store_restarts_total", "address", noAOF.addr())
+		v, _ := c.Metrics(t).Value("caddy_webhook_idempotency_store_restarts_total", "address", noAOF.Addr())
 		if v == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("store_restarts_total for %s is %v, want 1", noAOF.addr(), v)
+			t.Fatalf("store_restarts_total for %s is %v, want 1", noAOF.Addr(), v)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, noAOF.addr())); n != 1 {
-		t.Fatalf("%d AOF warnings for %s after its restart, want 1 (once)", n, noAOF.addr())
+	if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, noAOF.Addr())); n != 1 {
+		t.Fatalf("%d AOF warnings for %s after its restart, want 1 (once)", n, noAOF.Addr())
 	}
 }

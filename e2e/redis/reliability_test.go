@@ -1,19 +1,21 @@
-//go:build porting
-
-package webhookidempotency
+package redise2e
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/memstore"
 )
 
 // Regression tests for what a hostile probe found (docs: Guarantees in
@@ -25,44 +27,38 @@ import (
 // non-ASCII value, must not claim the key B gets when it arrives without
 // the header.
 func TestE2EHeaderValueCannotClaimABodyHash(t *testing.T) {
-	up := newUpstream(t, nil)
-	url := startProxy(t, "webhook_idempotency source collide", up) + "/hook"
+	up := testkit.NewUpstream(t, nil)
+	url := testkit.StartProxy(t, "webhook_idempotency source collide", up) + "/hook"
 
 	long := strings.Repeat("L", 300)
 	for _, tc := range []struct {
 		name, header string
 		body         []byte // the victim's body, sent without the header
 	}{
-		{"spelled-out body hash", sha256Key(`{"id":"evt_victim","amount":100}`), []byte(`{"id":"evt_victim","amount":100}`)},
+		{"spelled-out body hash", testkit.SHA256Key(`{"id":"evt_victim","amount":100}`), []byte(`{"id":"evt_victim","amount":100}`)},
 		{"long value equal to a body", long, []byte(long)},
 		{"non-ASCII value equal to a body", "pagamento-ç", []byte("pagamento-ç")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := up.calls.Load()
-			resp, body := post(t, url, []byte(`{"id":"evt_attacker"}`), "Idempotency-Key", tc.header)
-			wantNew(t, resp, body, http.StatusOK)
-			resp, body = post(t, url, tc.body)
-			wantNew(t, resp, body, http.StatusOK)
-			if got := up.calls.Load() - before; got != 2 {
+			before := up.Calls.Load()
+			resp, body := testkit.Post(t, url, []byte(`{"id":"evt_attacker"}`), "Idempotency-Key", tc.header)
+			testkit.WantNew(t, resp, body, http.StatusOK)
+			resp, body = testkit.Post(t, url, tc.body)
+			testkit.WantNew(t, resp, body, http.StatusOK)
+			if got := up.Calls.Load() - before; got != 2 {
 				t.Fatalf("upstream called %d times, want 2: the header claimed the body's key", got)
 			}
 			// each is still deduplicated on its own key
-			resp, _ = post(t, url, tc.body)
-			if resp.Header.Get(replayedHeader) != "true" {
+			resp, _ = testkit.Post(t, url, tc.body)
+			if resp.Header.Get(testkit.ReplayedHeader) != "true" {
 				t.Fatal("the victim's duplicate is not replayed")
 			}
-			resp, _ = post(t, url, []byte(`{"id":"evt_attacker"}`), "Idempotency-Key", tc.header)
-			if resp.Header.Get(replayedHeader) != "true" {
+			resp, _ = testkit.Post(t, url, []byte(`{"id":"evt_attacker"}`), "Idempotency-Key", tc.header)
+			if resp.Header.Get(testkit.ReplayedHeader) != "true" {
 				t.Fatal("the header's duplicate is not replayed")
 			}
 		})
 	}
-}
-
-// keySHA256 is the `key-sha256:<hex>` form of a hashed key value.
-func keySHA256(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return "key-sha256:" + hex.EncodeToString(sum[:])
 }
 
 // deliverKeys sends one delivery per key to url and fails unless each is
@@ -71,12 +67,12 @@ func keySHA256(s string) string {
 func deliverKeys(t *testing.T, url string, keys []string) (notReplayed int) {
 	t.Helper()
 	for _, k := range keys {
-		resp, body := post(t, url, []byte(k), "Idempotency-Key", k)
-		wantNew(t, resp, body, http.StatusOK)
+		resp, body := testkit.Post(t, url, []byte(k), "Idempotency-Key", k)
+		testkit.WantNew(t, resp, body, http.StatusOK)
 	}
 	for _, k := range keys {
-		resp, _ := post(t, url, []byte(k), "Idempotency-Key", k)
-		if resp.Header.Get(replayedHeader) != "true" {
+		resp, _ := testkit.Post(t, url, []byte(k), "Idempotency-Key", k)
+		if resp.Header.Get(testkit.ReplayedHeader) != "true" {
 			notReplayed++
 		}
 	}
@@ -94,8 +90,8 @@ func keyList(prefix string, n int) []string {
 // The memory store's max_entries bounds the table, not each of its parts:
 // at 90% of the bound no completed key is evicted.
 func TestE2EMemoryStoreKeepsKeysUpToTheBound(t *testing.T) {
-	up := newUpstream(t, nil)
-	url := startProxy(t, `webhook_idempotency {
+	up := testkit.NewUpstream(t, nil)
+	url := testkit.StartProxy(t, `webhook_idempotency {
 		source bound
 		store memory {
 			max_entries 1000
@@ -106,27 +102,51 @@ func TestE2EMemoryStoreKeepsKeysUpToTheBound(t *testing.T) {
 	}
 }
 
-// memoryTableBound returns the bound of the process-wide memory table.
-func memoryTableBound(t *testing.T) int64 {
+// memoryTableBound measures the bound of the process-wide memory table,
+// known to be at most limit: a memory store of the test's own (which sets
+// no max_entries, so it lowers nothing) joins the table, which holds
+// nothing else yet, and completes limit+100 keys in it; as many as the
+// bound stay, the rest are evicted. It forgets them before it returns.
+func memoryTableBound(t *testing.T, limit int) int {
 	t.Helper()
-	var bound int64 = -1
-	memoryPool.Range(func(_, v any) bool {
-		bound = v.(*memoryTable).maxEntries.Load()
-		return false
-	})
-	if bound < 0 {
-		t.Fatal("no memory table in use")
+	ctx, cancel := testkit.NewContext(t)
+	defer cancel()
+	var m memstore.Store
+	if err := m.Provision(ctx); err != nil {
+		t.Fatal(err)
 	}
-	return bound
+	defer m.Cleanup()
+	rec := record.Encode(nil, http.StatusOK, nil, &[32]byte{})
+	keys := keyList("idem:bound-probe:k", limit+100)
+	for _, key := range keys {
+		owner := store.NewOwner()
+		if res, err := m.Claim(ctx, key, owner, time.Minute); err != nil || res.State != store.StateClaimed {
+			t.Fatalf("claiming %s: %v %v", key, res.State, err)
+		}
+		if err := m.Complete(ctx, key, owner, rec, time.Hour); err != nil {
+			t.Fatalf("completing %s: %v", key, err)
+		}
+	}
+	held := 0
+	for _, key := range keys {
+		info, err := m.Forget(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State == store.KeyCompleted {
+			held++
+		}
+	}
+	return held
 }
 
 // One handler's max_entries never lowers another's: the shared table holds
 // the largest bound configured, whatever the order of the handlers, and a
-// handler without a store line (the default store) lowers nothing.
+// memory store that sets none lowers nothing.
 func TestE2EMemoryStoreBoundIsTheLargestConfigured(t *testing.T) {
-	store := func(n int) string {
+	storeLine := func(n int) string {
 		if n == 0 {
-			return "" // the handler's own default store
+			return "store memory" // no max_entries
 		}
 		return fmt.Sprintf("store memory {\n\t\t\tmax_entries %d\n\t\t}", n)
 	}
@@ -136,24 +156,26 @@ func TestE2EMemoryStoreBoundIsTheLargestConfigured(t *testing.T) {
 	}{
 		{1500, 1000, 1500, "a"},
 		{1000, 1500, 1500, "b"},
-		{200000, 0, 200000, ""},
-		{0, 200000, 200000, ""},
+		// above the default bound (100000), which a store that sets none
+		// must not bring the table down to
+		{120000, 0, 120000, ""},
+		{0, 120000, 120000, ""},
 	} {
 		t.Run(fmt.Sprintf("%d then %d", tc.a, tc.b), func(t *testing.T) {
-			up := newUpstream(t, nil)
-			port := freePort(t)
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
 			route := func(path string, n int) string {
 				return fmt.Sprintf("route /%s {\n\t\twebhook_idempotency {\n\t\t\tsource %[1]s\n\t\t\t%s\n\t\t}\n\t\treverse_proxy %s\n\t}",
-					path, store(n), up.addr())
+					path, storeLine(n), up.Addr())
 			}
-			startCaddy(t, "", fmt.Sprintf(":%d {\n\t%s\n\t%s\n}\n", port, route("a", tc.a), route("b", tc.b)))
-			if got := memoryTableBound(t); got != int64(tc.want) {
+			testkit.StartCaddy(t, "", fmt.Sprintf(":%d {\n\t%s\n\t%s\n}\n", port, route("a", tc.a), route("b", tc.b)))
+			if got := memoryTableBound(t, tc.want); got != tc.want {
 				t.Fatalf("table bound %d, want %d (the largest configured)", got, tc.want)
 			}
 			if tc.fill == "" {
 				return
 			}
-			if n := deliverKeys(t, siteURL(port)+"/"+tc.fill, keyList("evt_largest", 1400)); n != 0 {
+			if n := deliverKeys(t, testkit.SiteURL(port)+"/"+tc.fill, keyList("evt_largest", 1400)); n != 0 {
 				t.Fatalf("%d of 1400 completed keys evicted under the largest bound %d", n, tc.want)
 			}
 		})
@@ -194,10 +216,10 @@ func TestE2EBodyTimeoutBoundedByReadBody(t *testing.T) {
 	for _, tc := range []struct{ name, idle string }{{"idle reader", ""}, {"no idle reader", "\n\t\t\tread_body_idle -1s"}} {
 		idle := tc.idle
 		t.Run(tc.name, func(t *testing.T) {
-			up := newUpstream(t, nil)
-			port := freePort(t)
-			startCaddy(t, "servers {\n\t\ttimeouts {\n\t\t\tread_body 500ms"+idle+"\n\t\t}\n\t}",
-				proxySite(port, "webhook_idempotency source readbody body_timeout 5m", up))
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
+			testkit.StartCaddy(t, "servers {\n\t\ttimeouts {\n\t\t\tread_body 500ms"+idle+"\n\t\t}\n\t}",
+				testkit.ProxySite(port, "webhook_idempotency source readbody body_timeout 5m", up))
 			addr := fmt.Sprintf("127.0.0.1:%d", port)
 			for i := range 2 {
 				conn := slowBody(t, addr, 100, 10, "Idempotency-Key", fmt.Sprintf("evt_readbody_%d", i))
@@ -213,7 +235,7 @@ func TestE2EBodyTimeoutBoundedByReadBody(t *testing.T) {
 					t.Fatalf("request %d: %d %s, want 408 with a JSON error", i, resp.StatusCode, body)
 				}
 			}
-			wantCalls(t, up, 0)
+			up.WantCalls(t, 0)
 		})
 	}
 }
@@ -222,10 +244,10 @@ func TestE2EBodyTimeoutBoundedByReadBody(t *testing.T) {
 // Content-Length announces: 200 connections that declare 5 MiB each and
 // send 25 bytes must not grow the heap by a gigabyte.
 func TestE2ESlowBodyFloodTakesNoMemoryForBytesNotSent(t *testing.T) {
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	arrivals := newProbe(t, "flood")
-	startCaddy(t, "", fmt.Sprintf(`:%d {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	arrivals := testkit.NewProbe(t, "flood")
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	route {
 		e2e_probe flood
 		webhook_idempotency {
@@ -234,7 +256,7 @@ func TestE2ESlowBodyFloodTakesNoMemoryForBytesNotSent(t *testing.T) {
 		}
 		reverse_proxy %s
 	}
-}`, port, up.addr()))
+}`, port, up.Addr()))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	before := liveHeap()
 	const conns, declared = 200, 5 << 20
@@ -255,21 +277,21 @@ func TestE2ESlowBodyFloodTakesNoMemoryForBytesNotSent(t *testing.T) {
 	if grown > 64<<20 {
 		t.Fatalf("live heap grew by %d MiB under the slow-body flood, want at most 64 MiB", grown>>20)
 	}
-	wantCalls(t, up, 0)
+	up.WantCalls(t, 0)
 }
 
 // A body that does not arrive within body_timeout is answered 408 with a
 // JSON error; the upstream is not called and nothing is stored, so the
 // provider's retry is processed.
 func TestE2EBodyTimeout(t *testing.T) {
-	up := newUpstream(t, nil)
-	slowApp := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	up := testkit.NewUpstream(t, nil)
+	slowApp := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		time.Sleep(time.Second)
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
-	port, port2 := freePort(t), freePort(t)
-	startCaddy(t, "servers {\n\t\tprotocols h1 h2c\n\t}", proxySite(port, "webhook_idempotency source slow body_timeout 300ms", up)+
-		proxySite(port2, "webhook_idempotency source slowapp body_timeout 300ms", slowApp))
+	port, port2 := testkit.FreePort(t), testkit.FreePort(t)
+	testkit.StartCaddy(t, "servers {\n\t\tprotocols h1 h2c\n\t}", testkit.ProxySite(port, "webhook_idempotency source slow body_timeout 300ms", up)+
+		testkit.ProxySite(port2, "webhook_idempotency source slowapp body_timeout 300ms", slowApp))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 
 	conn := slowBody(t, addr, 100, 10, "Idempotency-Key", "evt_slow")
@@ -287,10 +309,10 @@ func TestE2EBodyTimeout(t *testing.T) {
 	if !resp.Close {
 		t.Fatal("the 408 does not close the connection, whose body is half read")
 	}
-	wantCalls(t, up, 0)
+	up.WantCalls(t, 0)
 	// nothing was stored: the retry is processed
-	r, b := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
-	wantNew(t, r, b, http.StatusOK)
+	r, b := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
+	testkit.WantNew(t, r, b, http.StatusOK)
 
 	// the deadline covers the body only: an application slower than
 	// body_timeout still has its answer recorded and replayed
@@ -299,10 +321,10 @@ func TestE2EBodyTimeout(t *testing.T) {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
-	for i, client := range []*http.Client{testClient, h2c} {
+	for i, client := range []*http.Client{testkit.Client, h2c} {
 		key := fmt.Sprintf("evt_slowapp_%d", i)
 		for j, want := range []string{"new", "replayed"} {
-			req, _ := http.NewRequest(http.MethodPost, siteURL(port2)+"/hook", strings.NewReader(`{}`))
+			req, _ := http.NewRequest(http.MethodPost, testkit.SiteURL(port2)+"/hook", strings.NewReader(`{}`))
 			req.Header.Set("Idempotency-Key", key)
 			resp, err := client.Do(req)
 			if err != nil {
@@ -313,9 +335,17 @@ func TestE2EBodyTimeout(t *testing.T) {
 			if wantProto := []int{1, 2}[i]; resp.ProtoMajor != wantProto {
 				t.Fatalf("client %d spoke HTTP/%d, want HTTP/%d", i, resp.ProtoMajor, wantProto)
 			}
-			if resp.StatusCode != http.StatusOK || (resp.Header.Get(replayedHeader) == "true") != (want == "replayed") {
-				t.Fatalf("HTTP/%d, slow application, request %d: %d %s (replayed %q), want %s", resp.ProtoMajor, j, resp.StatusCode, body, resp.Header.Get(replayedHeader), want)
+			if resp.StatusCode != http.StatusOK || (resp.Header.Get(testkit.ReplayedHeader) == "true") != (want == "replayed") {
+				t.Fatalf("HTTP/%d, slow application, request %d: %d %s (replayed %q), want %s", resp.ProtoMajor, j, resp.StatusCode, body, resp.Header.Get(testkit.ReplayedHeader), want)
 			}
 		}
 	}
+}
+
+// liveHeap returns the live heap after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }

@@ -1,16 +1,18 @@
-//go:build porting
-
-package webhookidempotency
+// Package inboxe2e holds the black-box end-to-end tests of inbox mode
+// (docs/inbox.md): a real Redis (or Redis Cluster), a real Caddy built
+// with the module (in the test process, or as a process of its own for the
+// crash test) and a real upstream standing in for the application
+// (internal/testkit). The tests see what a provider, an application and an
+// operator see: HTTP answers, what the application received, and the
+// inbox's keys in Redis (its documented layout). Tests that start Caddy do
+// not run in parallel (Caddy runs one configuration per process).
+package inboxe2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,13 +22,25 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/redis/go-redis/v9"
+
+	_ "github.com/webhookguard/caddy-webhook-idempotency"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
-// End-to-end tests of inbox mode (docs/inbox.md): a real Redis (or
-// Redis Cluster), a real Caddy (in this process, or a built binary for
-// the crash test) and a real upstream standing in for the application.
+func TestMain(m *testing.M) { testkit.RunAsCaddy(); testkit.Main(m) }
+
+// inboxGroup is the consumer group of an inbox's stream (docs/inbox.md:
+// Redis layout).
+const inboxGroup = "webhook_idempotency"
+
+// str is a stream entry's field value as a string.
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
 
 // inboxRedisKeys are the Redis keys of one source's inbox under the
 // default key_prefix.
@@ -90,29 +104,12 @@ func readInboxState(t *testing.T, rc redis.Cmdable, k inboxRedisKeys) inboxState
 	return s
 }
 
-// eventually polls cond until it holds or within has passed; cond returns
-// whether it holds and what it saw.
-func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, within, saw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitInboxDrained waits until every accepted event has been delivered:
 // nothing in the stream, nothing scheduled, nothing pending.
 func waitInboxDrained(t *testing.T, rc redis.Cmdable, k inboxRedisKeys, within time.Duration) inboxState {
 	t.Helper()
 	var s inboxState
-	eventually(t, within, "inbox drained (stream, retry set and pending list empty)", func() (bool, string) {
+	testkit.WaitFor(t, within, "inbox drained (stream, retry set and pending list empty)", func() (bool, string) {
 		s = readInboxState(t, rc, k)
 		return s.stream == 0 && s.retry == 0 && s.pending == 0, s.String()
 	})
@@ -120,9 +117,9 @@ func waitInboxDrained(t *testing.T, rc redis.Cmdable, k inboxRedisKeys, within t
 }
 
 // deliveriesByKey counts the upstream's requests per Idempotency-Key.
-func deliveriesByKey(up *upstream) map[string]int {
+func deliveriesByKey(up *testkit.Upstream) map[string]int {
 	n := make(map[string]int)
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		n[r.Header.Get("Idempotency-Key")]++
 	}
 	return n
@@ -131,30 +128,30 @@ func deliveriesByKey(up *upstream) map[string]int {
 // wantAccepted fails unless resp is the inbox's fresh accept answer.
 func wantAccepted(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
-	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(replayedHeader) != "" {
-		t.Fatalf("want a fresh 202, got %d %s=%q: %s", resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader), body)
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(testkit.ReplayedHeader) != "" {
+		t.Fatalf("want a fresh 202, got %d %s=%q: %s", resp.StatusCode, testkit.ReplayedHeader, resp.Header.Get(testkit.ReplayedHeader), body)
 	}
 }
 
 // wantAcceptReplayed fails unless resp is the accept answer of a duplicate.
 func wantAcceptReplayed(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
-	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(replayedHeader) != "true" {
-		t.Fatalf("want 202 with %s: true for a duplicate, got %d %s=%q: %s", replayedHeader, resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader), body)
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(testkit.ReplayedHeader) != "true" {
+		t.Fatalf("want 202 with %s: true for a duplicate, got %d %s=%q: %s", testkit.ReplayedHeader, resp.StatusCode, testkit.ReplayedHeader, resp.Header.Get(testkit.ReplayedHeader), body)
 	}
 }
 
 // The client's 202 does not wait for deliver_to: it arrives while the
 // upstream still holds the delivery, which then completes once.
 func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	releaseUpstream := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(releaseUpstream)
 	var answered atomic.Int64
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		// held until released, for at most 3s
 		select {
 		case <-release:
@@ -164,13 +161,13 @@ func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
 		answered.Add(1)
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "slow", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "slow", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 10s\n\t\t\tretries 1s", up.URL)))
 	keys := inboxKeysOf("slow")
 
 	start := time.Now()
-	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
+	resp, body := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
 	took := time.Since(start)
 	wantAccepted(t, resp, body)
 	if n := answered.Load(); n != 0 {
@@ -179,8 +176,8 @@ func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
 	t.Logf("202 after %s", took)
 
 	// the delivery reaches the upstream, which is still holding it
-	eventually(t, 10*time.Second, "the upstream receives the delivery", func() (bool, string) {
-		return up.calls.Load() >= 1, fmt.Sprintf("%d calls", up.calls.Load())
+	testkit.WaitFor(t, 10*time.Second, "the upstream receives the delivery", func() (bool, string) {
+		return up.Calls.Load() >= 1, fmt.Sprintf("%d calls", up.Calls.Load())
 	})
 	if n := answered.Load(); n != 0 {
 		t.Fatalf("the upstream answered before it was released (%d answers)", n)
@@ -190,7 +187,7 @@ func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
 	}
 	releaseUpstream()
 	waitInboxDrained(t, rc, keys, 10*time.Second)
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("upstream got %d deliveries, want 1", len(reqs))
 	}
@@ -209,11 +206,11 @@ func TestInboxAnswersBeforeSlowDelivery(t *testing.T) {
 // original body and headers; then the key is completed with the handler's
 // ttl and a duplicate is answered without a new delivery.
 func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
 	var mu sync.Mutex
 	var arrivals []time.Time
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		mu.Lock()
 		arrivals = append(arrivals, time.Now())
 		mu.Unlock()
@@ -223,11 +220,11 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "retry", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "retry", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 300ms 600ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 2s", up.URL)))
 	keys := inboxKeysOf("retry")
-	url := siteURL(port) + "/hook?from=provider"
+	url := testkit.SiteURL(port) + "/hook?from=provider"
 	const payload = `{"id":"evt_retry","type":"invoice.paid"}`
 	hdrs := []string{
 		"Idempotency-Key", "evt_retry",
@@ -235,15 +232,15 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 		"X-Signature", "t=1700000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd",
 		"User-Agent", "provider-webhooks/1.0",
 	}
-	resp, body := post(t, url, []byte(payload), hdrs...)
+	resp, body := testkit.Post(t, url, []byte(payload), hdrs...)
 	wantAccepted(t, resp, body)
 
-	eventually(t, 10*time.Second, "three delivery attempts", func() (bool, string) {
-		return up.calls.Load() >= 3, fmt.Sprintf("%d attempts", up.calls.Load())
+	testkit.WaitFor(t, 10*time.Second, "three delivery attempts", func() (bool, string) {
+		return up.Calls.Load() >= 3, fmt.Sprintf("%d attempts", up.Calls.Load())
 	})
 	waitInboxDrained(t, rc, keys, 10*time.Second)
 
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("upstream got %d attempts, want 3", len(reqs))
 	}
@@ -285,7 +282,7 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 	}
 
 	// once delivered, the key lives for the handler's ttl (10m), no longer
-	eventually(t, 5*time.Second, "the delivered key's TTL is at most the handler's ttl", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "the delivered key's TTL is at most the handler's ttl", func() (bool, string) {
 		pttl, err := rc.PTTL(context.Background(), "idem:retry:evt_retry").Result()
 		if err != nil {
 			return false, err.Error()
@@ -294,14 +291,14 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 	})
 
 	// a duplicate gets the accept answer and is not delivered again
-	resp, body = post(t, url, []byte(payload), hdrs...)
+	resp, body = testkit.Post(t, url, []byte(payload), hdrs...)
 	wantAcceptReplayed(t, resp, body)
 	if s := readInboxState(t, rc, keys); s.stream != 0 {
 		t.Fatalf("a duplicate of a delivered event was stored again: %s", s)
 	}
 	deadline := time.Now().Add(700 * time.Millisecond) // more than two stream reads
 	for time.Now().Before(deadline) {
-		if n := up.calls.Load(); n != 3 {
+		if n := up.Calls.Load(); n != 3 {
 			t.Fatalf("a duplicate of a delivered event was delivered again: %d attempts", n)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -311,19 +308,19 @@ func TestInboxRetriesOnScheduleThenDelivers(t *testing.T) {
 // An event the upstream always fails is attempted once plus once per
 // retry, then dead-lettered with its attempts and last status.
 func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		w.WriteHeader(http.StatusInternalServerError)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "exhaust", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "exhaust", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 100ms 100ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 2s", up.URL)))
 	keys := inboxKeysOf("exhaust")
-	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
+	resp, body := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
 	wantAccepted(t, resp, body)
 
-	eventually(t, 10*time.Second, "the event is dead-lettered", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the event is dead-lettered", func() (bool, string) {
 		s := readInboxState(t, rc, keys)
 		return s.dead == 1, s.String()
 	})
@@ -331,7 +328,7 @@ func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
 	if s.stream != 0 || s.retry != 0 || s.pending != 0 {
 		t.Fatalf("after dead-lettering: %s; want nothing left to deliver", s)
 	}
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("upstream got %d attempts, want 3 (one plus two retries)", len(reqs))
 	}
@@ -346,41 +343,31 @@ func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
 	}
 	ev := msgs[0].Values
 	for field, want := range map[string]string{
-		fieldSource: "exhaust", fieldKey: "evt_dead", fieldStoreKey: "idem:exhaust:evt_dead",
-		fieldAttempts: "3", fieldLastStatus: "500", fieldBody: `{"id":"evt_dead"}`, fieldMethod: http.MethodPost,
+		event.FieldSource: "exhaust", event.FieldKey: "evt_dead", event.FieldStoreKey: "idem:exhaust:evt_dead",
+		event.FieldAttempts: "3", event.FieldLastStatus: "500", event.FieldBody: `{"id":"evt_dead"}`, event.FieldMethod: http.MethodPost,
 	} {
 		if got := str(ev[field]); got != want {
 			t.Errorf("dead-lettered event: %s = %q, want %q", field, got, want)
 		}
 	}
-	if str(ev[fieldLastError]) == "" || str(ev[fieldFailed]) == "" {
+	if str(ev[event.FieldLastError]) == "" || str(ev[event.FieldFailed]) == "" {
 		t.Errorf("dead-lettered event lacks its last error or failure time: %v", ev)
 	}
 	// the provider's duplicate is still answered as accepted, not stored again
-	resp, body = post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
+	resp, body = testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_dead"}`), "Idempotency-Key", "evt_dead")
 	wantAcceptReplayed(t, resp, body)
 	if s := readInboxState(t, rc, keys); s.stream != 0 || s.dead != 1 {
 		t.Fatalf("after a duplicate of a dead-lettered event: %s", s)
 	}
 }
 
-// The caddy binary of this module, built once per test process. Builds of
-// earlier test processes are removed when they are more than an hour old.
-var inboxCaddyBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-const inboxCaddyBinPrefix = "webhook-idempotency-e2e-caddy-"
-
 // An event whose deliveries keep killing their worker is not reclaimed for
 // ever: every hand-out of the stream entry counts as an attempt, and once
 // the schedule is used up it is dead-lettered without another attempt.
 func TestInboxEventThatKeepsKillingWorkersIsDeadLettered(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	up := newUpstream(t, nil)
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, nil)
 	keys := inboxKeysOf("crashloop")
 	ctx := context.Background()
 	// three workers took the event and died without recording anything
@@ -388,8 +375,8 @@ func TestInboxEventThatKeepsKillingWorkersIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, err := rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.stream, Values: []any{
-		fieldKey, "evt_loop", fieldStoreKey, "idem:crashloop:evt_loop", fieldMethod, "POST",
-		fieldBody, `{"id":"evt_loop"}`, fieldAttempts, "0", fieldBase, "0",
+		event.FieldKey, "evt_loop", event.FieldStoreKey, "idem:crashloop:evt_loop", event.FieldMethod, "POST",
+		event.FieldBody, `{"id":"evt_loop"}`, event.FieldAttempts, "0", event.FieldBase, "0",
 	}}).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -403,142 +390,37 @@ func TestInboxEventThatKeepsKillingWorkersIsDeadLettered(t *testing.T) {
 		}
 	}
 
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "crashloop", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "crashloop", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\tretries 100ms\n\t\t\tjitter 0%%\n\t\t\ttimeout 1s", up.URL)))
-	eventually(t, 15*time.Second, "the event is dead-lettered", func() (bool, string) {
+	testkit.WaitFor(t, 15*time.Second, "the event is dead-lettered", func() (bool, string) {
 		s := readInboxState(t, rc, keys)
 		return s.dead == 1 && s.pending == 0, s.String()
 	})
-	if n := up.calls.Load(); n != 0 {
+	if n := up.Calls.Load(); n != 0 {
 		t.Fatalf("upstream got %d attempts; want none: three were made and the schedule allows two", n)
 	}
 	msgs, err := rc.XRange(ctx, keys.dead, "-", "+").Result()
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("XRANGE %s: %d entries, %v", keys.dead, len(msgs), err)
 	}
-	if got := str(msgs[0].Values[fieldAttempts]); got != "3" {
+	if got := str(msgs[0].Values[event.FieldAttempts]); got != "3" {
 		t.Errorf("dead-lettered event: attempts %q, want 3", got)
 	}
-	mustContain(t, str(msgs[0].Values[fieldLastError]), "retries exhausted", "stopped without an answer")
-}
-
-func buildCaddyBinary(t *testing.T) string {
-	t.Helper()
-	inboxCaddyBin.once.Do(func() {
-		if old, _ := filepath.Glob(filepath.Join(os.TempDir(), inboxCaddyBinPrefix+"*")); len(old) > 0 {
-			for _, dir := range old {
-				if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Hour {
-					_ = os.RemoveAll(dir)
-				}
-			}
-		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		dir, err := os.MkdirTemp("", inboxCaddyBinPrefix)
-		if err != nil {
-			inboxCaddyBin.err = err
-			return
-		}
-		path := filepath.Join(dir, "caddy")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		start := time.Now()
-		out, err := exec.CommandContext(ctx, goBin, "build", "-o", path, "./cmd/caddy").CombinedOutput()
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			inboxCaddyBin.err = fmt.Errorf("go build -o %s ./cmd/caddy: %v\n%s", path, err, out)
-			return
-		}
-		t.Logf("built %s in %s", path, time.Since(start))
-		inboxCaddyBin.path = path
-	})
-	if inboxCaddyBin.err != nil {
-		t.Fatalf("building the caddy binary for the process tests failed: %v", inboxCaddyBin.err)
-	}
-	return inboxCaddyBin.path
-}
-
-// caddyProcess is a caddy binary running as its own process.
-type caddyProcess struct {
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-}
-
-// startCaddyProcess runs `caddy run` with the Caddyfile at config and waits
-// until the site on port answers. The process is killed when the test ends.
-func startCaddyProcess(t *testing.T, bin, config, name string, port int) *caddyProcess {
-	t.Helper()
-	dir := t.TempDir()
-	p := &caddyProcess{log: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
-	logFile, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	p.cmd = exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
-	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(p.kill)
-
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-p.exited:
-			t.Fatalf("caddy process %s exited before answering: %s", name, p.logTail())
-		default:
-		}
-		resp, err := client.Get(siteURL(port) + "/ready")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy process %s did not answer on port %d within 20s: %v\n%s", name, port, err, p.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill stops the process at once (SIGKILL), as a crash would.
-func (p *caddyProcess) kill() {
-	_ = p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-	}
-}
-
-// logTail is the end of the process's log, for failure messages.
-func (p *caddyProcess) logTail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
+	testkit.MustContain(t, str(msgs[0].Values[event.FieldLastError]), "retries exhausted", "stopped without an answer")
 }
 
 // A Caddy process killed while its delivery is in progress loses nothing:
 // the next process reclaims the unacknowledged event and delivers it.
 func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
-	bin := buildCaddyBinary(t)
-	srv := startRedis(t)
-	rc := srv.client(t)
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	releaseUpstream := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(releaseUpstream)
 	firstArrived := make(chan struct{})
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if call == 1 {
 			close(firstArrived)
 			select { // hangs until released or its process dies
@@ -549,14 +431,8 @@ func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	config := filepath.Join(t.TempDir(), "Caddyfile")
-	err := os.WriteFile(config, []byte(fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	auto_https off
-	persist_config off
-}
-:%d {
+	port := testkit.FreePort(t)
+	sites := fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source crash
 		store redis redis://%s
@@ -566,22 +442,19 @@ func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
 			retries 200ms
 		}
 	}
-}
-`, freePort(t), port, srv.addr(), up.URL)), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+}`, port, srv.Addr(), up.URL)
+	ready := testkit.SiteURL(port) + "/ready" // a GET: passed on, not processed
 	keys := inboxKeysOf("crash")
 
-	first := startCaddyProcess(t, bin, config, "first", port)
-	resp, body := post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
+	first := testkit.StartProcess(t, "", sites, ready)
+	resp, body := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
 	wantAccepted(t, resp, body)
 	select {
 	case <-firstArrived:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the first process did not deliver within 10s\n%s", first.logTail())
+		t.Fatalf("the first process did not deliver within 10s\n%s", first.Log())
 	}
-	first.kill()
+	first.Kill()
 	// the event is pending in the group for the dead process: not yet
 	// rescheduled by a timeout, not acknowledged
 	if s := readInboxState(t, rc, keys); s.stream != 1 || s.pending != 1 || s.retry != 0 {
@@ -589,18 +462,18 @@ func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
 	}
 	releaseUpstream()
 
-	second := startCaddyProcess(t, bin, config, "second", port)
-	eventually(t, 20*time.Second, "the restarted process delivers the event again", func() (bool, string) {
-		return up.calls.Load() >= 2, fmt.Sprintf("%d deliveries", up.calls.Load())
+	second := testkit.StartProcess(t, "", sites, ready)
+	testkit.WaitFor(t, 20*time.Second, "the restarted process delivers the event again", func() (bool, string) {
+		return up.Calls.Load() >= 2, fmt.Sprintf("%d deliveries", up.Calls.Load())
 	})
 	var s inboxState
-	eventually(t, 20*time.Second, "the redelivered event completes", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "the redelivered event completes", func() (bool, string) {
 		s = readInboxState(t, rc, keys)
 		return s.stream == 0 && s.pending == 0 && s.retry == 0, s.String()
 	})
-	reqs := up.requests()
+	reqs := up.Requests()
 	if len(reqs) != 2 {
-		t.Fatalf("upstream got %d deliveries, want the interrupted one and its redelivery\n%s", len(reqs), second.logTail())
+		t.Fatalf("upstream got %d deliveries, want the interrupted one and its redelivery\n%s", len(reqs), second.Log())
 	}
 	for i, r := range reqs {
 		if r.Header.Get("Idempotency-Key") != "evt_crash" || string(r.Body) != `{"id":"evt_crash"}` {
@@ -611,23 +484,23 @@ func TestInboxProcessKilledMidDeliveryIsRedelivered(t *testing.T) {
 	if got := reqs[1].Header.Get("Webhook-Attempt"); got != "2" {
 		t.Errorf("redelivery after the crash: Webhook-Attempt %q, want 2", got)
 	}
-	resp, body = post(t, siteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
+	resp, body = testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"id":"evt_crash"}`), "Idempotency-Key", "evt_crash")
 	wantAcceptReplayed(t, resp, body)
 }
 
 // 1,000 distinct events and 200 duplicates from 12 concurrent clients:
 // each distinct event is accepted once and delivered exactly once.
 func TestInboxLoadWithDuplicatesDeliversEachOnce(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "load", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "load", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\tconcurrency 8\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL)))
 	keys := inboxKeysOf("load")
-	url := siteURL(port) + "/hook"
+	url := testkit.SiteURL(port) + "/hook"
 
 	const distinct, workers = 1000, 12
 	// every fifth event is sent twice: half of the duplicates right after
@@ -671,13 +544,13 @@ func TestInboxLoadWithDuplicatesDeliversEachOnce(t *testing.T) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				switch {
-				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) == "":
+				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(testkit.ReplayedHeader) == "":
 					fresh.Add(1)
-				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) == "true":
+				case resp.StatusCode == http.StatusAccepted && resp.Header.Get(testkit.ReplayedHeader) == "true":
 					replayed.Add(1)
 				default:
 					failMu.Lock()
-					failures = append(failures, fmt.Sprintf("%s: %d %s=%q", key, resp.StatusCode, replayedHeader, resp.Header.Get(replayedHeader)))
+					failures = append(failures, fmt.Sprintf("%s: %d %s=%q", key, resp.StatusCode, testkit.ReplayedHeader, resp.Header.Get(testkit.ReplayedHeader)))
 					failMu.Unlock()
 				}
 			}
@@ -724,61 +597,56 @@ func TestInboxLoadWithDuplicatesDeliversEachOnce(t *testing.T) {
 // every module), returning the first error.
 func inboxConfigError(t *testing.T, sites string) error {
 	t.Helper()
-	tc := &testCaddy{t: t, adminPort: freePort(t)}
-	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tc.caddyfile(sites)), nil)
+	cfg, err := testkit.AdaptConfig(t, "", sites)
 	if err != nil {
 		return err
 	}
-	var cfg caddy.Config
-	if err := json.Unmarshal(adapted, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return caddy.Validate(&cfg)
+	return caddy.Validate(cfg)
 }
 
 // Redis down when an event arrives: 503 with Retry-After, never 202, even
 // without `fail closed`; once Redis is back, events are accepted and
 // delivered again.
 func TestInboxRedisDownAtAcceptIs503(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "down", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "down", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 2s\n\t\t\tretries 200ms", up.URL)))
 	keys := inboxKeysOf("down")
-	url := siteURL(port) + "/hook"
+	url := testkit.SiteURL(port) + "/hook"
 
-	resp, body := post(t, url, []byte("evt_before"), "Idempotency-Key", "evt_before")
+	resp, body := testkit.Post(t, url, []byte("evt_before"), "Idempotency-Key", "evt_before")
 	wantAccepted(t, resp, body)
 	waitInboxDrained(t, rc, keys, 10*time.Second)
 
-	srv.kill()
+	srv.Kill()
 	for i := range 5 {
 		key := fmt.Sprintf("evt_down_%d", i)
-		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("%s with Redis down: %d, Retry-After %q: %s; want 503 with Retry-After", key, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 	}
 
-	srv.restart()
+	srv.Restart()
 	// the provider retries until the event is accepted
 	var answers []int
-	eventually(t, 20*time.Second, "an event is accepted once Redis is back", func() (bool, string) {
-		resp, body := post(t, url, []byte("evt_after"), "Idempotency-Key", "evt_after")
+	testkit.WaitFor(t, 20*time.Second, "an event is accepted once Redis is back", func() (bool, string) {
+		resp, body := testkit.Post(t, url, []byte("evt_after"), "Idempotency-Key", "evt_after")
 		answers = append(answers, resp.StatusCode)
 		if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("after Redis came back: %d %s, want 503 or 202", resp.StatusCode, body)
 		}
-		if resp.StatusCode == http.StatusAccepted && resp.Header.Get(replayedHeader) != "" {
+		if resp.StatusCode == http.StatusAccepted && resp.Header.Get(testkit.ReplayedHeader) != "" {
 			t.Fatalf("the first accepted evt_after is a replay: the event was stored before an earlier 503")
 		}
 		return resp.StatusCode == http.StatusAccepted, fmt.Sprint(answers)
 	})
-	eventually(t, 10*time.Second, "the event accepted after Redis came back is delivered", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the event accepted after Redis came back is delivered", func() (bool, string) {
 		n := deliveriesByKey(up)["evt_after"]
 		return n >= 1, fmt.Sprintf("%d deliveries", n)
 	})
@@ -789,18 +657,21 @@ func TestInboxRedisDownAtAcceptIs503(t *testing.T) {
 	}
 }
 
-// Inbox mode refuses `fail open` and any store but redis at load time.
+// Inbox mode refuses `fail open` and the memory store at load time; it
+// runs on the redis store and on the file store, the default (SPEC §7).
 func TestInboxConfigErrors(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	for _, tc := range []struct {
 		name, store, extra string
-		want               []string
+		want               []string // nil: the config loads
 	}{
-		{"fail open", "store redis redis://" + srv.addr(), "fail open", []string{"inbox", "fail", "open"}},
-		{"memory store", "store memory", "", []string{"inbox", "redis"}},
-		{"no store", "", "", []string{"inbox", "redis"}},
+		{"fail open", "store redis redis://" + srv.Addr(), "fail open", []string{"inbox", "fail", "open"}},
+		{"memory store", "store memory", "", []string{"inbox", "memory", "redis"}},
+		{"redis store", "store redis redis://" + srv.Addr(), "", nil},
+		{"no store", "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			testkit.OwnDataDir(t) // the file store's, for "no store"
 			sites := fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source cfg
@@ -810,8 +681,14 @@ func TestInboxConfigErrors(t *testing.T) {
 			deliver_to http://127.0.0.1:9/hook
 		}
 	}
-}`, freePort(t), tc.store, tc.extra)
+}`, testkit.FreePort(t), tc.store, tc.extra)
 			err := inboxConfigError(t, sites)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("config does not load: %v\n%s", err, sites)
+				}
+				return
+			}
 			if err == nil {
 				t.Fatalf("config loads:\n%s", sites)
 			}
@@ -826,8 +703,13 @@ func TestInboxConfigErrors(t *testing.T) {
 	}
 }
 
-// inboxGoroutineRoots counts the running goroutines whose function is a
-// method of *inbox (readLoop, scheduleLoop, deliver), by name.
+// inboxMethod is what the stack trace of a goroutine running a method of
+// the inbox (internal/inbox's *Inbox) says.
+const inboxMethod = "/internal/inbox.(*Inbox)."
+
+// inboxGoroutineRoots counts the running goroutines of this process whose
+// function is a method of the inbox (readLoop, scheduleLoop, deliver), by
+// name, and returns their stacks.
 func inboxGoroutineRoots() (map[string]int, string) {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -843,14 +725,14 @@ func inboxGoroutineRoots() (map[string]int, string) {
 				root = line
 			}
 		}
-		if i := strings.Index(root, ".(*inbox)."); i >= 0 {
-			name := root[i+len(".(*inbox)."):]
+		if i := strings.Index(root, inboxMethod); i >= 0 {
+			name := root[i+len(inboxMethod):]
 			if j := strings.IndexByte(name, '('); j >= 0 {
 				name = name[:j]
 			}
 			roots[name]++
 		}
-		if strings.Contains(g, ".(*inbox).") {
+		if strings.Contains(g, inboxMethod) {
 			stacks = append(stacks, g)
 		}
 	}
@@ -861,9 +743,9 @@ func inboxGoroutineRoots() (map[string]int, string) {
 // it, leaves one set of workers running, and stopping Caddy leaves no
 // inbox goroutine behind.
 func TestInboxReloadDuringDeliveryDeliversOnce(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		select { // a slow application
 		case <-time.After(time.Second):
 		case <-r.Context().Done():
@@ -871,25 +753,25 @@ func TestInboxReloadDuringDeliveryDeliversOnce(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	site := inboxSite(port, "reload", "store redis redis://"+srv.addr(),
+	port := testkit.FreePort(t)
+	site := inboxSite(port, "reload", "store redis redis://"+srv.Addr(),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL))
-	c := startCaddy(t, "", site)
+	c := testkit.StartCaddy(t, "", site)
 	keys := inboxKeysOf("reload")
-	url := siteURL(port) + "/hook"
+	url := testkit.SiteURL(port) + "/hook"
 
-	resp, body := post(t, url, []byte("evt_reload_1"), "Idempotency-Key", "evt_reload_1")
+	resp, body := testkit.Post(t, url, []byte("evt_reload_1"), "Idempotency-Key", "evt_reload_1")
 	wantAccepted(t, resp, body)
-	eventually(t, 10*time.Second, "the delivery is in progress", func() (bool, string) {
-		return up.calls.Load() >= 1, fmt.Sprintf("%d calls", up.calls.Load())
+	testkit.WaitFor(t, 10*time.Second, "the delivery is in progress", func() (bool, string) {
+		return up.Calls.Load() >= 1, fmt.Sprintf("%d calls", up.Calls.Load())
 	})
 	start := time.Now()
-	if err := c.reload(site); err != nil {
+	if err := c.Reload(site); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("reload took %s", time.Since(start))
 
-	resp, body = postAfterReload(t, url, []byte("evt_reload_2"), "Idempotency-Key", "evt_reload_2")
+	resp, body = testkit.PostAfterReload(t, url, []byte("evt_reload_2"), "Idempotency-Key", "evt_reload_2")
 	wantAccepted(t, resp, body)
 	waitInboxDrained(t, rc, keys, 15*time.Second)
 	got := deliveriesByKey(up)
@@ -898,7 +780,7 @@ func TestInboxReloadDuringDeliveryDeliversOnce(t *testing.T) {
 	}
 
 	// one set of workers: the old configuration's are gone
-	eventually(t, 5*time.Second, "one readLoop and one scheduleLoop after the reload", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "one readLoop and one scheduleLoop after the reload", func() (bool, string) {
 		roots, _ := inboxGoroutineRoots()
 		return roots["readLoop"] == 1 && roots["scheduleLoop"] == 1, fmt.Sprint(roots)
 	})
@@ -922,23 +804,23 @@ func TestInboxReloadDuringDeliveryDeliversOnce(t *testing.T) {
 // An inbox on a three-master Redis Cluster accepts, deduplicates and
 // delivers each event exactly once; its keys span the cluster's nodes.
 func TestInboxRedisClusterDeliversEachOnce(t *testing.T) {
-	cluster := startRedisCluster(t)
-	cc := cluster.client(t)
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	cluster := testkit.StartCluster(t)
+	cc := cluster.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		w.WriteHeader(http.StatusOK)
 	})
-	port := freePort(t)
-	startCaddy(t, "", inboxSite(port, "cluster", cluster.storeBlock("timeout 5s"),
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", inboxSite(port, "cluster", cluster.StoreBlock("timeout 5s"),
 		fmt.Sprintf("deliver_to %s/hook\n\t\t\ttimeout 5s\n\t\t\tretries 200ms", up.URL)))
 	keys := inboxKeysOf("cluster")
-	url := siteURL(port) + "/hook"
+	url := testkit.SiteURL(port) + "/hook"
 
 	const n = 40
 	for i := range n {
 		key := fmt.Sprintf("evt_cluster_%d", i)
-		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
 		wantAccepted(t, resp, body)
-		resp, body = post(t, url, []byte(key), "Idempotency-Key", key)
+		resp, body = testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
 		wantAcceptReplayed(t, resp, body)
 	}
 	s := waitInboxDrained(t, cc, keys, 30*time.Second)
@@ -959,15 +841,15 @@ func TestInboxRedisClusterDeliversEachOnce(t *testing.T) {
 	// after delivery, duplicates are still answered from the cluster
 	for i := range 3 {
 		key := fmt.Sprintf("evt_cluster_%d", i)
-		resp, body := post(t, url, []byte(key), "Idempotency-Key", key)
+		resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
 		wantAcceptReplayed(t, resp, body)
 	}
-	if c := up.calls.Load(); c != n {
+	if c := up.Calls.Load(); c != n {
 		t.Fatalf("upstream got %d deliveries, want %d", c, n)
 	}
 	var nodesWithKeys int
-	for _, node := range cluster.nodes {
-		if k, err := node.client(t).DBSize(context.Background()).Result(); err == nil && k > 0 {
+	for _, node := range cluster.Nodes {
+		if k, err := node.Client(t).DBSize(context.Background()).Result(); err == nil && k > 0 {
 			nodesWithKeys++
 		}
 	}

@@ -1,6 +1,4 @@
-//go:build porting
-
-package webhookidempotency
+package e2e
 
 import (
 	"crypto/hmac"
@@ -14,22 +12,9 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
-)
 
-// wantRejected checks a 401 with its JSON reason (README: Providers and
-// signature verification).
-func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string) {
-	t.Helper()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("status %d (%s), want 401", resp.StatusCode, body)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("Content-Type %q", ct)
-	}
-	if want := `{"error":"` + reason + `"}`; string(body) != want {
-		t.Fatalf("body %s, want %s", body, want)
-	}
-}
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
 
 func stripeHeader(secret string, body []byte, at time.Time) string {
 	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at}).Header
@@ -37,57 +22,57 @@ func stripeHeader(secret string, body []byte, at time.Time) string {
 
 func TestE2EVerifyForgedDeliveriesNeverReachUpstream(t *testing.T) {
 	t.Setenv("WEBHOOK_TEST_STRIPE_SECRET", "whsec_e2e_secret")
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	webhook_idempotency stripe {
 		secret {env.WEBHOOK_TEST_STRIPE_SECRET}
 	}
 	reverse_proxy %s
-}`, port, up.addr()))
-	url := siteURL(port) + "/stripe"
+}`, port, up.Addr()))
+	url := testkit.SiteURL(port) + "/stripe"
 	body := []byte(`{"id":"evt_e2e_1","type":"invoice.paid"}`)
 
-	resp, rb := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
+	resp, rb := testkit.Post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
 	wantRejected(t, resp, rb, "invalid signature")
-	resp, rb = post(t, url, body)
+	resp, rb = testkit.Post(t, url, body)
 	wantRejected(t, resp, rb, "missing signature")
-	resp, rb = post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(-time.Hour)))
+	resp, rb = testkit.Post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(-time.Hour)))
 	wantRejected(t, resp, rb, "timestamp outside tolerance")
 	tampered := []byte(`{"id":"evt_e2e_1","type":"invoice.paid" }`)
-	resp, rb = post(t, url, tampered, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
+	resp, rb = testkit.Post(t, url, tampered, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
 	wantRejected(t, resp, rb, "invalid signature")
-	if n := up.calls.Load(); n != 0 {
+	if n := up.Calls.Load(); n != 0 {
 		t.Fatalf("upstream called %d times by forged deliveries", n)
 	}
 
 	// none of them claimed the key: the genuine delivery is new
-	first, firstBody := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
-	if first.StatusCode != http.StatusOK || first.Header.Get(replayedHeader) != "" {
+	first, firstBody := testkit.Post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now()))
+	if first.StatusCode != http.StatusOK || first.Header.Get(testkit.ReplayedHeader) != "" {
 		t.Fatalf("genuine delivery: %d %v %s", first.StatusCode, first.Header, firstBody)
 	}
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("upstream called %d times, want 1", n)
 	}
 
 	// Stripe's retry is signed anew with a later timestamp: same event id,
 	// so it is a duplicate
-	retry, retryBody := post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(2*time.Second)))
-	if retry.StatusCode != http.StatusOK || retry.Header.Get(replayedHeader) != "true" || string(retryBody) != string(firstBody) {
-		t.Fatalf("retry: %d replayed=%q %s", retry.StatusCode, retry.Header.Get(replayedHeader), retryBody)
+	retry, retryBody := testkit.Post(t, url, body, "Stripe-Signature", stripeHeader("whsec_e2e_secret", body, time.Now().Add(2*time.Second)))
+	if retry.StatusCode != http.StatusOK || retry.Header.Get(testkit.ReplayedHeader) != "true" || string(retryBody) != string(firstBody) {
+		t.Fatalf("retry: %d replayed=%q %s", retry.StatusCode, retry.Header.Get(testkit.ReplayedHeader), retryBody)
 	}
 	// a forged copy of the same event is still rejected, not replayed
-	resp, rb = post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
+	resp, rb = testkit.Post(t, url, body, "Stripe-Signature", stripeHeader("whsec_forged", body, time.Now()))
 	wantRejected(t, resp, rb, "invalid signature")
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("upstream called %d times, want 1", n)
 	}
 }
 
 func TestE2EVerifyGenericHMACRotation(t *testing.T) {
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source acme
 		key header:X-Delivery body
@@ -100,8 +85,8 @@ func TestE2EVerifyGenericHMACRotation(t *testing.T) {
 		}
 	}
 	reverse_proxy %s
-}`, port, up.addr()))
-	url := siteURL(port) + "/acme"
+}`, port, up.Addr()))
+	url := testkit.SiteURL(port) + "/acme"
 	sign := func(secret string, body []byte) string {
 		m := hmac.New(sha1.New, []byte(secret))
 		m.Write(body)
@@ -109,17 +94,17 @@ func TestE2EVerifyGenericHMACRotation(t *testing.T) {
 	}
 	for i, secret := range []string{"old-secret", "new-secret"} {
 		body := []byte(`{"n":` + strconv.Itoa(i) + `}`)
-		resp, rb := post(t, url, body, "X-Acme-Signature", sign(secret, body), "X-Delivery", "d-"+strconv.Itoa(i))
+		resp, rb := testkit.Post(t, url, body, "X-Acme-Signature", sign(secret, body), "X-Delivery", "d-"+strconv.Itoa(i))
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("signed with %s: %d %s", secret, resp.StatusCode, rb)
 		}
 	}
 	body := []byte(`{"n":9}`)
-	resp, rb := post(t, url, body, "X-Acme-Signature", sign("retired-secret", body), "X-Delivery", "d-9")
+	resp, rb := testkit.Post(t, url, body, "X-Acme-Signature", sign("retired-secret", body), "X-Delivery", "d-9")
 	wantRejected(t, resp, rb, "invalid signature")
-	resp, rb = post(t, url, body, "X-Acme-Signature", "sha256="+sign("new-secret", body)[5:], "X-Delivery", "d-9")
+	resp, rb = testkit.Post(t, url, body, "X-Acme-Signature", "sha256="+sign("new-secret", body)[5:], "X-Delivery", "d-9")
 	wantRejected(t, resp, rb, "invalid signature")
-	if n := up.calls.Load(); n != 2 {
+	if n := up.Calls.Load(); n != 2 {
 		t.Fatalf("upstream called %d times, want 2", n)
 	}
 }
@@ -143,15 +128,15 @@ func TestE2EVerifyTwilioForwardedURL(t *testing.T) {
 		{"trusted", "servers {\n\t\ttrusted_proxies static private_ranges\n\t}", http.StatusOK},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			up := newUpstream(t, nil)
-			port := freePort(t)
-			startCaddy(t, c.globals, fmt.Sprintf(`:%d {
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
+			testkit.StartCaddy(t, c.globals, fmt.Sprintf(`:%d {
 	webhook_idempotency twilio {
 		secret twilio-token
 	}
 	reverse_proxy %s
-}`, port, up.addr()))
-			resp, rb := post(t, siteURL(port)+"/sms?acct=1", form,
+}`, port, up.Addr()))
+			resp, rb := testkit.Post(t, testkit.SiteURL(port)+"/sms?acct=1", form,
 				"Content-Type", "application/x-www-form-urlencoded",
 				"X-Twilio-Signature", sig,
 				"X-Forwarded-Proto", "https",
@@ -164,7 +149,7 @@ func TestE2EVerifyTwilioForwardedURL(t *testing.T) {
 			if c.want == http.StatusOK {
 				wantCalls = 1
 			}
-			if n := up.calls.Load(); n != wantCalls {
+			if n := up.Calls.Load(); n != wantCalls {
 				t.Fatalf("upstream called %d times, want %d", n, wantCalls)
 			}
 		})
@@ -174,9 +159,9 @@ func TestE2EVerifyTwilioForwardedURL(t *testing.T) {
 // An empty signature header is a missing signature, for every scheme: the
 // same 401 reason whether the header is absent or empty.
 func TestE2EEmptySignatureHeaderIsMissing(t *testing.T) {
-	up := newUpstream(t, nil)
-	port := freePort(t)
-	startCaddy(t, "", fmt.Sprintf(`:%d {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	handle /github {
 		webhook_idempotency github {
 			secret s
@@ -205,17 +190,17 @@ func TestE2EEmptySignatureHeaderIsMissing(t *testing.T) {
 		}
 		reverse_proxy %[2]s
 	}
-}`, port, up.addr()))
+}`, port, up.Addr()))
 	for path, header := range map[string]string{
 		"/github": "X-Hub-Signature-256", "/shopify": "X-Shopify-Hmac-Sha256",
 		"/stripe": "Stripe-Signature", "/token": "X-Token",
 	} {
-		resp, body := post(t, siteURL(port)+path, []byte(`{"id":"evt_empty"}`))
+		resp, body := testkit.Post(t, testkit.SiteURL(port)+path, []byte(`{"id":"evt_empty"}`))
 		wantRejected(t, resp, body, "missing signature")
-		resp, body = post(t, siteURL(port)+path, []byte(`{"id":"evt_empty"}`), header, "")
+		resp, body = testkit.Post(t, testkit.SiteURL(port)+path, []byte(`{"id":"evt_empty"}`), header, "")
 		if resp.StatusCode != http.StatusUnauthorized || string(body) != `{"error":"missing signature"}` {
 			t.Errorf("%s with an empty %s: %d %s, want 401 missing signature", path, header, resp.StatusCode, body)
 		}
 	}
-	wantCalls(t, up, 0)
+	up.WantCalls(t, 0)
 }

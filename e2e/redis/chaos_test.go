@@ -1,0 +1,192 @@
+package redise2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// redisTraffic sends sequential requests with fresh keys until stopped and
+// counts the answers that are not the upstream's 200.
+type redisTraffic struct {
+	stop    chan struct{}
+	done    chan struct{}
+	sent    atomic.Int64
+	resets  atomic.Int64
+	mu      sync.Mutex
+	failure []string
+}
+
+func startRedisTraffic(t *testing.T, url string, workers int, duplicate bool) *redisTraffic {
+	tr := &redisTraffic{stop: make(chan struct{}), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-tr.stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("evt_traffic_%d_%d_%d", w, i, time.Now().UnixNano())
+				n := 1
+				if duplicate {
+					n = 2
+				}
+				for range n {
+					req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(key))
+					req.Header.Set("Idempotency-Key", key)
+					resp, err := testkit.Client.Do(req)
+					tr.sent.Add(1)
+					if err != nil {
+						// no HTTP answer at all (a connection reset while
+						// Caddy hands its listener over): a provider
+						// retries, and so do we. The first attempt may
+						// have reached Caddy and still be in flight, so
+						// the retry may get a 409; the provider then
+						// retries again later.
+						tr.resets.Add(1)
+						for attempt := 0; attempt < 50; attempt++ {
+							req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(key))
+							req.Header.Set("Idempotency-Key", key)
+							resp, err = testkit.Client.Do(req)
+							if err != nil || resp.StatusCode != http.StatusConflict {
+								break
+							}
+							_, _ = io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+							time.Sleep(100 * time.Millisecond)
+						}
+					}
+					if err != nil {
+						tr.fail(err.Error())
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						tr.fail(fmt.Sprintf("%s: status %d", key, resp.StatusCode))
+					}
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(tr.done) }()
+	return tr
+}
+
+func (tr *redisTraffic) fail(s string) {
+	tr.mu.Lock()
+	tr.failure = append(tr.failure, s)
+	tr.mu.Unlock()
+}
+
+// finish stops the traffic and returns the failures.
+func (tr *redisTraffic) finish() []string {
+	close(tr.stop)
+	<-tr.done
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.failure
+}
+
+// Redis killed under traffic with `fail open`: every request still gets
+// the upstream's answer; a restarted Redis brings deduplication back.
+func TestRedisChaosKillFailOpen(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", redisChaosSite(port, srv, "open", up.Addr()))
+	url := testkit.SiteURL(port) + "/hook"
+	waitForDedup(t, url, time.Second)
+
+	traffic := startRedisTraffic(t, url, 2, false)
+	time.Sleep(200 * time.Millisecond)
+	srv.Kill()
+	time.Sleep(500 * time.Millisecond)
+
+	before := up.Calls.Load()
+	for i := range 30 {
+		key := fmt.Sprintf("evt_down_%d", i)
+		resp, _ := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d with Redis down: %d, want the upstream's 200", i, resp.StatusCode)
+		}
+	}
+	if got := up.Calls.Load() - before; got < 30 {
+		t.Fatalf("upstream got %d of 30 requests with Redis down", got)
+	}
+
+	srv.Restart()
+	waitForDedup(t, url, 5*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	if failures := traffic.finish(); len(failures) > 0 {
+		t.Fatalf("%d of %d requests under traffic failed: %v", len(failures), traffic.sent.Load(), failures[:min(5, len(failures))])
+	}
+}
+
+// A hung Redis (it accepts connections and never answers): once the
+// breaker is open, requests stop paying the 500ms timeout.
+func TestRedisChaosHungServerBreaker(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", redisChaosSite(port, srv, "open", up.Addr()))
+	url := testkit.SiteURL(port) + "/hook"
+	waitForDedup(t, url, time.Second)
+
+	srv.Pause()
+	const n, timeout = 30, 500 * time.Millisecond
+	start := time.Now()
+	for i := range n {
+		key := fmt.Sprintf("evt_hung_%d", i)
+		resp, _ := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d with Redis hung: %d", i, resp.StatusCode)
+		}
+	}
+	// without a breaker this takes n×timeout = 15s; with it, about
+	// breakerThreshold×timeout
+	if elapsed := time.Since(start); elapsed > n*timeout/3 {
+		t.Fatalf("%d sequential requests took %v with Redis hung: the breaker does not spare the timeout", n, elapsed)
+	}
+	srv.Resume()
+	waitForDedup(t, url, 5*time.Second)
+}
+
+// With `fail closed`, a Redis outage answers 503 with Retry-After and the
+// upstream is not called.
+func TestRedisChaosKillFailClosed(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", redisChaosSite(port, srv, "closed", up.Addr()))
+	url := testkit.SiteURL(port) + "/hook"
+	waitForDedup(t, url, time.Second)
+
+	srv.Kill()
+	before := up.Calls.Load()
+	for i := range 10 {
+		key := fmt.Sprintf("evt_closed_%d", i)
+		resp, _ := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("request %d with Redis down and fail closed: %d, Retry-After %q", i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if got := up.Calls.Load() - before; got != 0 {
+		t.Fatalf("upstream called %d times with fail closed and Redis down", got)
+	}
+	srv.Restart()
+	waitForDedup(t, url, 5*time.Second)
+}
+
+// wantFewNewRedisClients fails when the store opened more than a couple of

@@ -1,0 +1,86 @@
+// Package redise2e holds the black-box end-to-end tests of
+// webhook_idempotency on real Redis servers (standalone, Cluster and
+// Sentinel) and of its reliability under hostile clients and failures: a
+// real Caddy built with the module runs in the test process (and, for a
+// second instance, as a child process) in front of a real upstream
+// (internal/testkit). The tests see what a provider, an application and an
+// operator see: HTTP answers, what the application received, the admin
+// endpoint's metrics, Caddy's logs, and Redis itself. Tests that start
+// Caddy do not run in parallel (Caddy runs one configuration per process).
+package redise2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/webhookguard/caddy-webhook-idempotency"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.RunAsCaddy(); testkit.Main(m) }
+
+// redisChaosSite is a site whose handler uses srv with a 500ms timeout
+// and the fail policy fail.
+func redisChaosSite(port int, srv *testkit.Redis, fail, upstream string) string {
+	return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source chaos
+		fail %s
+		store redis redis://%s {
+			timeout 500ms
+		}
+	}
+	reverse_proxy %s
+}`, port, fail, srv.Addr(), upstream)
+}
+
+// waitForDedup posts a fresh key twice until the second is a replay.
+func waitForDedup(t *testing.T, url string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("evt_resume_%d_%d", time.Now().UnixNano(), i)
+		testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+		resp, _ := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+		if resp.Header.Get(testkit.ReplayedHeader) == "true" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deduplication did not resume within %v", within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readLogLines reads the whole lines of a JSON-lines log file that Caddy
+// may still be writing (a last line without its newline is left out).
+func readLogLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	} else {
+		b = nil
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, line)
+		}
+		out = append(out, m)
+	}
+	return out
+}

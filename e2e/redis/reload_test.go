@@ -1,0 +1,270 @@
+package redise2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// connections since idsBefore: the pool may still grow by a connection or
+// two under the same traffic, while a client per reload would open one or
+// more per reload.
+func wantFewNewRedisClients(t *testing.T, rc *redis.Client, idsBefore []string) {
+	t.Helper()
+	idsAfter := redisStoreClientIDs(t, rc)
+	var opened []string
+	for _, id := range idsAfter {
+		if !slices.Contains(idsBefore, id) {
+			opened = append(opened, id)
+		}
+	}
+	if len(opened) > 2 || len(idsAfter) > len(idsBefore)+2 {
+		t.Fatalf("reloads opened %d Redis connections (%d before, %d after)", len(opened), len(idsBefore), len(idsAfter))
+	}
+}
+
+// storeClientName is the name the redis store's connections carry in
+// CLIENT LIST.
+const storeClientName = "caddy-webhook-idempotency"
+
+// redisStoreClientIDs returns the ids of the store's connections.
+func redisStoreClientIDs(t *testing.T, rc *redis.Client) []string {
+	t.Helper()
+	list, err := rc.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+storeClientName+" ") {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// settledGoroutines waits for the goroutine count to drop to at most
+// limit, and returns the last count. Keep-alive connections, to Caddy and
+// from old configurations' proxies to the upstream, are closed first: they
+// are not ours to count.
+func settledGoroutines(up *testkit.Upstream, limit int, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for {
+		testkit.Client.CloseIdleConnections()
+		if up != nil {
+			up.CloseClientConnections()
+		}
+		runtime.GC()
+		n := runtime.NumGoroutine()
+		if n <= limit || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// 20 reloads through the admin API under traffic: no failed request, no
+// new Redis connection, no goroutine left behind.
+func TestRedisReloadsUnderTraffic(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	site := func(ttl string) string {
+		return reloadSite(port, "reload", "store redis redis://"+srv.Addr()+" {\n\t\t\tpool_size 8\n\t\t}", ttl, up.Addr())
+	}
+	c := testkit.StartCaddy(t, "", site("1h"))
+	url := testkit.SiteURL(port) + "/hook"
+	rc := srv.Client(t)
+
+	// warm up the pool with the same traffic as during the reloads
+	warm := startRedisTraffic(t, url, 4, true)
+	time.Sleep(time.Second)
+	if failures := warm.finish(); len(failures) > 0 {
+		t.Fatalf("warm-up failures: %v", failures)
+	}
+	testkit.Post(t, url, []byte("kept"), "Idempotency-Key", "evt_kept")
+	idsBefore := redisStoreClientIDs(t, rc)
+	goroutinesBefore := settledGoroutines(up, 0, time.Second)
+
+	traffic := startRedisTraffic(t, url, 4, true)
+	for i := range 20 {
+		ttl := "1h"
+		if i%2 == 0 {
+			ttl = "2h"
+		}
+		if err := c.Reload(site(ttl)); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if failures := traffic.finish(); len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed during reloads: %v", len(failures), traffic.sent.Load(), failures[:min(5, len(failures))])
+	}
+	t.Logf("%d requests during the reloads, %d retried after a connection reset", traffic.sent.Load(), traffic.resets.Load())
+	if traffic.sent.Load() < 40 {
+		t.Fatalf("only %d requests during the reloads", traffic.sent.Load())
+	}
+	if resp, _ := testkit.PostAfterReload(t, url, []byte("kept"), "Idempotency-Key", "evt_kept"); resp.Header.Get(testkit.ReplayedHeader) != "true" {
+		t.Fatal("a key recorded before the reloads is not replayed after them")
+	}
+
+	wantFewNewRedisClients(t, rc, idsBefore)
+	const slack = 8
+	if after := settledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
+		t.Fatalf("goroutines grew from %d to %d over 20 reloads", goroutinesBefore, after)
+	}
+}
+
+// reloadSite is a site on port whose handler for source has ttl and the
+// store lines store, in front of upstream.
+func reloadSite(port int, source, store, ttl, upstream string) string {
+	return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source %s
+		ttl %s
+		%s
+	}
+	reverse_proxy %s
+}`, port, source, ttl, store, upstream)
+}
+
+// `caddy validate` with Redis down neither hangs nor leaves anything
+// running behind; with Redis up, it reaches Redis (provisioning pings it)
+// and leaves no connection behind, so no client was left in use.
+func TestRedisValidateLeavesNothingBehind(t *testing.T) {
+	validate := func(t *testing.T, addr string) {
+		t.Helper()
+		cfg, err := testkit.AdaptConfig(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source validate
+		fail closed
+		store redis redis://%s
+	}
+	respond 200
+}`, testkit.FreePort(t), addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := settledGoroutines(nil, 0, time.Second)
+		start := time.Now()
+		if err := caddy.Validate(cfg); err != nil {
+			t.Fatalf("validate with the store at %s: %v", addr, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("validate took %v", d)
+		}
+		if after := settledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+			t.Fatalf("goroutines grew from %d to %d after validate", before, after)
+		}
+	}
+	t.Run("redis down", func(t *testing.T) {
+		validate(t, "127.0.0.1:"+strconv.Itoa(testkit.FreePort(t)))
+	})
+	t.Run("redis up", func(t *testing.T) {
+		srv := testkit.StartRedis(t)
+		rc := srv.Client(t)
+		connections := func() int64 {
+			n, err := strconv.ParseInt(infoField(t, rc, "stats", "total_connections_received"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := connections() // counts rc's own connection, which it keeps
+		validate(t, srv.Addr())
+		if after := connections(); after <= before {
+			t.Fatalf("validate did not reach Redis (%d connections received before, %d after): the test cannot see a client left behind", before, after)
+		}
+		testkit.WaitFor(t, 5*time.Second, "the connections validate opened are closed", func() (bool, string) {
+			ids := redisStoreClientIDs(t, rc)
+			return len(ids) == 0, fmt.Sprintf("store connections %v", ids)
+		})
+	})
+}
+
+// infoField is a field of a section of Redis's INFO.
+func infoField(t *testing.T, rc *redis.Client, section, field string) string {
+	t.Helper()
+	info, err := rc.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	t.Fatalf("INFO %s has no %s", section, field)
+	return ""
+}
+
+// A reload that changes the store's connection settings while a request is
+// in flight: Caddy cleans up the old configuration before that request
+// ends, and its claim must still be completed through the old client; then
+// the old client is closed (its connections leave Redis).
+func TestRedisReloadWithChangedStoreFinishesInFlight(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if r.Header.Get("X-Slow") != "" {
+			time.Sleep(time.Second)
+		}
+		fmt.Fprintf(w, `{"call":%d}`, call)
+	})
+	port := testkit.FreePort(t)
+	site := func(pool int) string {
+		return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source drain
+		store redis redis://%s {
+			pool_size %d
+		}
+	}
+	reverse_proxy %s
+}`, port, srv.Addr(), pool, up.Addr())
+	}
+	c := testkit.StartCaddy(t, "", site(5))
+	url := testkit.SiteURL(port) + "/hook"
+
+	done := testkit.SendAsync(http.MethodPost, url, []byte("slow"), "Idempotency-Key", "evt_slow", "X-Slow", "1")
+	up.WaitCalls(t, 1, 10*time.Second)
+	// every store connection now is the old configuration's client's
+	oldIDs := redisStoreClientIDs(t, rc)
+	if len(oldIDs) == 0 {
+		t.Fatal("no store connection in Redis while a request is in flight")
+	}
+	if err := c.Reload(site(6)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if first := testkit.Receive(t, done); first.Status != http.StatusOK {
+		t.Fatalf("in-flight request across the reload: %d %s", first.Status, first.Body)
+	}
+	resp, body := testkit.PostAfterReload(t, url, []byte("slow"), "Idempotency-Key", "evt_slow")
+	if resp.Header.Get(testkit.ReplayedHeader) != "true" || string(body) != `{"call":1}` {
+		t.Fatalf("duplicate after the reload: %d %q, want the replayed first answer", resp.StatusCode, body)
+	}
+	// the old client is closed: only the new settings' connections remain
+	testkit.WaitFor(t, 10*time.Second, "the old configuration's client closed", func() (bool, string) {
+		var left []string
+		for _, id := range redisStoreClientIDs(t, rc) {
+			if slices.Contains(oldIDs, id) {
+				left = append(left, id)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("connections %v of the old client still open", left)
+	})
+}
