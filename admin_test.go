@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -10,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // These tests run a real Caddy with an inbox in front of a real upstream
@@ -40,48 +40,16 @@ http://127.0.0.1:%d {
 }`, port, source, redisAddr, deliverTo, retries)
 }
 
-// adminURL is the URL of path on c's admin endpoint.
-func (c *testCaddy) adminURL(path string) string {
-	return fmt.Sprintf("http://localhost:%d%s", c.adminPort, path)
-}
-
-// adminCall sends a request to the admin API and returns the status, the
-// response and its body.
-func adminCall(t *testing.T, c *testCaddy, method, path string) (*http.Response, []byte) {
+// adminCall sends a request to the admin API and returns the response
+// and its body.
+func adminCall(t *testing.T, c *testkit.Caddy, method, path string) (*http.Response, []byte) {
 	t.Helper()
-	return do(t, method, c.adminURL(path), nil)
-}
-
-// adminForget forgets key of source through the admin API, which must
-// answer 204.
-func adminForget(t *testing.T, c *testCaddy, source, key string) {
-	t.Helper()
-	path := "/webhook_idempotency/" + source + "/keys/" + key
-	resp, body := adminCall(t, c, http.MethodDelete, path)
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget %s of %s: %s: %s", key, source, resp.Status, body)
-	}
-}
-
-// adminJSON sends a request that must answer 200 and decodes the JSON body
-// into v.
-func adminJSON(t *testing.T, c *testCaddy, method, path string, v any) {
-	t.Helper()
-	resp, body := adminCall(t, c, method, path)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %s: %s", method, path, resp.Status, body)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("%s %s: Content-Type %q", method, path, ct)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("%s %s: decoding %s: %v", method, path, body, err)
-	}
+	return testkit.Do(t, method, c.AdminURL(path), nil)
 }
 
 // adminExpectError checks that a request answers status with Caddy's JSON
 // error body.
-func adminExpectError(t *testing.T, c *testCaddy, method, path string, status int) *http.Response {
+func adminExpectError(t *testing.T, c *testkit.Caddy, method, path string, status int) *http.Response {
 	t.Helper()
 	resp, body := adminCall(t, c, method, path)
 	if resp.StatusCode != status {
@@ -98,35 +66,22 @@ func adminExpectError(t *testing.T, c *testCaddy, method, path string, status in
 
 // refusingApp is an application that answers every delivery 400, which
 // the inbox dead-letters after one attempt.
-func refusingApp(t *testing.T) *upstream {
-	return newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+func refusingApp(t *testing.T) *testkit.Upstream {
+	return testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		w.WriteHeader(http.StatusBadRequest)
 	})
 }
 
 // fixableApp is an application that answers 400 (a refusal the inbox
 // dead-letters) while fixed is false, and 200 once it is true.
-func fixableApp(t *testing.T, fixed *atomic.Bool) *upstream {
-	return newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+func fixableApp(t *testing.T, fixed *atomic.Bool) *testkit.Upstream {
+	return testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if !fixed.Load() {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-}
-
-// adminWait polls cond every 20ms until it holds, failing the test after
-// within.
-func adminWait(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // adminStatus is the JSON of one inbox's counts.
@@ -157,16 +112,16 @@ type adminDead struct {
 // and leaves nothing behind in Redis.
 func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 	const source = "admin_redeliver"
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	var fixed atomic.Bool
 	app := fixableApp(t, &fixed)
-	port := freePort(t)
-	c := startCaddy(t, "", adminInboxSite(port, source, srv.addr(), app.URL+"/hook", "200ms 400ms"))
-	before := c.scrapeMetrics(t)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", adminInboxSite(port, source, srv.Addr(), app.URL+"/hook", "200ms 400ms"))
+	before := c.Metrics(t)
 
 	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
 	sent := time.Now()
-	resp, b := post(t, siteURL(port)+"/in?x=1", body,
+	resp, b := testkit.Post(t, testkit.SiteURL(port)+"/in?x=1", body,
 		"Idempotency-Key", "k-dead", "Content-Type", "application/json", "X-Provider-Signature", "sig-1")
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("accept: %s: %s", resp.Status, b)
@@ -174,11 +129,11 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 
 	// dead-lettered after exactly one attempt
 	var dead []adminDead
-	adminWait(t, 10*time.Second, "the event to be dead-lettered", func() bool {
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead", &dead)
+	testkit.Eventually(t, 10*time.Second, "the event to be dead-lettered", func() bool {
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source+"/dead", &dead)
 		return len(dead) > 0
 	})
-	if n := app.calls.Load(); n != 1 {
+	if n := app.Calls.Load(); n != 1 {
 		t.Fatalf("upstream got %d requests before the dead-letter, want 1", n)
 	}
 	if len(dead) != 1 {
@@ -189,19 +144,19 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 		d.Attempts != 1 || d.LastStatus != http.StatusBadRequest {
 		t.Fatalf("dead event: %+v", d)
 	}
-	mustContain(t, d.LastError, "400")
+	testkit.MustContain(t, d.LastError, "400")
 	if d.Received.Before(sent.Add(-time.Second)) || d.Received.After(time.Now()) ||
 		d.Failed.Before(d.Received) || d.Failed.After(time.Now()) {
 		t.Fatalf("dead event times: received %s, failed %s, sent %s", d.Received, d.Failed, sent)
 	}
 
 	var st adminStatus
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/"+source, &st)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source, &st)
 	if st != (adminStatus{Source: source, Dead: 1}) {
 		t.Fatalf("counts: %+v", st)
 	}
 	var all []adminStatus
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/", &all)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/", &all)
 	if len(all) != 1 || all[0] != st {
 		t.Fatalf("list: %+v", all)
 	}
@@ -211,12 +166,12 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 	var re struct {
 		ID string `json:"id"`
 	}
-	adminJSON(t, c, http.MethodPost, "/webhook_idempotency/"+source+"/dead/"+d.ID+"/redeliver", &re)
+	c.AdminJSON(t, http.MethodPost, "/webhook_idempotency/"+source+"/dead/"+d.ID+"/redeliver", &re)
 	if !validStreamID(re.ID) || re.ID == d.ID {
 		t.Fatalf("redeliver answered id %q (dead id %q)", re.ID, d.ID)
 	}
-	adminWait(t, 10*time.Second, "the redelivery", func() bool { return app.calls.Load() >= 2 })
-	reqs := app.requests()
+	testkit.Eventually(t, 10*time.Second, "the redelivery", func() bool { return app.Calls.Load() >= 2 })
+	reqs := app.Requests()
 	got := reqs[1]
 	if got.Method != http.MethodPost || string(got.Body) != string(body) ||
 		got.Header.Get("Webhook-Attempt") != "2" || got.Header.Get("Idempotency-Key") != "k-dead" ||
@@ -228,8 +183,8 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 	}
 
 	// nothing left: no dead event, an empty stream
-	rc := srv.client(t)
-	adminWait(t, 10*time.Second, "the delivered event to leave the stream", func() bool {
+	rc := srv.Client(t)
+	testkit.Eventually(t, 10*time.Second, "the delivered event to leave the stream", func() bool {
 		return rc.XLen(t.Context(), "{idem:"+source+"}:inbox").Val() == 0
 	})
 	if n := rc.XLen(t.Context(), "{idem:"+source+"}:dead").Val(); n != 0 {
@@ -239,21 +194,21 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != "[]" {
 		t.Fatalf("dead list after redelivery: %s: %s", resp.Status, b)
 	}
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/"+source, &st)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source, &st)
 	if st != (adminStatus{Source: source}) {
 		t.Fatalf("counts after redelivery: %+v", st)
 	}
 	// a second redelivery of the same id finds nothing
 	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/"+source+"/dead/"+d.ID+"/redeliver", http.StatusNotFound)
-	if n := app.calls.Load(); n != 2 {
+	if n := app.Calls.Load(); n != 2 {
 		t.Fatalf("upstream got %d requests, want 2", n)
 	}
 
 	// the counters saw one dead-letter and one delivery
-	after := c.scrapeMetrics(t)
+	after := c.Metrics(t)
 	for outcome, want := range map[string]float64{"delivered": 1, "retried": 0, "dead_lettered": 1} {
-		b, _ := before.value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
-		a, _ := after.value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
+		b, _ := before.Value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
+		a, _ := after.Value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
 		if a-b != want {
 			t.Errorf("%s{outcome=%q} went from %v to %v, want +%v", metricInboxDeliveriesName, outcome, b, a, want)
 		}
@@ -265,9 +220,9 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 // event gauges agree with the admin API's counts.
 func TestAdminInboxMetrics(t *testing.T) {
 	const source = "admin_metrics"
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	var retryCalls atomic.Int64
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		switch r.Header.Get("Idempotency-Key") {
 		case "ok":
 			w.WriteHeader(http.StatusOK)
@@ -283,13 +238,13 @@ func TestAdminInboxMetrics(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	// the second retry is far away: "stuck" waits for it, scheduled
-	c := startCaddy(t, "", adminInboxSite(port, source, srv.addr(), app.URL, "200ms 1h"))
-	before := c.scrapeMetrics(t)
+	c := testkit.StartCaddy(t, "", adminInboxSite(port, source, srv.Addr(), app.URL, "200ms 1h"))
+	before := c.Metrics(t)
 
 	for _, key := range []string{"ok", "retry", "refuse", "stuck"} {
-		resp, b := post(t, siteURL(port)+"/in", []byte(`{"k":"`+key+`"}`), "Idempotency-Key", key)
+		resp, b := testkit.Post(t, testkit.SiteURL(port)+"/in", []byte(`{"k":"`+key+`"}`), "Idempotency-Key", key)
 		if resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("accept %s: %s: %s", key, resp.Status, b)
 		}
@@ -298,26 +253,26 @@ func TestAdminInboxMetrics(t *testing.T) {
 	// ok: 1 call; retry: 2; refuse: 1; stuck: 2, then scheduled for 1h
 	want := adminStatus{Source: source, Scheduled: 1, Dead: 1}
 	var st adminStatus
-	adminWait(t, 10*time.Second, "the deliveries to settle", func() bool {
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/"+source, &st)
-		return st == want && app.calls.Load() == 6
+	testkit.Eventually(t, 10*time.Second, "the deliveries to settle", func() bool {
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source, &st)
+		return st == want && app.Calls.Load() == 6
 	})
 
 	wantCounters := map[string]float64{"delivered": 2, "retried": 3, "dead_lettered": 1}
 	wantGauges := map[string]float64{"pending": 0, "scheduled": 1, "dead": 1}
-	var after scrape
-	adminWait(t, 10*time.Second, "the gauges to be refreshed", func() bool {
-		after = c.scrapeMetrics(t)
+	var after testkit.Metrics
+	testkit.Eventually(t, 10*time.Second, "the gauges to be refreshed", func() bool {
+		after = c.Metrics(t)
 		for state, w := range wantGauges {
-			if v, ok := after.value(metricInboxEventsName, "source", source, "state", state); !ok || v != w {
+			if v, ok := after.Value(metricInboxEventsName, "source", source, "state", state); !ok || v != w {
 				return false
 			}
 		}
 		return true
 	})
 	for outcome, w := range wantCounters {
-		b, _ := before.value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
-		a, _ := after.value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
+		b, _ := before.Value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
+		a, _ := after.Value(metricInboxDeliveriesName, "source", source, "outcome", outcome)
 		if a-b != w {
 			t.Errorf("%s{outcome=%q} went from %v to %v, want +%v", metricInboxDeliveriesName, outcome, b, a, w)
 		}
@@ -325,7 +280,7 @@ func TestAdminInboxMetrics(t *testing.T) {
 
 	// the dead one is the refused event, after one attempt
 	var dead []adminDead
-	adminJSON(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead", &dead)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source+"/dead", &dead)
 	if len(dead) != 1 || dead[0].Key != "refuse" || dead[0].Attempts != 1 || dead[0].LastStatus != http.StatusUnprocessableEntity {
 		t.Fatalf("dead list: %+v", dead)
 	}
@@ -336,10 +291,10 @@ func TestAdminInboxMetrics(t *testing.T) {
 // every error is Caddy's JSON error.
 func TestAdminErrors(t *testing.T) {
 	const source = "admin_errors"
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	app := refusingApp(t)
-	port := freePort(t)
-	c := startCaddy(t, "", adminInboxSite(port, source, srv.addr(), app.URL, "200ms"))
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", adminInboxSite(port, source, srv.Addr(), app.URL, "200ms"))
 	base := "/webhook_idempotency/" + source
 
 	// an empty dead list is [], not null
@@ -351,21 +306,21 @@ func TestAdminErrors(t *testing.T) {
 	// three dead events, for paging
 	for i := range 3 {
 		key := fmt.Sprintf("k%d", i)
-		if resp, b := post(t, siteURL(port)+"/in", []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
+		if resp, b := testkit.Post(t, testkit.SiteURL(port)+"/in", []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("accept %s: %s: %s", key, resp.Status, b)
 		}
 	}
 	var dead []adminDead
-	adminWait(t, 10*time.Second, "three dead events", func() bool {
-		adminJSON(t, c, http.MethodGet, base+"/dead", &dead)
+	testkit.Eventually(t, 10*time.Second, "three dead events", func() bool {
+		c.AdminJSON(t, http.MethodGet, base+"/dead", &dead)
 		return len(dead) == 3
 	})
 	var page []adminDead
-	adminJSON(t, c, http.MethodGet, base+"/dead?count=2", &page)
+	c.AdminJSON(t, http.MethodGet, base+"/dead?count=2", &page)
 	if len(page) != 2 || page[0].ID != dead[0].ID || page[1].ID != dead[1].ID {
 		t.Fatalf("first page: %+v, all: %+v", page, dead)
 	}
-	adminJSON(t, c, http.MethodGet, base+"/dead?count=2&start="+dead[1].ID, &page)
+	c.AdminJSON(t, http.MethodGet, base+"/dead?count=2&start="+dead[1].ID, &page)
 	if len(page) != 2 || page[0].ID != dead[1].ID || page[1].ID != dead[2].ID {
 		t.Fatalf("page from %s: %+v, all: %+v", dead[1].ID, page, dead)
 	}
@@ -401,13 +356,13 @@ func TestAdminErrors(t *testing.T) {
 		adminExpectError(t, c, http.MethodGet, base+"/dead?"+q, http.StatusBadRequest)
 	}
 	// nothing was redelivered by the failed calls
-	adminJSON(t, c, http.MethodGet, base+"/dead", &page)
+	c.AdminJSON(t, http.MethodGet, base+"/dead", &page)
 	if len(page) != 3 {
 		t.Fatalf("dead list after failed calls: %+v", page)
 	}
 
 	// Redis down: 503
-	srv.kill()
+	srv.Kill()
 	adminExpectError(t, c, http.MethodGet, base, http.StatusServiceUnavailable)
 	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/", http.StatusServiceUnavailable)
 	adminExpectError(t, c, http.MethodGet, base+"/dead", http.StatusServiceUnavailable)

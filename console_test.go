@@ -1,5 +1,3 @@
-//go:build porting
-
 package webhookidempotency
 
 import (
@@ -14,6 +12,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // The console, tested in a real headless Chromium against a real Caddy
@@ -109,9 +110,9 @@ http://127.0.0.1:%[1]d {
 // key (the provider's next retry is processed). With CONSOLE_SCREENSHOT set
 // to a file name, it saves a screenshot of the page there.
 func TestConsole(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	var fixed atomic.Bool
-	app := newUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if strings.HasPrefix(r.URL.Path, "/inbox") && !fixed.Load() && r.Header.Get("Idempotency-Key") == "order-dead" {
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			return
@@ -119,8 +120,7 @@ func TestConsole(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"received":true,"call":%d}`, call)
 	})
-	port, proxyPort := freePort(t), freePort(t)
-	c := &testCaddy{t: t}
+	port, proxyPort := testkit.FreePort(t), testkit.FreePort(t)
 	sites := fmt.Sprintf(`
 http://127.0.0.1:%d {
 	handle /payments* {
@@ -150,36 +150,36 @@ http://127.0.0.1:%d {
 			}
 		}
 	}
-}`, port, srv.addr(), app.addr(), srv.addr(), app.URL)
-	c = startCaddy(t, "", sites+consoleProxySite(proxyPort, 0))
+}`, port, srv.Addr(), app.Addr(), srv.Addr(), app.URL)
+	c := testkit.StartCaddy(t, "", sites+consoleProxySite(proxyPort, 0))
 	// the proxy needs the admin port, known only now
-	if err := c.reload(sites + consoleProxySite(proxyPort, c.adminPort)); err != nil {
+	if err := c.Reload(sites + consoleProxySite(proxyPort, c.AdminPort)); err != nil {
 		t.Fatal(err)
 	}
 
 	// real traffic
-	site := siteURL(port)
+	site := testkit.SiteURL(port)
 	for i, evt := range []string{"evt_1001", "evt_1002", "evt_1003", "evt_1002"} {
 		body := fmt.Sprintf(`{"id":%q,"type":"payment.succeeded","amount":%d,"card":{"number":"4242424242424242"}}`, evt, 1000+i)
-		if resp, b := postAfterReload(t, site+"/payments/hook", []byte(body), "Idempotency-Key", evt, "Content-Type", "application/json", "X-Request-Trace", "trace-"+evt); resp.StatusCode != http.StatusOK {
+		if resp, b := testkit.PostAfterReload(t, site+"/payments/hook", []byte(body), "Idempotency-Key", evt, "Content-Type", "application/json", "X-Request-Trace", "trace-"+evt); resp.StatusCode != http.StatusOK {
 			t.Fatalf("payments %s: %s %s", evt, resp.Status, b)
 		}
 	}
 	for _, key := range []string{"order-ok", "order-dead"} {
-		if resp, b := post(t, site+"/orders/hook", []byte(`{"order":"`+key+`"}`), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
+		if resp, b := testkit.Post(t, site+"/orders/hook", []byte(`{"order":"`+key+`"}`), "Idempotency-Key", key); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("orders %s: %s %s", key, resp.Status, b)
 		}
 	}
-	adminWait(t, 10*time.Second, "the dead letter", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool {
 		var dead []adminDead
-		adminJSON(t, c, http.MethodGet, "/webhook_idempotency/orders/dead", &dead)
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/orders/dead", &dead)
 		return len(dead) == 1
 	})
 
 	// the admin endpoint itself refuses a browser's navigation; the proxy
 	// site of docs/admin.md opens it
 	ctx := newBrowser(t)
-	browse(t, ctx, "direct navigation", chromedp.Navigate(c.adminURL("/webhook_idempotency/console")))
+	browse(t, ctx, "direct navigation", chromedp.Navigate(c.AdminURL("/webhook_idempotency/console")))
 	if text := browserValue(t, ctx, "direct page", chromedp.Text("body")); !strings.Contains(text, "not allowed") {
 		t.Fatalf("Caddy's admin endpoint served a browser's navigation: %q", text)
 	}
@@ -224,22 +224,22 @@ http://127.0.0.1:%d {
 	browserValue(t, ctx, "key completed", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('completed')`, chromedp.WithPollingTimeout(10*time.Second)))
 	browse(t, ctx, "forget it", chromedp.Click(`#key-forget`))
 	browserValue(t, ctx, "key absent", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('absent')`, chromedp.WithPollingTimeout(10*time.Second)))
-	calls := app.calls.Load()
-	resp, _ := post(t, site+"/payments/hook", []byte(`{"id":"evt_1001","type":"payment.succeeded","amount":1000}`), "Idempotency-Key", "evt_1001")
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(replayedHeader) != "" || app.calls.Load() != calls+1 {
-		t.Fatalf("the retry after forgetting: %s %v, %d upstream calls", resp.Status, resp.Header, app.calls.Load()-calls)
+	calls := app.Calls.Load()
+	resp, _ := testkit.Post(t, site+"/payments/hook", []byte(`{"id":"evt_1001","type":"payment.succeeded","amount":1000}`), "Idempotency-Key", "evt_1001")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(record.ReplayedHeader) != "" || app.Calls.Load() != calls+1 {
+		t.Fatalf("the retry after forgetting: %s %v, %d upstream calls", resp.Status, resp.Header, app.Calls.Load()-calls)
 	}
 
 	// redeliver a dead letter: the upstream receives it
 	fixed.Store(true)
-	before := len(app.requests())
+	before := len(app.Requests())
 	browse(t, ctx, "open orders",
 		chromedp.Click(`#sources tbody tr[data-source="orders"]`),
 		chromedp.WaitVisible(`#dead tbody tr[data-id] button.redeliver`),
 		chromedp.Click(`#dead tbody tr[data-id] button.redeliver`),
 	)
-	adminWait(t, 10*time.Second, "the redelivered dead letter at the upstream", func() bool {
-		for _, r := range app.requests()[before:] {
+	testkit.Eventually(t, 10*time.Second, "the redelivered dead letter at the upstream", func() bool {
+		for _, r := range app.Requests()[before:] {
 			if r.Header.Get("Idempotency-Key") == "order-dead" {
 				return true
 			}
@@ -252,13 +252,13 @@ http://127.0.0.1:%d {
 	// or to the admin endpoint, is refused
 	for _, u := range []string{
 		fmt.Sprintf("http://127.0.0.1:%d/webhook_idempotency/", proxyPort),
-		c.adminURL("/webhook_idempotency/"),
+		c.AdminURL("/webhook_idempotency/"),
 	} {
 		req, _ := http.NewRequest(http.MethodGet, u, nil)
 		req.Header.Set("Origin", "http://evil.example")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		req.Header.Set("Sec-Fetch-Mode", "cors")
-		resp, err := testClient.Do(req)
+		resp, err := testkit.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +267,7 @@ http://127.0.0.1:%d {
 			t.Fatalf("a cross-site request to %s: %s", u, resp.Status)
 		}
 	}
-	resp, _ = do(t, http.MethodGet, c.adminURL("/webhook_idempotency/console"), nil)
+	resp, _ = testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/console"), nil)
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Fatalf("Content-Security-Policy %q", csp)
 	}
