@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // TestArchiveCaddyfile: the inline shorthand, the block, and the errors,
@@ -75,7 +77,7 @@ func TestArchiveProvisionRules(t *testing.T) {
 		if err := json.Unmarshal([]byte(cfg), h); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := newTestContext(t)
+		ctx, cancel := testkit.NewContext(t)
 		err := h.Provision(ctx)
 		_ = h.Cleanup()
 		cancel()

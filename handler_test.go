@@ -15,13 +15,14 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // newTestHandler provisions h as Caddy would, on the default memory store.
 func newTestHandler(t *testing.T, h *Handler) *Handler {
 	t.Helper()
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	t.Cleanup(cancel)
 	if err := h.Provision(ctx); err != nil {
 		t.Fatalf("provision: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -234,7 +235,7 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		{Handler{Source: "no-preset", VerifyToken: "t"}, "handshake and verify_token need a preset with a handshake"},
 		{Handler{Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
 	} {
-		ctx, cancel := newTestContext(t)
+		ctx, cancel := testkit.NewContext(t)
 		h := c.h
 		err := h.Provision(ctx)
 		_ = h.Cleanup()

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
 // provisionErr provisions h and returns the error, cleaning up.
 func provisionErr(t *testing.T, h *Handler) error {
 	t.Helper()
-	ctx, cancel := newTestContext(t)
+	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	err := h.Provision(ctx)
 	_ = h.Cleanup()

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // sha256Key is the `sha256:<hex>` form of s.
@@ -344,7 +346,7 @@ func TestKeyStoreLayout(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := newTestContext(t)
+			ctx, cancel := testkit.NewContext(t)
 			defer cancel()
 			h := tc.handler
 			if err := h.Provision(ctx); err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // Distinctive strings that must never reach a log line.
@@ -65,8 +67,8 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	dir := t.TempDir()
 	accessLog := filepath.Join(dir, "access.log")
 	allLog := filepath.Join(dir, "all.log")
-	up := newUpstream(t, nil)
-	port := freePort(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
 	// every logger, at DEBUG, to one file; the site's access log to
 	// another. A `verify token` secret travels in a request header, which
 	// Caddy logs verbatim (it only redacts Authorization and cookies): the
@@ -80,7 +82,7 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 		}
 		level DEBUG
 	}`, allLog)
-	startCaddy(t, globals, fmt.Sprintf(`:%d {
+	testkit.StartCaddy(t, globals, fmt.Sprintf(`:%d {
 	log {
 		output file %s
 		format filter {
@@ -108,8 +110,8 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 		}
 		reverse_proxy %[4]s
 	}
-}`, port, accessLog, logSecret, up.addr(), logTokenSecret))
-	base := siteURL(port)
+}`, port, accessLog, logSecret, up.Addr(), logTokenSecret))
+	base := testkit.SiteURL(port)
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
 	body := func(i int) []byte { return []byte(`{"event":"` + logBodyCanary + `","n":` + strconv.Itoa(i) + `}`) }
 
@@ -124,7 +126,7 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 		if key != "" && !strings.HasPrefix(key, "sha256:") {
 			header = append(header, "Idempotency-Key", key)
 		}
-		resp, rb := post(t, base+path, b, header...)
+		resp, rb := testkit.Post(t, base+path, b, header...)
 		if resp.StatusCode != want {
 			t.Fatalf("%s %s: %d %s, want %d", path, id, resp.StatusCode, rb, want)
 		}

@@ -271,7 +271,7 @@ func TestProvisionStoneErrors(t *testing.T) {
 		{"bad url", VerifyConfig{PrivateKey: "{file." + keyFile + "}", JWKSURL: "ftp://x"}, "invalid jwks_url"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := newTestContext(t)
+			ctx, cancel := testkit.NewContext(t)
 			defer cancel()
 			h := &Handler{Provider: "stone", Verify: &c.v}
 			err := h.Provision(ctx)
@@ -285,7 +285,7 @@ func TestProvisionStoneErrors(t *testing.T) {
 		})
 	}
 	t.Run("stone options on another scheme", func(t *testing.T) {
-		ctx, cancel := newTestContext(t)
+		ctx, cancel := testkit.NewContext(t)
 		defer cancel()
 		h := &Handler{Provider: "github", Verify: &VerifyConfig{Secrets: []string{"s"}, Decrypt: true}}
 		if err := h.Provision(ctx); err == nil || !strings.Contains(err.Error(), "only the stone scheme takes decrypt") {
@@ -298,7 +298,7 @@ func TestProvisionStoneErrors(t *testing.T) {
 		_ = os.WriteFile(pkcs1, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(sigtest.RSAKey("stone-partner"))}), 0o600)
 		jwks := filepath.Join(dir, "jwks.json")
 		_ = os.WriteFile(jwks, sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"k1": sigtest.RSAKey("stone-signer")}), 0o600)
-		ctx, cancel := newTestContext(t)
+		ctx, cancel := testkit.NewContext(t)
 		defer cancel()
 		h := &Handler{Provider: "stone", Verify: &VerifyConfig{PrivateKey: "{file." + pkcs1 + "}", JWKSFile: jwks}}
 		if err := h.Provision(ctx); err != nil {
