@@ -137,8 +137,9 @@ func (u *keyedUpstream) calls(key string) int {
 }
 
 // load posts new keys from workers goroutines until stop is closed, and
-// returns the keys whose delivery was answered 200 as a new delivery.
-func load(url string, workers int, stop <-chan struct{}) <-chan []string {
+// returns the keys whose delivery was answered 200 as a new delivery;
+// count counts them as they are answered.
+func load(url string, workers int, stop <-chan struct{}, count *atomic.Int64) <-chan []string {
 	out := make(chan []string, 1)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	go func() {
@@ -166,6 +167,7 @@ func load(url string, workers int, stop <-chan struct{}) <-chan []string {
 						mu.Lock()
 						answered = append(answered, key)
 						mu.Unlock()
+						count.Add(1)
 					}
 				}
 			})
@@ -193,8 +195,11 @@ func restartUnderLoad(t *testing.T, storeLine string, halt func(*caddyProcess)) 
 }`, port, storeLine, up.Addr())
 	p := startCaddyProcess(t, data, sites, testkit.SiteURL(port)+"/")
 	stop := make(chan struct{})
-	results := load(url, 200, stop)
-	time.Sleep(1500 * time.Millisecond)
+	var count atomic.Int64
+	results := load(url, 200, stop, &count)
+	// halted once hundreds are answered, however loaded the machine is,
+	// with 200 more in flight
+	testkit.Eventually(t, 60*time.Second, "300 deliveries answered under load", func() bool { return count.Load() >= 300 })
 	halt(p)
 	close(stop)
 	answered := <-results
