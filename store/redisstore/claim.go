@@ -44,7 +44,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, lease time.Duratio
 			return store.ClaimResult{}, err
 		}
 	}
-	return s.claim(ctx, []string{key}, owner, lease)
+	return s.claimKeys(ctx, []string{key}, owner, lease)
 }
 
 // redisAnswerError reports whether err is Redis's answer to a claim that
@@ -53,11 +53,11 @@ func redisAnswerError(err error) bool {
 	return redis.HasErrorPrefix(err, "WRONGTYPE") || redis.HasErrorPrefix(err, "syntax error")
 }
 
-// claim claims keys with the claim script, all or none, in one round trip:
+// claimKeys claims keys with the claim script, all or none, in one round trip:
 // a key, or a key and its guard on one node. Absent, corrupt or foreign
 // values are claimed; a key in flight reports its lease left, a completed
 // key its record.
-func (s *Store) claim(ctx context.Context, keys []string, owner string, lease time.Duration) (store.ClaimResult, error) {
+func (s *Store) claimKeys(ctx context.Context, keys []string, owner string, lease time.Duration) (store.ClaimResult, error) {
 	leaseMs := redisMillis(lease)
 	v, err := s.run(ctx, "claim", redisClaimScript, keys, owner, leaseMs)
 	if err != nil {

@@ -23,7 +23,7 @@ func (s *Store) ClaimGuarded(ctx context.Context, key, guard, owner string, leas
 		return s.Claim(ctx, key, owner, lease)
 	}
 	if !s.client.cluster() {
-		return s.claim(ctx, []string{key, guard}, owner, lease)
+		return s.claimKeys(ctx, []string{key, guard}, owner, lease)
 	}
 	leaseMs := redisMillis(lease)
 	vals, err := s.runApart(ctx, "claim", redisClaimScript, nil, key, guard, owner, leaseMs)
@@ -42,7 +42,7 @@ func (s *Store) ClaimGuarded(ctx context.Context, key, guard, owner string, leas
 			// a corrupt value (logged): the key is claimed as a key
 			// without a guard is, which treats it as absent
 			s.giveBack(vals, key, guard, owner)
-			return s.claim(ctx, []string{key}, owner, lease)
+			return s.claimKeys(ctx, []string{key}, owner, lease)
 		}
 	}
 	if res[0].State == store.StateClaimed && res[1].State == store.StateClaimed {

@@ -119,10 +119,12 @@ var completionCtx = context.Background()
 // a shared client. A Redis that does not answer is logged, not fatal: the
 // handler's `fail` policy applies until it is back.
 func (s *Store) Provision(ctx caddy.Context) error {
-	return s.provision(ctx.Logger())
+	return s.provisionWith(ctx.Logger())
 }
 
-func (s *Store) provision(logger *zap.Logger) error {
+// provisionWith is Provision with the logger given (tests watch what it
+// logs).
+func (s *Store) provisionWith(logger *zap.Logger) error {
 	s.logger = logger
 	if s.Prefix == "" {
 		s.Prefix = defaultPrefix

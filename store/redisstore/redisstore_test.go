@@ -350,7 +350,7 @@ func TestRedisStorePasswordFromPlaceholders(t *testing.T) {
 	w := new(Store)
 	w.Addresses = []string{srv.Addr()}
 	w.Password = "wrong-pw"
-	if err := w.provision(zap.New(core)); err != nil {
+	if err := w.provisionWith(zap.New(core)); err != nil {
 		t.Fatalf("provision must not fail when Redis refuses: %v", err)
 	}
 	defer w.Cleanup()
@@ -440,7 +440,7 @@ func TestRedisStoreProvisionWhileDown(t *testing.T) {
 	s := new(Store)
 	s.Addresses = []string{"127.0.0.1:" + strconv.Itoa(port)}
 	start := time.Now()
-	if err := s.provision(zap.New(core)); err != nil {
+	if err := s.provisionWith(zap.New(core)); err != nil {
 		t.Fatalf("provision with Redis down: %v", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
