@@ -22,8 +22,6 @@ import (
 //     ValidateSignature);
 //   - Meta (WhatsApp Business Platform): the same header, keyed with the
 //     app secret (Meta's Graph API webhooks documentation);
-//   - Shopify: `X-Shopify-Hmac-Sha256`, HMAC-SHA256 in base64 (Shopify's
-//     documentation of HTTPS webhook delivery);
 //   - iFood: `X-IFood-Signature`, HMAC-SHA256 hex keyed with the client
 //     secret (iFood Developer Portal, "Webhook signature").
 func NewHMAC(header, prefix string, h crypto.Hash, enc Encoding, secrets []string) (Verifier, error) {

@@ -78,7 +78,7 @@ func newScheme(c sigtest.Case, tolerance time.Duration, secrets []string) (signa
 	case "github", "whatsapp":
 		return signature.NewHMAC("X-Hub-Signature-256", "sha256=", crypto.SHA256, signature.Hex, secrets)
 	case "shopify":
-		return signature.NewHMAC("X-Shopify-Hmac-Sha256", "", crypto.SHA256, signature.Base64, secrets)
+		return signature.NewShopify(secrets), nil
 	case "ifood":
 		return signature.NewHMAC("X-IFood-Signature", "", crypto.SHA256, signature.Hex, secrets)
 	case "hmac":

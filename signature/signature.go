@@ -1,9 +1,9 @@
 // Package signature verifies the signatures webhook providers put on their
 // deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix) with
-// secrets or public keys, Mercado Pago, PagBank, Twilio, Square, GitLab,
-// Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web Tokens
-// (Evolution API), and the generic schemes that sign the raw body with an
-// HMAC (GitHub, Shopify, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
+// secrets or public keys, Mercado Pago, PagBank, Twilio, Square, Shopify,
+// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web
+// Tokens (Evolution API), and the generic schemes that sign the raw body
+// with an HMAC (GitHub, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
 // key, or send a shared token.
 //
 // A Verifier checks one request against its raw body, before the body is

@@ -24,6 +24,10 @@ type urlHMAC struct {
 	twilio bool
 	keys   keyring
 	url    PublicURL
+
+	// twilioSHA2 are Twilio's keys for HMAC-SHA256 signatures (keys
+	// holds the SHA-1 ones): see NewTwilio.
+	twilioSHA2 keyring
 }
 
 // Verify implements Verifier.
@@ -36,7 +40,7 @@ func (v *urlHMAC) Verify(r *http.Request, body []byte) error {
 	defer putScratch(msg)
 	*msg = v.url(*msg, r)
 	if v.twilio {
-		return v.checkTwilio(msg, body, &sigs)
+		return v.checkTwilio(msg, r, body, &sigs)
 	}
 	return v.keys.check(*msg, body, &sigs)
 }

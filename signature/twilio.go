@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -12,18 +13,62 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
-// NewTwilio returns Twilio's scheme: `X-Twilio-Signature`, HMAC-SHA1
-// base64 of the public URL followed by the form parameters sorted by name,
-// each written as name then value (a repeated parameter as each of its
-// values, sorted). A JSON body is signed through the `bodySHA256` query
-// parameter instead, which must be the SHA-256 hex of the body; a body
-// that is not form-encoded, on a URL without `bodySHA256`, fails. Twilio
-// signs the URL with or without the default port, so both are accepted.
-// Each secret is an account's auth token; publicURL, which must not be
-// nil, gives the URL Twilio delivered to. It follows Twilio's "Webhooks
-// security" and twilio-go's RequestValidator.
+// NewTwilio returns Twilio's scheme: `X-Twilio-Signature`, the HMAC
+// (base64) of the public URL followed by the form parameters sorted by
+// name, each written as name then value (a repeated parameter as each of
+// its values, sorted). A JSON body is signed through the `bodySHA256`
+// query parameter instead, which must be the SHA-256 hex of the body; a
+// body that is not form-encoded, on a URL without `bodySHA256`, fails.
+// Twilio signs the URL with or without the default port, so both are
+// accepted. Each secret is an account's auth token or a SharedKey's
+// secret; publicURL, which must not be nil, gives the URL Twilio delivered
+// to. It follows Twilio's "Webhooks security" and twilio-go's
+// RequestValidator.
+//
+// The hash is SHA-1 unless the delivery says otherwise: Twilio signs with
+// a SharedKey when a Webhook Rule matches the URL, and then names the
+// algorithm in `X-Twilio-Webhooks-Signature-Settings:
+// key=<SharedKey sid>,algorithm=HMAC_SHA1|HMAC_SHA256`, read as
+// twilio-node 6.3.1 reads it (getSignatureAlgorithm: the first non-empty
+// `algorithm=` item, HMAC_SHA1 when there is none, case-insensitive); any
+// other algorithm fails. Sources: Twilio Docs, "Sign webhooks with shared
+// keys"; twilio-node 6.3.1, lib/webhooks/webhooks.js.
 func NewTwilio(secrets []string, publicURL PublicURL) Verifier {
-	return &urlHMAC{header: "X-Twilio-Signature", twilio: true, keys: newHMACKeyring(sha1.New, rawSecrets(secrets)), url: publicURL}
+	keys := rawSecrets(secrets)
+	return &urlHMAC{
+		header: "X-Twilio-Signature", twilio: true, url: publicURL,
+		keys:       newHMACKeyring(sha1.New, keys),
+		twilioSHA2: newHMACKeyring(sha256.New, keys),
+	}
+}
+
+// twilioSettingsHeader names the algorithm of a SharedKey signature.
+const twilioSettingsHeader = "X-Twilio-Webhooks-Signature-Settings"
+
+// twilioKeys returns the keyring of the algorithm the delivery names in
+// X-Twilio-Webhooks-Signature-Settings, or false for an algorithm Twilio's
+// libraries do not know.
+func (v *urlHMAC) twilioKeys(h http.Header) (keyring, bool) {
+	algorithm := ""
+	settings := headerValue(h, twilioSettingsHeader)
+	for i := 0; settings != "" && i < maxHeaderItems; i++ {
+		var item string
+		item, settings, _ = strings.Cut(settings, ",")
+		k, val, ok := strings.Cut(item, "=")
+		if ok && strings.TrimSpace(k) == "algorithm" {
+			if val = strings.TrimSpace(val); val != "" {
+				algorithm = val
+				break
+			}
+		}
+	}
+	switch {
+	case algorithm == "" || strings.EqualFold(algorithm, "HMAC_SHA1"):
+		return v.keys, true
+	case strings.EqualFold(algorithm, "HMAC_SHA256"):
+		return v.twilioSHA2, true
+	}
+	return nil, false
 }
 
 // checkTwilio checks sigs against Twilio's message: the URL, already in
@@ -31,7 +76,11 @@ func NewTwilio(secrets []string, publicURL PublicURL) Verifier {
 // `bodySHA256`, the URL alone, once that hash matches the body); if that
 // does not match, the same message with the URL's default port added or
 // removed.
-func (v *urlHMAC) checkTwilio(msg *[]byte, body []byte, sigs *sigSet) error {
+func (v *urlHMAC) checkTwilio(msg *[]byte, r *http.Request, body []byte, sigs *sigSet) error {
+	keys, ok := v.twilioKeys(r.Header)
+	if !ok {
+		return ErrInvalid
+	}
 	urlLen := len(*msg)
 	if bodyHash := query.Value(queryOf(string((*msg)[:urlLen])), "bodySHA256"); bodyHash != "" {
 		sum := sha256.Sum256(body)
@@ -60,7 +109,7 @@ func (v *urlHMAC) checkTwilio(msg *[]byte, body []byte, sigs *sigSet) error {
 			}
 		}
 	}
-	if v.keys.match(*msg, nil, sigs) {
+	if keys.match(*msg, nil, sigs) {
 		return nil
 	}
 	// the same URL with the default port added, or removed
@@ -71,7 +120,7 @@ func (v *urlHMAC) checkTwilio(msg *[]byte, body []byte, sigs *sigSet) error {
 		return ErrInvalid
 	}
 	*other = append(*other, (*msg)[urlLen:]...)
-	return v.keys.check(*other, nil, sigs)
+	return keys.check(*other, nil, sigs)
 }
 
 // queryOf returns the raw query of an absolute URL.
