@@ -44,7 +44,8 @@ type handshake struct {
 
 // handshakeAnswer is what the handler answers a handshake with.
 type handshakeAnswer struct {
-	status      int
+	status int
+	// contentType is empty for an answer without a body (a 204).
 	contentType string
 	body        string
 
@@ -76,8 +77,13 @@ var (
 	// webhooks": validate your webhook endpoint).
 	zoomURLValidation = handshake{signed: true, keyed: true, answer: answerZoomURLValidation}
 
-	// Discord's PING interaction (`type` 1), answered with a PONG
-	// (`type` 1) (Discord, "Receiving and Responding" to interactions).
+	// Discord's two PINGs, one per API on the same signature: an
+	// interaction PING (`"type":1` with the interaction's `token`),
+	// answered with a PONG (`{"type":1}`) (Discord, "Interactions":
+	// acknowledging PING requests); and a webhook events PING (`"type":0`),
+	// answered 204 with no body (Discord, "Webhook Events": acknowledging
+	// PING requests). A webhook event is `"type":1` too, without a token:
+	// it is passed on (see answerDiscordPing).
 	discordPing = handshake{signed: true, answer: answerDiscordPing}
 
 	// Twitch EventSub's `webhook_callback_verification` message,
@@ -134,11 +140,32 @@ func eventString(body []byte, marker, typeField, eventType, path string) (string
 	return v.Str, v.Type == gjson.String
 }
 
+// answerDiscordPing answers Discord's PINGs. Discord sends two APIs to
+// endpoints verified with the same key, told apart by the body's shape
+// (docs/providers.md: Discord): an interaction always carries its
+// continuation `token` and has `type` 1 (PING) to 5; a webhook event,
+// `{"version":1,"application_id":…,"type":0|1,"event":{…}}`, never carries
+// a token, and its `type` 1 is an event the application must process. So
+// `"type":1` is a PING only with a token, and `"type":0` only without:
+// anything else is a delivery. Taking an event for a PING would drop it;
+// taking a PING for a delivery only passes it on.
 func answerDiscordPing(_ *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
-	if t := gjson.GetBytes(body, "type"); t.Type != gjson.Number || t.Raw != "1" {
+	t := gjson.GetBytes(body, "type")
+	if t.Type != gjson.Number || (t.Raw != "0" && t.Raw != "1") {
 		return handshakeAnswer{}, false
 	}
-	return handshakeAnswer{status: http.StatusOK, contentType: "application/json", body: `{"type":1}`}, true
+	// a webhook event is scanned to its end for a token it does not have:
+	// well under a microsecond for 2 KB (BenchmarkHandshakeDetection),
+	// beside the Ed25519 verification every delivery has just passed
+	interaction := gjson.GetBytes(body, "token").Type == gjson.String
+	switch {
+	case t.Raw == "1" && interaction:
+		return handshakeAnswer{status: http.StatusOK, contentType: "application/json", body: `{"type":1}`}, true
+	case t.Raw == "0" && !interaction:
+		// as discord-interactions' verifyWebhookEventMiddleware answers
+		return handshakeAnswer{status: http.StatusNoContent}, true
+	}
+	return handshakeAnswer{}, false
 }
 
 func answerTwitchVerification(_ *handshakeState, r *http.Request, body []byte) (handshakeAnswer, bool) {
@@ -292,11 +319,18 @@ func (rs *requestState) answerHandshake(a handshakeAnswer, ok bool) (bool, error
 	}
 	rs.setResult(resultHandshake)
 	hdr := rs.w.Header()
-	hdr.Set("Content-Type", a.contentType)
-	hdr.Set("Content-Length", strconv.Itoa(len(a.body)))
+	if a.contentType != "" {
+		hdr.Set("Content-Type", a.contentType)
+	}
+	if a.status != http.StatusNoContent {
+		hdr.Set("Content-Length", strconv.Itoa(len(a.body)))
+	}
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Cache-Control", "no-store")
 	rs.w.WriteHeader(a.status)
+	if a.body == "" {
+		return true, nil
+	}
 	if _, err := io.WriteString(rs.w, a.body); err != nil {
 		return true, caddyhttp.Error(a.status, err)
 	}

@@ -203,6 +203,75 @@ func TestHandshakeDiscordPing(t *testing.T) {
 	}
 }
 
+// Discord's interactions and webhook events share a signature: each body
+// of discord-interactions 4.4.0's vectors (internal/sigtest/testdata) is
+// answered as that library's middleware for its API answered it, or
+// passed on to the application when the middleware passed it on.
+func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
+	vecs := sigtest.LoadDiscord(t)
+	h := newTestHandler(t, &Handler{Source: "discord-two-apis", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	for _, vec := range vecs.Vectors {
+		t.Run(vec.Name, func(t *testing.T) {
+			var calls atomic.Int64
+			body := []byte(vec.Body)
+			got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
+			if vec.SDK.PassedOn {
+				if got.result != resultNew || calls.Load() != 1 {
+					t.Fatalf("%s: result %q, %d calls; discord-interactions passes it on", vec.API, got.result, calls.Load())
+				}
+				return
+			}
+			wantHandshake(t, h, got, &calls, body, vec.SDK.Status, vec.SDK.ContentType, vec.SDK.Body)
+			if vec.SDK.Status == http.StatusNoContent && got.w.Header().Get("Content-Length") != "" {
+				t.Fatalf("a 204 with Content-Length %q", got.w.Header().Get("Content-Length"))
+			}
+		})
+	}
+	// a webhook event is never a PING, whatever else it carries; an
+	// interaction without its token is no interaction PING either
+	for _, body := range []string{
+		`{"version":1,"application_id":"1","type":1,"event":{"type":"APPLICATION_DEAUTHORIZED","timestamp":"2024-10-18T14:42:53.064834","data":{"user":{"id":"5"}}}}`,
+		`{"type":1}`,
+		`{"type":0,"token":"aW50"}`,
+	} {
+		var calls atomic.Int64
+		if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", []byte(body)), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+			t.Fatalf("%s: result %q, %d calls, want passed on", body, got.result, calls.Load())
+		}
+	}
+}
+
+// A Discord webhook event carries no id: its key is its body (json:id
+// finds nothing), so Discord's retry of the same event, signed anew, is a
+// duplicate, and another event is not.
+func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
+	vecs := sigtest.LoadDiscord(t)
+	h := newTestHandler(t, &Handler{Source: "discord-event-keys", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	var calls atomic.Int64
+	keys := map[string]bool{}
+	for _, vec := range vecs.Vectors {
+		if vec.API != "webhook events" || !vec.SDK.PassedOn {
+			continue
+		}
+		body := []byte(vec.Body)
+		first := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
+		sum := sha256.Sum256(body)
+		if first.result != resultNew || first.key != hashKey(&sum) {
+			t.Fatalf("%s: result %q key %q, want new under the body's key", vec.Name, first.result, first.key)
+		}
+		keys[first.key] = true
+		// Discord retries an event it got no 204 for (its "Webhook
+		// Events", responding to events), signing each attempt anew
+		retry := signedRequest(t, "discord", "discord-app-1", "/discord", body)
+		if got := serveReq(h, retry, countingNext(&calls)); got.result != resultReplayed {
+			t.Fatalf("%s: retry %q, want replayed", vec.Name, got.result)
+		}
+	}
+	if len(keys) != 2 || calls.Load() != 2 {
+		t.Fatalf("%d keys, %d calls: want each of the two events once", len(keys), calls.Load())
+	}
+}
+
 func TestHandshakeTwitchCallbackVerification(t *testing.T) {
 	const secret = "twitch-secret-0001"
 	h := newTestHandler(t, &Handler{Provider: "twitch", Verify: &VerifyConfig{Secrets: []string{secret}}})
@@ -267,11 +336,13 @@ func deliveriesThatAreNotHandshakes() map[string]struct {
 		body []byte
 	}
 	return map[string]delivery{
-		"slack":    {&slackURLVerification, request(), []byte(`{"type":"event_callback","event_id":"Ev1","event":{"text":"` + pad + `"}}`)},
-		"zoom":     {&zoomURLValidation, request(), []byte(`{"event":"meeting.started","payload":{"object":{"topic":"` + pad + `"}}}`)},
-		"discord":  {&discordPing, request(), []byte(`{"id":"1107","type":2,"data":{"name":"` + pad + `"}}`)},
-		"twitch":   {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
-		"whatsapp": {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
+		"slack":   {&slackURLVerification, request(), []byte(`{"type":"event_callback","event_id":"Ev1","event":{"text":"` + pad + `"}}`)},
+		"zoom":    {&zoomURLValidation, request(), []byte(`{"event":"meeting.started","payload":{"object":{"topic":"` + pad + `"}}}`)},
+		"discord": {&discordPing, request(), []byte(`{"id":"1107","type":2,"data":{"name":"` + pad + `"}}`)},
+		// a webhook event has the type of an interaction PING
+		"discord event": {&discordPing, request(), []byte(`{"version":1,"application_id":"11","type":1,"event":{"type":"LOBBY_MESSAGE_CREATE","data":{"content":"` + pad + `"}}}`)},
+		"twitch":        {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
+		"whatsapp":      {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
 	}
 }
 

@@ -82,8 +82,10 @@ var providers = map[string]provider{
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 	},
 	"shopify": {
-		defaultKey: []string{"header:X-Shopify-Event-Id", "header:X-Shopify-Webhook-Id", "body"},
-		verifier:   bodyHMAC("X-Shopify-Hmac-Sha256", "", signature.Base64),
+		// webhooks send X-Shopify-*, Events deliveries shopify-* headers
+		// (docs/providers.md: Shopify)
+		defaultKey: []string{"header:X-Shopify-Event-Id", "header:X-Shopify-Webhook-Id", "header:shopify-webhook-id", "body"},
+		verifier:   newShopifyVerifier,
 	},
 	"slack": {
 		defaultKey: []string{"json:event_id", "body"},
@@ -330,6 +332,11 @@ func newDiscordVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, err
 	}
 	return signature.NewDiscord(keys, time.Duration(cfg.Tolerance))
+}
+
+// newShopifyVerifier builds the `shopify` scheme.
+func newShopifyVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	return signature.NewShopify(cfg.Secrets), nil
 }
 
 // newWooviVerifier builds the `woovi` scheme: with no public_key, Woovi's

@@ -122,6 +122,21 @@ func Cases() []Case {
 			Headers: []string{"X-Shopify-Hmac-Sha256"},
 		},
 		{
+			// Shopify's Events deliveries name their headers without the
+			// X- prefix (@shopify/shopify-api 15.0.0, ShopifyEventsHeader);
+			// shopify-api-15.0.0.json holds deliveries the library judged
+			Scheme:  "shopify",
+			Name:    "shopify events",
+			Secrets: [3]string{"shpss_one", "shpss_two", "shpss_wrong"},
+			Body:    `{"id":820982911946154508,"email":"jon@example.com"}`,
+			Sign: func(t testing.TB, secret string, d *Delivery) {
+				d.Req.Header.Set("Shopify-Hmac-Sha256", HMACBase64(secret, string(d.Body)))
+				d.Req.Header.Set("Shopify-Topic", "orders/create")
+				d.Req.Header.Set("Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+			},
+			Headers: []string{"Shopify-Hmac-Sha256"},
+		},
+		{
 			Scheme:  "slack",
 			Secrets: [3]string{"8f742231b10e8888abcd99yyyzzz85a5", "e6b19c573432dcc6b075501d51b51bb8", "0000000000000000000000000000dead"},
 			Body:    `{"type":"event_callback","event_id":"Ev0PV52K21"}`,
@@ -234,6 +249,36 @@ func Cases() []Case {
 					t.Fatal("twilio-go rejects the helper's signature")
 				}
 				d.Req.Header.Set("X-Twilio-Signature", sig)
+			},
+			Headers: []string{"X-Twilio-Signature"},
+			Tamper: func(d *Delivery) []byte {
+				return bytes.Replace(d.Body, []byte("hello"), []byte("hellp"), 1)
+			},
+		},
+		{
+			// a SharedKey signature in HMAC-SHA256, named in
+			// X-Twilio-Webhooks-Signature-Settings (Twilio, "Sign webhooks
+			// with shared keys"); twilio-node-6.3.1.json holds deliveries
+			// twilio-node signed and judged
+			Scheme:  "twilio",
+			Name:    "twilio sha256",
+			Secrets: [3]string{"twilio-shared-key-1", "twilio-shared-key-2", "twilio-wrong"},
+			Target:  "/sms?tenant=7",
+			Body:    "To=%2B18005551212&From=%2B14158675309&Body=hello&MessageSid=SM1",
+			URL:     "https://hooks.example.com/sms",
+			Sign: func(t testing.TB, secret string, d *Delivery) {
+				msg := "https://hooks.example.com/sms?tenant=7"
+				form, _ := url.ParseQuery(string(d.Body))
+				names := make([]string, 0, len(form))
+				for n := range form {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				for _, n := range names {
+					msg += n + form.Get(n)
+				}
+				d.Req.Header.Set("X-Twilio-Signature", HMACBase64(secret, msg))
+				d.Req.Header.Set("X-Twilio-Webhooks-Signature-Settings", "key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256")
 			},
 			Headers: []string{"X-Twilio-Signature"},
 			Tamper: func(d *Delivery) []byte {
