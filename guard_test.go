@@ -20,7 +20,7 @@ func TestMarkUnsignedKeys(t *testing.T) {
 		unsigned []bool
 	}{
 		{"github", providers["github"].defaultKey, []bool{true, false}},
-		{"shopify", providers["shopify"].defaultKey, []bool{true, true, false}},
+		{"shopify", providers["shopify"].defaultKey, []bool{true, true, true, false}},
 		{"twilio", providers["twilio"].defaultKey, []bool{true, false}},
 		{"twilio", []string{"query:CallSid", "body"}, []bool{false, false}},
 		{"square", []string{"query:id", "header:X-Id"}, []bool{false, true}},
