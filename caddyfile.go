@@ -105,6 +105,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	var keySet, headerSet bool
+	// the last option read on the line, with its value, for the error of
+	// a second value
+	var last []string
 	for first := true; d.NextArg(); first = false {
 		name := d.Val()
 		if inlineOptions[name] {
@@ -123,6 +126,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			last = []string{name, d.Val()}
 			continue
 		}
 		if _, ok := providers[name]; ok && first {
@@ -131,6 +135,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		if first {
 			return d.Errf("unknown provider or option '%s'", name)
+		}
+		if last != nil && takesSeveral(last[0]) {
+			return blockFormError(d, last)
 		}
 		return d.Errf("unknown option '%s' on the directive line", name)
 	}
@@ -200,6 +207,28 @@ var inlineOptions = func() map[string]bool {
 	}
 	return m
 }()
+
+// takesSeveral reports whether an option may take more than one value
+// (after its name, in the block form): the directive line holds one.
+func takesSeveral(name string) bool {
+	return lineOptions[name] == cfparse.Some || name == "store"
+}
+
+// blockFormError is the error of a second value given to an option on the
+// directive line (`store redis redis://…`, `cache_status 2xx 5xx`): the
+// token after the option's value, which is no option, is taken for another
+// of its values, and the error shows the option written in the block form.
+// The dispenser is on that token; last is the option and its value.
+func blockFormError(d *caddyfile.Dispenser, last []string) error {
+	extra := d.Val()
+	line := append([]string(nil), last...)
+	line = append(line, extra)
+	for d.NextArg() && !inlineOptions[d.Val()] {
+		line = append(line, d.Val())
+	}
+	return d.Errf("'%s' follows '%s %s' on the directive line, which holds one value per option: an option with several values needs the block form, webhook_idempotency … { %s }",
+		extra, last[0], last[1], strings.Join(line, " "))
+}
 
 // parseOption applies one line option with its values.
 func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string, keySet, headerSet *bool) error {
