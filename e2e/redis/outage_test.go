@@ -134,6 +134,14 @@ func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
 		site(testkit.FreePort(t), "noinfo", "closed", noInfo)+
 		site(testkit.FreePort(t), "blind", "closed", blind))
 
+	// the restarts counter exists at zero from the provision on, so that
+	// increase(…) sees the first restart
+	for _, srv := range []*testkit.Redis{noAOF, withAOF, openNoAOF} {
+		if v, ok := c.Metrics(t).Value("caddy_webhook_idempotency_store_restarts_total", "address", srv.Addr()); !ok || v != 0 {
+			t.Fatalf("store_restarts_total for %s after the provision: %v (present %v), want 0", srv.Addr(), v, ok)
+		}
+	}
+
 	const noAOFMsg = "without AOF persistence"
 	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noAOF.Addr()))
 	waitLog(t, logPath, 10*time.Second, logAt("warn", noAOFMsg, noInfo.Addr())) // read through CONFIG GET
@@ -164,5 +172,94 @@ func TestRedisPersistenceAndRestartsAreReported(t *testing.T) {
 	}
 	if n := logsMatching(t, logPath, logAt("warn", noAOFMsg, noAOF.Addr())); n != 1 {
 		t.Fatalf("%d AOF warnings for %s after its restart, want 1 (once)", n, noAOF.Addr())
+	}
+}
+
+// The no-AOF warning names every source that relies on Redis keeping what
+// it was told, whenever it registers: `fail closed` routes and inbox routes
+// provisioned in any order, and a source a reload adds; a `fail open`
+// route is never named, and a reload that adds nothing warns no more.
+func TestRedisNoAOFWarningNamesEverySource(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	logPath := filepath.Join(t.TempDir(), "all.log")
+	route := func(source, extra string) string {
+		return fmt.Sprintf(`	handle /%[1]s {
+		webhook_idempotency {
+			source %[1]s
+			store redis redis://%[2]s
+			%[3]s
+		}
+		reverse_proxy %[4]s
+	}
+`, source, srv.Addr(), extra, up.Addr())
+	}
+	inbox := "inbox " + up.URL + "/delivered"
+	sitePort := testkit.FreePort(t)
+	sites := func(routes ...string) string {
+		return fmt.Sprintf(":%d {\n%s}\n", sitePort, strings.Join(routes, ""))
+	}
+	first := sites(route("closed", "fail closed"), route("orders", inbox), route("open", "fail open"), route("refunds", inbox))
+	c := testkit.StartCaddy(t, fmt.Sprintf(`log everything {
+		output file %s
+		format json
+		level INFO
+	}`, logPath), first)
+
+	named := func() (union map[string]bool, last []string, warnings int) {
+		union = map[string]bool{}
+		for _, l := range readLogLines(t, logPath) {
+			if !logAt("warn", "without AOF persistence", srv.Addr())(l) {
+				continue
+			}
+			warnings++
+			last = last[:0]
+			for _, s := range l["sources"].([]any) {
+				union[s.(string)] = true
+				last = append(last, s.(string))
+			}
+		}
+		return union, last, warnings
+	}
+	want := []string{"closed", "orders", "refunds"}
+	testkit.WaitFor(t, 10*time.Second, "an AOF warning naming "+strings.Join(want, ", "), func() (bool, string) {
+		union, last, n := named()
+		return strings.Join(last, ",") == strings.Join(want, ","), fmt.Sprintf("%d warnings, sources %v, the last %v", n, union, last)
+	})
+	if union, _, _ := named(); union["open"] {
+		t.Fatalf("a fail open route was named: %v", union)
+	}
+	_, _, before := named()
+
+	// a reload that adds an inbox source names it, with every other
+	want = []string{"closed", "orders", "payouts", "refunds"}
+	if err := c.Reload(sites(route("closed", "fail closed"), route("orders", inbox), route("open", "fail open"),
+		route("refunds", inbox), route("payouts", inbox))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "an AOF warning naming payouts", func() (bool, string) {
+		_, last, n := named()
+		return strings.Join(last, ",") == strings.Join(want, ","), fmt.Sprintf("%d warnings, the last naming %v", n, last)
+	})
+	l := waitLog(t, logPath, time.Second, func(l map[string]any) bool {
+		nv, _ := l["new_sources"].([]any)
+		return logAt("warn", "without AOF persistence", srv.Addr())(l) && len(nv) == 1 && nv[0] == "payouts"
+	})
+	if addrs, _ := l["addresses"].([]any); len(addrs) != 1 || addrs[0] != srv.Addr() {
+		t.Fatalf("addresses %v, want [%s]", l["addresses"], srv.Addr())
+	}
+	_, _, after := named()
+	if after != before+1 {
+		t.Fatalf("%d AOF warnings after the reload, want %d (one for payouts)", after, before+1)
+	}
+
+	// a reload that adds nothing warns no more
+	if err := c.Reload(sites(route("closed", "fail closed"), route("orders", inbox), route("open", "fail open"),
+		route("refunds", inbox), route("payouts", inbox))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, _, n := named(); n != after {
+		t.Fatalf("%d AOF warnings after an unchanged reload, want %d", n, after)
 	}
 }

@@ -18,11 +18,13 @@ import (
 // (docs/operating.md, "Redis restarts and persistence"): whether they
 // persist writes with AOF, and which server process answers. A Redis
 // without persistence loses every key and inbox event when it restarts,
-// silently: the store warns once when a configuration that relies on
-// Redis keeping what it was told (an inbox, or `fail closed`) runs on a
-// Redis without AOF, and warns, and counts in
-// caddy_webhook_idempotency_store_restarts_total, whenever a node's run id
-// changes (a restart, or a failover to another server).
+// silently: the store warns when a configuration that relies on Redis
+// keeping what it was told (an inbox, or `fail closed`) runs on a Redis
+// without AOF, naming every such source (again when a source is added
+// later, by another route's provision or a reload), and warns, and counts
+// in caddy_webhook_idempotency_store_restarts_total (a series that exists
+// at zero from the first provision), whenever a node's run id changes (a
+// restart, or a failover to another server).
 //
 // Every new connection (the first at provision, and every reconnection,
 // such as after a restart) asks for an inspection; a goroutine of the
@@ -44,7 +46,7 @@ type redisHealth struct {
 	runIDs      map[string]string // by node
 	noAOF       map[string]bool   // nodes seen without AOF
 	needDurable map[string]bool   // sources with an inbox or `fail closed`
-	warnedAOF   bool
+	warnedAOF   map[string]bool   // sources an AOF warning named
 }
 
 // newRedisHealth returns the health of a client still to be made: its
@@ -62,12 +64,19 @@ func newRedisHealth(name string, timeout time.Duration, logger *zap.Logger) *red
 		runIDs:      make(map[string]string),
 		noAOF:       make(map[string]bool),
 		needDurable: make(map[string]bool),
+		warnedAOF:   make(map[string]bool),
 	}
 }
 
-// start starts the inspections of client's nodes.
+// start starts the inspections of client's nodes. The restarts counter
+// of a client with one node exists at zero from now on, so that a rule on
+// its increase sees the first restart; a Cluster's nodes get theirs when
+// they are first inspected.
 func (rh *redisHealth) start(client redis.UniversalClient) {
 	rh.client = client
+	if _, cluster := client.(*redis.ClusterClient); !cluster {
+		metrics.StoreRestarts.WithLabelValues(rh.name)
+	}
 	go rh.run()
 }
 
@@ -137,10 +146,11 @@ func (rh *redisHealth) inspectNode(ctx context.Context, node string, c redis.Cmd
 			return
 		}
 	}
+	restarts := metrics.StoreRestarts.WithLabelValues(node) // a new node's series starts at zero
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if prev := rh.runIDs[node]; runID != "" && prev != "" && prev != runID {
-		metrics.StoreRestarts.WithLabelValues(node).Inc()
+		restarts.Inc()
 		rh.logger.Warn("redis node is a different server process than before (restarted, or failed over): keys and inbox events written since its last save may be lost, and deliveries recorded before may be processed again",
 			zap.String("address", node), zap.String("previous_run_id", prev), zap.String("run_id", runID))
 	}
@@ -174,20 +184,38 @@ func (rh *redisHealth) requireDurable(source string) {
 	rh.warnAOF()
 }
 
-// warnAOF warns, once, when a source needs durability and a node has no
-// AOF. Called with rh.mu held.
+// warnAOF warns when a node has no AOF and a source that needs durability
+// has not been named in such a warning yet: sources that register after
+// the first inspection (later routes, a reload) get a warning of their
+// own, which names every source that needs durability and the new ones.
+// Once every node has AOF, the next node without it is warned about
+// again. Called with rh.mu held.
 func (rh *redisHealth) warnAOF() {
-	if rh.warnedAOF || len(rh.needDurable) == 0 {
-		return
-	}
+	var nodes []string
 	for node, off := range rh.noAOF {
 		if off {
-			rh.warnedAOF = true
-			rh.logger.Warn("redis runs without AOF persistence (appendonly no): a restart loses the inbox's accepted events and the records of recent deliveries, which are then processed again; set appendonly yes",
-				zap.String("address", node), zap.Strings("sources", slices.Sorted(maps.Keys(rh.needDurable))))
-			return
+			nodes = append(nodes, node)
 		}
 	}
+	if len(nodes) == 0 {
+		clear(rh.warnedAOF)
+		return
+	}
+	var added []string
+	for source := range rh.needDurable {
+		if !rh.warnedAOF[source] {
+			added = append(added, source)
+			rh.warnedAOF[source] = true
+		}
+	}
+	if len(added) == 0 {
+		return
+	}
+	slices.Sort(nodes)
+	slices.Sort(added)
+	rh.logger.Warn("redis runs without AOF persistence (appendonly no): a restart loses the inbox's accepted events and the records of recent deliveries, which are then processed again; set appendonly yes",
+		zap.String("address", nodes[0]), zap.Strings("addresses", nodes),
+		zap.Strings("sources", slices.Sorted(maps.Keys(rh.needDurable))), zap.Strings("new_sources", added))
 }
 
 // isRedisReply reports whether err is an error reply of Redis (an unknown
