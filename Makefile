@@ -1,23 +1,25 @@
-# make test   installs redis-server and chromium when missing (and possible), then runs every test
-# make run    runs Caddy with Caddyfile.example on the embedded store
-# make build  builds ./caddy with the standard modules plus this one (no xcaddy needed)
-# make xcaddy builds ./bin/caddy-xcaddy with xcaddy from this checkout and checks
-#             that list-modules prints the module's six ids
-# make lint   gofmt, go vet and staticcheck (with its unused check)
-# make bench  the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
+# `make help` lists the targets. Each target's `##` line is its help text.
 
 GO ?= go
 
-.PHONY: test run build xcaddy lint bench redis-server chromium
+.PHONY: help test run build xcaddy lint bench redis-server chromium promtool
 
-test: redis-server chromium
+## help: list the targets
+help:
+	@echo 'make <target>:'
+	@sed -n 's/^## \([a-z-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 16
+
+## test: install redis-server, chromium and promtool when missing (and possible), then run every test
+test: redis-server chromium promtool
 	$(GO) test -race -count=1 ./...
 	@# allocation ceilings: the race detector makes sync.Pool drop items
 	$(GO) test -count=1 -run 'Alloc' ./...
 
+## run: run Caddy with Caddyfile.example (the demo, on the file store)
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example
 
+## build: build ./caddy with the standard modules plus this one (no xcaddy needed)
 build:
 	$(GO) build -o caddy ./cmd/caddy
 
@@ -31,6 +33,7 @@ MODULE_IDS := http.handlers.webhook_idempotency webhook_idempotency \
 	http.webhook_idempotency.stores.redis \
 	admin.api.webhook_idempotency
 
+## xcaddy: build ./bin/caddy-xcaddy with xcaddy v0.4.5 from this checkout; check list-modules prints the six ids
 xcaddy:
 	$(XCADDY) build --output ./bin/caddy-xcaddy --with $(MODULE)@v0.0.0=./
 	@mods=$$(./bin/caddy-xcaddy list-modules) || { echo "./bin/caddy-xcaddy list-modules failed" >&2; exit 1; }; \
@@ -45,6 +48,7 @@ xcaddy:
 
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+## lint: gofmt, go vet and staticcheck (with its unused check)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -52,6 +56,7 @@ lint:
 
 # The tests start their own redis-server processes (standalone, Cluster and
 # Sentinel), so the binaries must be installed.
+## redis-server: install redis-server and redis-tools with apt-get when missing
 redis-server:
 	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then \
 		exit 0; \
@@ -65,6 +70,7 @@ redis-server:
 		exit 1; \
 	fi
 # The console tests drive a real headless Chromium (Debian's chromium).
+## chromium: install Debian's chromium with apt-get when missing (the console's browser tests)
 chromium:
 	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
 		exit 0; \
@@ -77,4 +83,20 @@ chromium:
 		echo "install chromium (on PATH as chromium) and run make test again" >&2; \
 		exit 1; \
 	fi
+# The alerting rules (dashboards/alerts.yml) are checked by Prometheus's own
+# promtool, which Debian ships in its prometheus package.
+## promtool: install promtool (Debian's prometheus package) with apt-get when missing
+promtool:
+	@if command -v promtool >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "promtool is missing: installing Debian's prometheus package (it has promtool) with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || { \
+			echo "installing prometheus with apt-get failed: install promtool (Debian's prometheus package) and run make test again" >&2; exit 1; }; \
+	else \
+		echo "promtool is missing and cannot be installed here (needs root and apt-get):" >&2; \
+		echo "install promtool (Debian's prometheus package, or Prometheus's release) on PATH and run make test again" >&2; \
+		exit 1; \
+	fi
+## bench: the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 bench: redis-server ; @GO=$(GO) bash bench/load.sh
