@@ -24,6 +24,11 @@ func init() {
 		Long: `
 Commands of the webhook_idempotency module:
 
+  send      sign a delivery as a preset's provider does, send it to a
+            route and show whether it was replayed (--retry: twice)
+  key       show a key's state through the admin API
+  forget    forget a key, so that the provider's next retry is processed
+  tail      print a source's newest archived events, and follow new ones
   migrate   copy the live records of a file store into Redis, to move
             from one Caddy instance to several without reopening the
             deduplication window
@@ -53,7 +58,8 @@ inbox deliver what it holds (its pending count at 0) before the switch.
 			migrate.Flags().String("from", "", "The file store's file")
 			migrate.Flags().String("to", "", "The Redis URL")
 			migrate.Flags().String("key-prefix", defaultKeyPrefix, "The redis store's key_prefix")
-			cmd.AddCommand(migrate)
+			cmd.AddCommand(migrate, newSendCommand())
+			cmd.AddCommand(newAdminCommands()...)
 		},
 	})
 }

@@ -34,6 +34,16 @@ func RunAsCaddy() {
 	}
 }
 
+// CaddyCommand returns a command that runs Caddy's command line with args
+// (`webhook-idempotency send …`, say) in this test binary, which holds
+// every module and command the package imports: the package's TestMain
+// calls RunAsCaddy first.
+func CaddyCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envRunCaddy+"=1")
+	return cmd
+}
+
 // Process is a Caddy running as a child process of the test.
 type Process struct {
 	t      testing.TB
