@@ -27,6 +27,7 @@ import (
 //	GET    /webhook_idempotency/                                every source
 //	GET    /webhook_idempotency/console                         the console
 //	GET    /webhook_idempotency/<source>                        one source
+//	GET    /webhook_idempotency/<source>/minutes                the last hour, per minute
 //	GET    /webhook_idempotency/<source>/keys/<key>             a key's state
 //	DELETE /webhook_idempotency/<source>/keys/<key>             forget a key
 //	GET    /webhook_idempotency/<source>/events[?…]             search the archive
@@ -121,6 +122,8 @@ func sourceRoute(p []string) adminMethods {
 	switch {
 	case n == 0:
 		return adminMethods{http.MethodGet: handleSource}
+	case n == 1 && p[0] == "minutes":
+		return adminMethods{http.MethodGet: handleMinutes}
 	case n == 2 && p[0] == "keys":
 		return adminMethods{
 			http.MethodGet:    withID(handleKey, p[1]),

@@ -19,6 +19,8 @@ var consoleAssets = map[string]string{
 	"index.html":  "text/html; charset=utf-8",
 	"console.js":  "text/javascript; charset=utf-8",
 	"console.css": "text/css; charset=utf-8",
+	"charts.js":   "text/javascript; charset=utf-8",
+	"charts.css":  "text/css; charset=utf-8",
 }
 
 // consoleCSP is the console's Content-Security-Policy.

@@ -135,6 +135,9 @@ async function showEvent(id) {
 		else try { body = JSON.stringify(JSON.parse(body), null, 2); } catch (e) { /* not JSON */ }
 	}
 	$('#event-body').textContent = body;
+	// the API refuses to redeliver an event whose body is not archived (a
+	// replay's, or bodies off) or was redacted: not offered
+	$('#event-redeliver').hidden = ev.body === undefined || !!ev.body_redacted;
 	$('#event-redeliver').dataset.id = ev.id;
 	$('#event-detail').hidden = false;
 }

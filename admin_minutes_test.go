@@ -1,0 +1,173 @@
+package webhookidempotency
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// minutesSite is a route that verifies an HMAC, with a small max_body.
+func minutesSite(port int, source string, up *testkit.Upstream) string {
+	return fmt.Sprintf(`http://127.0.0.1:%d {
+	webhook_idempotency {
+		source %s
+		store memory
+		max_body 1KiB
+		verify hmac {
+			header X-Sig
+			secret minutes-secret
+		}
+	}
+	reverse_proxy %s
+}
+`, port, source, up.Addr())
+}
+
+// minutesPost posts body signed for minutesSite.
+func minutesPost(t *testing.T, url, body, key string) *http.Response {
+	t.Helper()
+	m := hmac.New(sha256.New, []byte("minutes-secret"))
+	m.Write([]byte(body))
+	resp, _ := testkit.Post(t, url, []byte(body), "X-Sig", hex.EncodeToString(m.Sum(nil)), "Idempotency-Key", key)
+	return resp
+}
+
+// sumOf adds a series up.
+func sumOf(v []int64) (n int64) {
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
+
+// TestAdminMinutes: GET /webhook_idempotency/<source>/minutes answers the
+// last hour of the source's results a minute at a time, from real traffic:
+// new, replayed, invalid signatures and failed deliveries (here a body
+// over max_body); a request that is no delivery (a GET, skipped) is not
+// counted. The history survives a reload.
+func TestAdminMinutes(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	// a source of its own: the rings and the memory store live as long as
+	// the test process
+	src := fmt.Sprintf("minutes_api_%d", time.Now().UnixNano())
+	c := testkit.StartCaddy(t, "", minutesSite(port, src, up))
+	url := testkit.SiteURL(port) + "/hook"
+	for i, key := range []string{"m1", "m2", "m3", "m2", "m3"} {
+		if resp := minutesPost(t, url, `{"n":"`+key+`"}`, key); resp.StatusCode != http.StatusOK {
+			t.Fatalf("delivery %d: %s", i, resp.Status)
+		}
+	}
+	if resp, _ := testkit.Post(t, url, []byte(`{"n":"forged"}`), "X-Sig", "00", "Idempotency-Key", "m4"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("forged: %s", resp.Status)
+	}
+	if resp := minutesPost(t, url, `{"pad":"`+strings.Repeat("x", 2048)+`"}`, "m5"); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("too large: %s", resp.Status)
+	}
+	if resp, _ := testkit.Do(t, http.MethodGet, url, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %s", resp.Status)
+	}
+
+	read := func() minutesAnswer {
+		t.Helper()
+		var m minutesAnswer
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+src+"/minutes", &m)
+		return m
+	}
+	before := time.Now()
+	m := read()
+	if m.Source != src || m.StepSeconds != 60 || len(m.New) != 60 || len(m.Replayed) != 60 || len(m.Invalid) != 60 || len(m.Failed) != 60 {
+		t.Fatalf("answer: %+v", m)
+	}
+	if m.From.Second() != 0 || m.From.After(before.Add(-59*time.Minute)) || m.From.Before(before.Add(-61*time.Minute)) {
+		t.Fatalf("from %v at %v", m.From, before)
+	}
+	if got := [4]int64{sumOf(m.New), sumOf(m.Replayed), sumOf(m.Invalid), sumOf(m.Failed)}; got != [4]int64{3, 2, 1, 1} {
+		t.Fatalf("new, replayed, invalid, failed over the hour: %v, want [3 2 1 1]", got)
+	}
+	if last := len(m.New) - 1; m.New[last]+m.New[last-1] != 3 {
+		t.Fatalf("the deliveries are not in the last minutes: %v", m.New)
+	}
+
+	// the raw answer names the series as documented
+	_, body := adminCall(t, c, http.MethodGet, "/webhook_idempotency/"+src+"/minutes")
+	var raw map[string]any
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"source", "from", "step_seconds", "new", "replayed", "invalid", "failed"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("no %q in %s", k, body)
+		}
+	}
+
+	// a reload keeps the hour, and counts on
+	if err := c.Reload(minutesSite(port, src, up)); err != nil {
+		t.Fatal(err)
+	}
+	minutesPost(t, url, `{"n":"m6"}`, "m6")
+	if m := read(); sumOf(m.New) != 4 || sumOf(m.Replayed) != 2 {
+		t.Fatalf("after a reload: new %d, replayed %d, want 4 and 2", sumOf(m.New), sumOf(m.Replayed))
+	}
+	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/"+src+"/minutes", http.StatusMethodNotAllowed)
+	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/nosuch/minutes", http.StatusNotFound)
+}
+
+// TestMinutesRing: counts land in the minute they were read in, a minute
+// older than the hour leaves the answer, and the ring's slot of an old
+// minute is reused without its counts.
+func TestMinutesRing(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	src := fmt.Sprintf("minutes_ring_%d", time.Now().UnixNano())
+	testkit.StartCaddy(t, "", minutesSite(port, src, up))
+	url := testkit.SiteURL(port) + "/hook"
+	// the clock of every sample, the admin endpoint's included, moves to
+	// the start of a minute a day from now, and on as the test says
+	t0 := time.Now().Add(24 * time.Hour).Truncate(time.Minute)
+	minutesShift.Store(int64(time.Until(t0)))
+	t.Cleanup(func() { minutesShift.Store(0) })
+	at := func(d time.Duration) time.Time {
+		minutesShift.Store(int64(time.Until(t0.Add(d))))
+		return minutesNow()
+	}
+	sampleMinutes(at(0)) // what came before is in t0's minute
+	base := minutesOf(src, at(0))
+	minutesPost(t, url, `{"n":"r1"}`, "r1")
+	minutesPost(t, url, `{"n":"r2"}`, "r2")
+	sampleMinutes(at(10 * time.Second))
+	minutesPost(t, url, `{"n":"r1"}`, "r1")
+	sampleMinutes(at(90 * time.Second))
+
+	m := minutesOf(src, at(2*time.Minute))
+	last := len(m.New) - 1
+	if m.New[last-2]-base.New[last] != 2 || m.Replayed[last-1] != 1 || m.New[last-1] != 0 || sumOf(m.Replayed) != 1 {
+		t.Fatalf("new %v, replayed %v", m.New[50:], m.Replayed[50:])
+	}
+	// an hour later the first minute is out of the window, and its slot
+	// (the same one) is reused for the new minute without its counts
+	minutesPost(t, url, `{"n":"r3"}`, "r3")
+	sampleMinutes(at(time.Hour + 5*time.Second))
+	m = minutesOf(src, at(time.Hour+10*time.Second))
+	if sumOf(m.New) != 1 || m.New[len(m.New)-1] != 1 || sumOf(m.Replayed) != 1 {
+		t.Fatalf("an hour later: new %v, replayed %v", m.New, m.Replayed)
+	}
+	if m := minutesOf(src, at(3*time.Hour)); sumOf(m.New)+sumOf(m.Replayed) != 0 {
+		t.Fatalf("hours later: %+v", m)
+	}
+	for res, want := range map[string]int{resultNew: seriesNew, resultReplayed: seriesReplayed, resultInvalidSignature: seriesInvalid,
+		resultConflict: seriesFailed, resultMismatch: seriesFailed, resultTooLarge: seriesFailed, resultBypassed: seriesFailed,
+		resultUnavailable: seriesFailed, resultSkipped: -1, resultHandshake: -1} {
+		if got := resultSeries(res); got != want {
+			t.Errorf("%s: series %d, want %d", res, got, want)
+		}
+	}
+}
