@@ -113,7 +113,7 @@ func handleEvents(w http.ResponseWriter, r *http.Request, src *adminSource) erro
 	if err != nil {
 		return err
 	}
-	events, cursor, err := a.Find(r.Context(), q, false)
+	events, cursor, err := a.Find(r.Context(), q)
 	if err != nil {
 		return storeError(src.name, err)
 	}
@@ -151,47 +151,53 @@ func findEvent(ctx context.Context, src *adminSource, id string) (archive.Event,
 }
 
 // handleExport writes every event that matches the filters, whole, newest
-// first, one JSON object per line (NDJSON). count, when given, bounds the
-// number of events.
+// first, one JSON object per line (NDJSON), each line as it is read: the
+// export holds one page of events and one group of bodies at a time,
+// whatever the archive holds. count, when given, bounds the number of
+// events.
 func handleExport(w http.ResponseWriter, r *http.Request, src *adminSource) error {
 	a, q, err := archiveRequest(r, src, exportMax)
 	if err != nil {
 		return err
 	}
-	left := exportMax
+	limit := exportMax
 	if r.URL.Query().Get("count") != "" {
-		left = q.Count
+		limit = q.Count
 	}
-	ctx := r.Context()
 	wrote := false
-	enc := json.NewEncoder(w)
-	for {
-		q.Count = min(left, maxArchiveCount)
-		events, cursor, err := a.Find(ctx, q, true)
-		if err != nil {
-			if !wrote {
-				return storeError(src.name, err)
-			}
-			// the status is sent: cut the export short, visibly
-			_, _ = io.WriteString(w, `{"error":`+strconv.Quote("export cut short: "+err.Error())+"}\n")
-			return nil
-		}
+	start := func() {
 		if !wrote {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
 			wrote = true
 		}
-		for i := range events {
-			if err := enc.Encode(&events[i]); err != nil {
-				return nil // the client went away
-			}
-		}
-		left -= len(events)
-		if cursor == "" || left <= 0 {
-			return nil
-		}
-		q.Cursor, q.HasCursor = event.ParseID(cursor)
 	}
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	var clientGone error
+	err = a.Export(r.Context(), q, limit, func(ev *archive.Event) error {
+		start()
+		if err := enc.Encode(ev); err != nil {
+			clientGone = err
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	})
+	switch {
+	case clientGone != nil:
+		return nil // no one is left to tell
+	case err != nil && !wrote:
+		return storeError(src.name, err)
+	case err != nil:
+		// the status is sent: cut the export short, visibly
+		_, _ = io.WriteString(w, `{"error":`+strconv.Quote("export cut short: "+err.Error())+"}\n")
+		return nil
+	}
+	start() // an empty export is an empty 200
+	return nil
 }
 
 // exportMax bounds an export without count.
@@ -239,6 +245,8 @@ func errNotRedeliverable(ev *archive.Event) error {
 	switch {
 	case !ev.BodyStored && ev.Result == resultReplayed:
 		return errors.New("a replay's body is not archived: redeliver the original delivery of this key")
+	case !ev.BodyStored && ev.BodyOmitted != "":
+		return errors.New("its body is not archived: " + ev.BodyOmitted)
 	case !ev.BodyStored:
 		return errors.New("its body is not archived (bodies off)")
 	case ev.BodyRedacted:
@@ -334,7 +342,7 @@ func handleRedeliverEvents(w http.ResponseWriter, r *http.Request, src *adminSou
 	if err != nil {
 		return err
 	}
-	events, cursor, err := a.Find(r.Context(), q, false)
+	events, cursor, err := a.Find(r.Context(), q)
 	if err != nil {
 		return storeError(src.name, err)
 	}
@@ -358,9 +366,19 @@ func handleRedeliverEvents(w http.ResponseWriter, r *http.Request, src *adminSou
 		seen[ev.Key] = true
 		send = append(send, ev)
 	}
-	// the list is newest first; the application gets them oldest first
+	// the list is newest first, without bodies; the application gets them
+	// oldest first, each read whole as it is sent
 	for i := len(send) - 1; i >= 0; i-- {
-		out.Redelivered = append(out.Redelivered, t.redeliver(r.Context(), send[i]))
+		id, _ := event.ParseID(send[i].ID)
+		ev, found, err := a.Event(r.Context(), id)
+		switch {
+		case err != nil:
+			out.Redelivered = append(out.Redelivered, redeliveryOutcome{ID: send[i].ID, Key: send[i].Key, Error: "reading it from the archive: " + err.Error()})
+		case !found:
+			out.Redelivered = append(out.Redelivered, redeliveryOutcome{ID: send[i].ID, Key: send[i].Key, Error: "it left the archive (max_events or retention) before it was sent"})
+		default:
+			out.Redelivered = append(out.Redelivered, t.redeliver(r.Context(), &ev))
+		}
 	}
 	return writeJSON(w, out)
 }

@@ -87,7 +87,7 @@ func TestArchiveMemoryAndReload(t *testing.T) {
 		{archive.Query{Status: archiveStatusOf(404), Count: 10}, "m404"},
 		{archive.Query{Count: 2}, "m6 m5"},
 	} {
-		got, _, err := a.Find(context.Background(), tc.q, false)
+		got, _, err := a.Find(context.Background(), tc.q)
 		if err != nil {
 			t.Fatal(err)
 		}

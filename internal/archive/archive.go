@@ -2,10 +2,12 @@
 // delivery that passed verification and got a key is appended to a
 // per-source archive, for audit and reprocessing, and read back by the
 // admin API. An archive is built from a resolved configuration and the
-// handler's store; the store's side is a backend (redis.go, memory.go).
-// Appends never delay or fail the answer: a key's completion carries its
-// event in the same round trip, other events go through a bounded
-// background queue (queue.go).
+// handler's store; the store's side is a backend (redis.go, file.go,
+// memory.go). Appends never delay or fail the answer: a key's completion
+// carries its event in the same round trip, other events go through a
+// bounded background queue (queue.go). Every backend keeps an event's body
+// apart from the rest of it, so that a list reads no body and an export
+// reads one group of bodies at a time (query.go).
 package archive
 
 import (
@@ -66,17 +68,24 @@ type Archive struct {
 type backend interface {
 	// completeAndAppend completes the key and its guard ("" for none), as
 	// the store's CompleteGuarded does, and appends e in the same round
-	// trip; it returns the completion's error and the append's.
+	// trip; it returns the completion's error and the append's. A nil e
+	// (refused by a memoryWatcher's admit) completes the key alone.
 	completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error)
 	// appendBatch appends events, in order, in one round trip.
 	appendBatch(ctx context.Context, es []*Entry) error
 	// page returns up to count events with ids from hi down to lo, both
-	// included, newest first.
+	// included, newest first, without their bodies.
 	page(ctx context.Context, hi, lo event.ID, count int) ([]Event, error)
-	// event returns one event, or false when there is none with that id.
+	// event returns one event with its body, or false when there is none
+	// with that id.
 	event(ctx context.Context, id event.ID) (Event, bool, error)
-	// size returns the number of events kept.
-	size(ctx context.Context) (int64, error)
+	// bodies reads the body of each event that has one stored; an event
+	// whose body is gone (trimmed since its page was read) is marked as
+	// having none.
+	bodies(ctx context.Context, evs []*Event) error
+	// size returns the number of events from cutoff on, and may drop
+	// those before it.
+	size(ctx context.Context, cutoff event.ID) (int64, error)
 	// timeout bounds one append.
 	timeout() time.Duration
 	// close releases what the archive holds of its store.
@@ -128,21 +137,58 @@ func (a *Archive) CompleteAndAppend(ctx context.Context, key, guard, owner strin
 	// a call that times out may still be sent after the request is done
 	// with its pooled body: the event keeps a copy
 	e.OwnBody()
+	if !a.admit(e) {
+		err, _ := a.backend.completeAndAppend(ctx, key, guard, owner, record, ttl, nil)
+		return err
+	}
 	err, appendErr := a.backend.completeAndAppend(ctx, key, guard, owner, record, ttl, e)
 	a.appended(1, appendErr)
 	return err
 }
 
-// Size returns the number of events kept.
-func (a *Archive) Size(ctx context.Context) (int64, error) { return a.backend.size(ctx) }
+// admit reports whether e may be appended: a backend that watches its
+// store's memory refuses events while the store has no room for them
+// (redis_memory.go); a refused event is dropped and counted.
+func (a *Archive) admit(e *Entry) bool {
+	w, ok := a.backend.(memoryWatcher)
+	if !ok || w.admit(e) {
+		return true
+	}
+	a.metrics.dropped.Inc()
+	return false
+}
 
-// Event returns one event, whole; false when there is none with that id.
+// warnFull logs that the archive stopped appending because its Redis is
+// nearly full.
+func (a *Archive) warnFull(used, maxMemory int64) {
+	a.logger.Warn("redis is nearly at its maxmemory: the archive stops appending, and drops and counts its events, until Redis has room again, so that the idempotency keys keep theirs; raise maxmemory, or lower the archive's max_events or retention",
+		zap.String("source", a.cfg.Source), zap.Int64("used_memory", used), zap.Int64("maxmemory", maxMemory),
+		zap.Float64("archive_share", archiveMemoryShare))
+}
+
+// Size returns the number of events kept, those older than retention
+// left out (and dropped).
+func (a *Archive) Size(ctx context.Context) (int64, error) {
+	return a.backend.size(ctx, a.cutoff())
+}
+
+// Event returns one event, whole; false when there is none with that id,
+// or it is older than retention.
 func (a *Archive) Event(ctx context.Context, id event.ID) (Event, bool, error) {
+	if id.Less(a.cutoff()) {
+		return Event{}, false, nil
+	}
 	ev, ok, err := a.backend.event(ctx, id)
 	if ok {
 		ev.whole()
 	}
 	return ev, ok, err
+}
+
+// cutoff is the id of the oldest moment retention keeps: reads leave out
+// what is older, whether or not an append has trimmed it yet.
+func (a *Archive) cutoff() event.ID {
+	return event.ID{MS: uint64(max(now().Add(-a.cfg.Retention).UnixMilli(), 0))}
 }
 
 // Stop stops the background queue, appending what it holds, and releases
@@ -180,6 +226,9 @@ type Entry struct {
 	BodyHash [32]byte
 	HasBody  bool // Body is kept
 	Redacted bool // values of the body were redacted
+	// Omitted says why the body is not kept although bodies are on (""
+	// when it is kept, or bodies are off).
+	Omitted string
 	// BodyOwned tells that Body is not the request's pooled buffer.
 	BodyOwned bool
 }
@@ -196,10 +245,19 @@ func (e *Entry) OwnBody() {
 // size is what the entry costs the queue.
 func (e *Entry) size() int { return len(e.Headers) + len(e.Body) + 256 }
 
+// Fields of an archived event besides those of internal/event. An event's
+// body is stored apart from these (see backend), and body_size says that
+// it is.
+const (
+	fieldBodySize = "body_size"    // bytes of the stored body
+	fieldOmitted  = "body_omitted" // why the body is not kept
+)
+
 // fieldCount is the most fields and values of an entry.
 const fieldCount = 34
 
-// appendFields appends the entry's stream fields and values to f.
+// appendFields appends the entry's fields and values to f: everything but
+// the body, which the backends store apart.
 func (e *Entry) appendFields(f []any) []any {
 	f = append(f,
 		event.FieldReceived, event.Millis(e.Received),
@@ -217,7 +275,10 @@ func (e *Entry) appendFields(f []any) []any {
 		event.FieldBodySHA256, hex.EncodeToString(e.BodyHash[:]),
 	)
 	if e.HasBody {
-		f = append(f, event.FieldBody, e.Body)
+		f = append(f, fieldBodySize, strconv.Itoa(len(e.Body)))
+	}
+	if e.Omitted != "" {
+		f = append(f, fieldOmitted, e.Omitted)
 	}
 	if e.Redacted {
 		f = append(f, event.FieldRedacted, "body")

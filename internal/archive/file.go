@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 
 // The file store's archive: a bucket per source in the store's file,
 // `archive:<source>`, keyed by id (16 bytes: milliseconds and a sequence
-// number, big endian, as a Redis stream numbers its entries), trimmed on
-// every append to max_events and to retention, and kept across restarts.
+// number, big endian, as a Redis stream numbers its entries), and the
+// bodies apart in `archive-body:<source>` under the same ids, so that a
+// list reads no body; trimmed on every append to max_events and to
+// retention (and on reads to retention), and kept across restarts.
 
 // fileArchives shares each source's archive state across config reloads.
 var fileArchives = caddy.NewUsagePool()
@@ -25,7 +28,8 @@ var fileArchives = caddy.NewUsagePool()
 // fileArchive is the archive of one source in one file.
 type fileArchive struct {
 	seam    filestore.Seam
-	bucket  []byte
+	bucket  []byte // the events without their bodies
+	bodies  []byte // the bodies, by the same ids
 	release func() // gives back the hold on the file
 
 	mu     sync.Mutex
@@ -54,9 +58,15 @@ func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
 		if err != nil {
 			return nil, err
 		}
-		fa := &fileArchive{seam: seam, bucket: []byte("archive:" + a.cfg.Source), release: release, count: -1}
+		fa := &fileArchive{
+			seam: seam, bucket: []byte("archive:" + a.cfg.Source), bodies: []byte("archive-body:" + a.cfg.Source),
+			release: release, count: -1,
+		}
 		if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
-			_, err := tx.CreateBucketIfNotExists(fa.bucket)
+			if _, err := tx.CreateBucketIfNotExists(fa.bucket); err != nil {
+				return err
+			}
+			_, err := tx.CreateBucketIfNotExists(fa.bodies)
 			return err
 		}); err != nil {
 			release()
@@ -88,8 +98,8 @@ func fromFileID(k []byte) event.ID {
 // append writes e in tx and trims the bucket. Called in a commit.
 func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	fa := b.fa
-	bk := tx.Bucket(fa.bucket)
-	if bk == nil {
+	bk, bodies := tx.Bucket(fa.bucket), tx.Bucket(fa.bodies)
+	if bk == nil || bodies == nil {
 		return fmt.Errorf("archive bucket of %s is missing", b.a.cfg.Source)
 	}
 	fa.mu.Lock()
@@ -109,14 +119,29 @@ func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	if err := bk.Put(fileID(id), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
 		return err
 	}
+	if e.HasBody {
+		if err := bodies.Put(fileID(id), e.Body); err != nil {
+			return err
+		}
+	}
 	fa.lastID = id
 	fa.count++
 	// trim: the oldest beyond max_events, and what is older than retention
-	cutoff := uint64(max(now().Add(-b.a.cfg.Retention).UnixMilli(), 0))
+	return b.trim(bk, bodies, b.a.cutoff(), int64(b.a.cfg.MaxEvents))
+}
+
+// trim deletes, from the oldest, the events beyond maxEvents and those
+// before cutoff, with their bodies. Called in a commit, with fa.mu held
+// and fa.count known.
+func (b *fileBackend) trim(bk, bodies *bolt.Bucket, cutoff event.ID, maxEvents int64) error {
+	fa := b.fa
 	c := bk.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if fa.count <= int64(b.a.cfg.MaxEvents) && fromFileID(k).MS >= cutoff {
+		if fa.count <= maxEvents && !fromFileID(k).Less(cutoff) {
 			break
+		}
+		if err := bodies.Delete(k); err != nil {
+			return err
 		}
 		if err := c.Delete(); err != nil {
 			return err
@@ -171,7 +196,7 @@ func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Eve
 			if id.Less(lo) {
 				break
 			}
-			ev, err := fileEvent(id, v)
+			ev, err := fileEvent(id, v, nil)
 			if err != nil {
 				return err
 			}
@@ -182,16 +207,32 @@ func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Eve
 	return out, err
 }
 
-// fileEvent decodes an archived event from its bucket value.
-func fileEvent(id event.ID, v []byte) (Event, error) {
-	f, err := event.ReadFields(v)
+// fileEvent decodes an archived event from its bucket value. bodies is
+// the bucket of bodies, or nil for an event without its body (the body an
+// event archived before bodies were kept apart holds in its value is then
+// skipped, not copied).
+func fileEvent(id event.ID, v []byte, bodies *bolt.Bucket) (Event, error) {
+	skip := event.FieldBody
+	if bodies != nil {
+		skip = ""
+	}
+	f, err := event.ReadFieldsExcept(v, skip)
 	if err != nil {
 		return Event{}, err
 	}
-	return eventFromFields(id.String(), func(name string) (string, bool) {
+	ev := eventFromFields(id.String(), func(name string) (string, bool) {
 		s, ok := f[name]
 		return s, ok
-	}), nil
+	}, bodies != nil)
+	if bodies != nil && ev.BodyStored && !ev.bodyRead {
+		// bbolt's value lives as long as the transaction: copy it
+		body := bodies.Get(fileID(id))
+		if body != nil {
+			body = append(make([]byte, 0, len(body)), body...)
+		}
+		ev.setBody(body)
+	}
+	return ev, nil
 }
 
 func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error) {
@@ -203,29 +244,75 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 			return nil
 		}
 		var err error
-		ev, err = fileEvent(id, v)
+		ev, err = fileEvent(id, v, tx.Bucket(b.fa.bodies))
 		found = err == nil
 		return err
 	})
 	return ev, found, err
 }
 
-func (b *fileBackend) size(context.Context) (int64, error) {
-	fa := b.fa
-	fa.mu.Lock()
-	defer fa.mu.Unlock()
-	if fa.count >= 0 {
-		return fa.count, nil
-	}
-	err := fa.seam.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(fa.bucket)
-		fa.count = int64(bk.Stats().KeyN)
-		if k, _ := bk.Cursor().Last(); k != nil {
-			fa.lastID = fromFileID(k)
+func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
+	return b.fa.seam.View(func(tx *bolt.Tx) error {
+		bk, bodies := tx.Bucket(b.fa.bucket), tx.Bucket(b.fa.bodies)
+		for _, ev := range evs {
+			if !ev.BodyStored {
+				continue
+			}
+			id, _ := event.ParseID(ev.ID)
+			v := bk.Get(fileID(id))
+			if v == nil {
+				ev.setBody(nil)
+				continue
+			}
+			whole, err := fileEvent(id, v, bodies)
+			if err != nil {
+				return err
+			}
+			ev.setBody(whole.body)
 		}
 		return nil
 	})
-	return fa.count, err
+}
+
+func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) {
+	fa := b.fa
+	fa.mu.Lock()
+	count, expired := fa.count, false
+	fa.mu.Unlock()
+	err := fa.seam.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(fa.bucket)
+		k, _ := bk.Cursor().First()
+		expired = k != nil && fromFileID(k).Less(cutoff)
+		if count < 0 {
+			fa.mu.Lock()
+			defer fa.mu.Unlock()
+			fa.count = int64(bk.Stats().KeyN)
+			if k, _ := bk.Cursor().Last(); k != nil {
+				fa.lastID = fromFileID(k)
+			}
+			count = fa.count
+		}
+		return nil
+	})
+	if err != nil || !expired {
+		return count, err
+	}
+	// events older than retention on an idle source: retention holds for
+	// reads too, so they go now rather than with the next append
+	err = fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		if fa.count < 0 {
+			fa.count = int64(tx.Bucket(fa.bucket).Stats().KeyN)
+		}
+		err := b.trim(tx.Bucket(fa.bucket), tx.Bucket(fa.bodies), cutoff, math.MaxInt64)
+		count = fa.count
+		return err
+	})
+	if err != nil {
+		b.failed()
+	}
+	return count, err
 }
 
 func (b *fileBackend) timeout() time.Duration { return 10 * time.Second }

@@ -81,7 +81,7 @@ func TestFileArchive(t *testing.T) {
 
 	_, a2, closeAll2 := openFileArchive(t, path, 5, time.Hour)
 	defer closeAll2()
-	evs, cursor, err := a2.Find(t.Context(), Query{Count: 10}, false)
+	evs, cursor, err := a2.Find(t.Context(), Query{Count: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +91,12 @@ func TestFileArchive(t *testing.T) {
 	if n, err := a2.Size(t.Context()); err != nil || n != 5 {
 		t.Fatalf("size %d, %v; want 5", n, err)
 	}
-	evs, cursor, err = a2.Find(t.Context(), Query{Count: 2}, false)
+	evs, cursor, err = a2.Find(t.Context(), Query{Count: 2})
 	if err != nil || keysOf(evs) != "[k7 k6]" || cursor == "" {
 		t.Fatalf("first page: %s %q %v", keysOf(evs), cursor, err)
 	}
 	next, _ := event.ParseID(cursor)
-	evs, _, err = a2.Find(t.Context(), Query{Count: 2, Cursor: next, HasCursor: true}, false)
+	evs, _, err = a2.Find(t.Context(), Query{Count: 2, Cursor: next, HasCursor: true})
 	if err != nil || keysOf(evs) != "[k5 k4]" {
 		t.Fatalf("second page: %s %v", keysOf(evs), err)
 	}
@@ -119,7 +119,7 @@ func TestFileArchiveRetention(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	a.Add(entry("new", "new", time.Now()))
 	testkit.Eventually(t, 5*time.Second, "the old event trimmed by retention", func() bool {
-		evs, _, _ := a.Find(t.Context(), Query{Count: 10}, false)
+		evs, _, _ := a.Find(t.Context(), Query{Count: 10})
 		return keysOf(evs) == "[new]"
 	})
 }

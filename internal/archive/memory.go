@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -131,22 +132,36 @@ func (m *memoryBackend) appendBatch(_ context.Context, es []*Entry) error {
 	return nil
 }
 
+// search returns the index of the oldest event whose id is id or later
+// (r.n when there is none). Called with r.mu held.
+func (r *archiveRing) search(id event.ID) int {
+	return sort.Search(r.n, func(i int) bool { return !r.at(i).id.Less(id) })
+}
+
 func (m *memoryBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Event, error) {
 	r := m.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trim(m.retention)
 	out := make([]Event, 0, min(count, r.n))
-	for i := r.n - 1; i >= 0 && len(out) < count; i-- {
+	// from the newest event at or before hi
+	upper := sort.Search(r.n, func(i int) bool { return hi.Less(r.at(i).id) })
+	for i := upper - 1; i >= 0 && len(out) < count; i-- {
 		ev := r.at(i)
 		if ev.id.Less(lo) {
 			break
 		}
-		if !hi.Less(ev.id) {
-			out = append(out, ev.e.event(ev.id))
-		}
+		out = append(out, ev.e.event(ev.id, false))
 	}
 	return out, nil
+}
+
+// find returns the event with id, or nil. Called with r.mu held.
+func (r *archiveRing) find(id event.ID) *ringEvent {
+	if i := r.search(id); i < r.n && r.at(i).id == id {
+		return r.at(i)
+	}
+	return nil
 }
 
 func (m *memoryBackend) event(_ context.Context, id event.ID) (Event, bool, error) {
@@ -154,15 +169,32 @@ func (m *memoryBackend) event(_ context.Context, id event.ID) (Event, bool, erro
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trim(m.retention)
-	for i := r.n - 1; i >= 0; i-- {
-		if ev := r.at(i); ev.id == id {
-			return ev.e.event(ev.id), true, nil
-		}
+	if ev := r.find(id); ev != nil {
+		return ev.e.event(ev.id, true), true, nil
 	}
 	return Event{}, false, nil
 }
 
-func (m *memoryBackend) size(context.Context) (int64, error) {
+func (m *memoryBackend) bodies(_ context.Context, evs []*Event) error {
+	r := m.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range evs {
+		if !ev.BodyStored {
+			continue
+		}
+		var body []byte
+		if id, ok := event.ParseID(ev.ID); ok {
+			if found := r.find(id); found != nil {
+				body = found.e.Body
+			}
+		}
+		ev.setBody(body)
+	}
+	return nil
+}
+
+func (m *memoryBackend) size(context.Context, event.ID) (int64, error) {
 	r := m.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -16,33 +16,40 @@ import (
 // the search over them.
 
 // Event is one archived event, as the admin API shows it. A list shows it
-// without headers and body; one event is shown whole.
+// without headers and body (and reads no body); one event, and an export,
+// show it whole.
 type Event struct {
-	ID           string              `json:"id"`
-	Received     time.Time           `json:"received"`
-	Source       string              `json:"source"`
-	Key          string              `json:"key"`
-	Result       string              `json:"result"`
-	Status       int                 `json:"status"`
-	DurationMs   float64             `json:"duration_ms"`
-	Method       string              `json:"method"`
-	URI          string              `json:"uri"`
-	Host         string              `json:"host,omitempty"`
-	Proto        string              `json:"proto,omitempty"`
-	Remote       string              `json:"remote,omitempty"`
-	BodySHA256   string              `json:"body_sha256"`
-	BodyStored   bool                `json:"body_stored"`
-	BodyRedacted bool                `json:"body_redacted,omitempty"`
+	ID           string    `json:"id"`
+	Received     time.Time `json:"received"`
+	Source       string    `json:"source"`
+	Key          string    `json:"key"`
+	Result       string    `json:"result"`
+	Status       int       `json:"status"`
+	DurationMs   float64   `json:"duration_ms"`
+	Method       string    `json:"method"`
+	URI          string    `json:"uri"`
+	Host         string    `json:"host,omitempty"`
+	Proto        string    `json:"proto,omitempty"`
+	Remote       string    `json:"remote,omitempty"`
+	BodySHA256   string    `json:"body_sha256"`
+	BodyStored   bool      `json:"body_stored"`
+	BodySize     *int      `json:"body_size,omitempty"` // bytes of the stored body, when known
+	BodyRedacted bool      `json:"body_redacted,omitempty"`
+	// BodyOmitted says why the body was not kept although bodies are on.
+	BodyOmitted  string              `json:"body_omitted,omitempty"`
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
 
 	headerBlock string
 	body        []byte
+	bodyRead    bool // body holds what is stored (see setBody)
 }
 
-// eventFromFields decodes an archived event from its stored fields.
-func eventFromFields(id string, get func(string) (string, bool)) Event {
+// eventFromFields decodes an archived event from its stored fields. An
+// event archived before bodies were stored apart holds its body among its
+// fields: it is kept only when the caller wants the body (withBody).
+func eventFromFields(id string, get func(string) (string, bool), withBody bool) Event {
 	field := func(name string) string { v, _ := get(name); return v }
 	status, _ := strconv.Atoi(field(event.FieldStatus))
 	us, _ := strconv.ParseInt(field(event.FieldDurationUS), 10, 64)
@@ -61,17 +68,39 @@ func eventFromFields(id string, get func(string) (string, bool)) Event {
 		Remote:       field(event.FieldRemote),
 		BodySHA256:   field(event.FieldBodySHA256),
 		BodyRedacted: field(event.FieldRedacted) == "body",
+		BodyOmitted:  field(fieldOmitted),
 		headerBlock:  field(event.FieldHeaders),
 	}
+	if s, ok := get(fieldBodySize); ok {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			ev.BodyStored, ev.BodySize = true, &n
+		}
+	}
 	if body, ok := get(event.FieldBody); ok {
-		ev.BodyStored, ev.body = true, []byte(body)
+		ev.BodyStored = true
+		if withBody {
+			ev.body = []byte(body)
+			ev.setBody(ev.body)
+		}
 	}
 	return ev
 }
 
-// event returns an entry as the admin API shows it.
-func (e *Entry) event(id event.ID) Event {
-	return Event{
+// setBody sets the body read for an event (nil: it is gone).
+func (ev *Event) setBody(b []byte) {
+	ev.body, ev.bodyRead = b, true
+	if b == nil {
+		ev.BodyStored, ev.BodySize = false, nil
+		return
+	}
+	n := len(b)
+	ev.BodySize = &n
+}
+
+// event returns an entry as the admin API shows it, with its body when
+// withBody.
+func (e *Entry) event(id event.ID, withBody bool) Event {
+	ev := Event{
 		ID:           id.String(),
 		Received:     e.Received.Truncate(time.Millisecond).UTC(),
 		Source:       e.Source,
@@ -87,15 +116,24 @@ func (e *Entry) event(id event.ID) Event {
 		BodySHA256:   hex.EncodeToString(e.BodyHash[:]),
 		BodyStored:   e.HasBody,
 		BodyRedacted: e.Redacted,
+		BodyOmitted:  e.Omitted,
 		headerBlock:  e.Headers,
-		body:         e.Body,
 	}
+	if e.HasBody {
+		n := len(e.Body)
+		ev.BodySize = &n
+		if withBody {
+			ev.setBody(e.Body)
+		}
+	}
+	return ev
 }
 
-// whole fills in the headers and the body, for showing one event.
+// whole fills in the headers and the body (read by the backend), for
+// showing one event.
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
-	if ev.BodyStored {
+	if ev.BodyStored && ev.bodyRead {
 		s := string(ev.body)
 		if !utf8.ValidString(s) {
 			s, ev.BodyEncoding = base64.StdEncoding.EncodeToString(ev.body), "base64"
@@ -130,6 +168,11 @@ const (
 	// than Count matches by then, it answers with a cursor to go on.
 	ScanMax = 10000
 	page    = 256
+	// exportBodyBytes bounds the bodies an export reads at a time (a
+	// larger body is read alone).
+	exportBodyBytes = 8 << 20
+	// exportBodyCount bounds the bodies an export reads in one round trip.
+	exportBodyCount = 64
 )
 
 // match reports whether an event passes the filters that the id range
@@ -140,43 +183,55 @@ func (q Query) match(ev *Event) bool {
 		(q.Status == nil || q.Status(ev.Status))
 }
 
-// bounds returns the id range the query covers.
-func (q Query) bounds() (hi, lo event.ID) {
-	hi, lo = event.MaxID, event.MinID
+// bounds returns the id range the query covers, retention applied
+// (cutoff); ok is false when the range is empty.
+func (q Query) bounds(cutoff event.ID) (hi, lo event.ID, ok bool) {
+	hi, lo = event.MaxID, cutoff
 	if !q.Until.IsZero() {
 		hi = event.ID{MS: uint64(max(q.Until.UnixMilli(), 0)), Seq: math.MaxUint64}
 	}
-	if q.HasCursor && q.Cursor != event.MinID && q.Cursor.Prev().Less(hi) {
-		hi = q.Cursor.Prev()
+	if q.HasCursor {
+		if q.Cursor == event.MinID {
+			return hi, lo, false
+		}
+		if q.Cursor.Prev().Less(hi) {
+			hi = q.Cursor.Prev()
+		}
 	}
-	if !q.Since.IsZero() {
-		lo = event.ID{MS: uint64(max(q.Since.UnixMilli(), 0))}
+	if since := (event.ID{MS: uint64(max(q.Since.UnixMilli(), 0))}); !q.Since.IsZero() && lo.Less(since) {
+		lo = since
 	}
-	return hi, lo
+	return hi, lo, !hi.Less(lo)
 }
 
-// Find returns up to q.Count matching events, newest first, and the cursor
-// that continues the search ("" when nothing older is left). It reads at
-// most ScanMax events. With whole, every event comes with its headers and
-// body.
-func (a *Archive) Find(ctx context.Context, q Query, whole bool) ([]Event, string, error) {
+// filtered reports whether the query matches less than every event of
+// its range.
+func (q Query) filtered() bool { return q.Key != "" || q.Result != "" || q.Status != nil }
+
+// Find returns up to q.Count matching events, newest first, without their
+// headers and bodies, and the cursor that continues the search ("" when
+// nothing older is left). It reads at most ScanMax events, and no body:
+// the first page asks for as many events as are wanted, the next ones
+// (when filters left some out) for more, up to 256.
+func (a *Archive) Find(ctx context.Context, q Query) ([]Event, string, error) {
 	out := []Event{}
-	hi, lo := q.bounds()
-	if q.HasCursor && q.Cursor == event.MinID || hi.Less(lo) {
+	hi, lo, ok := q.bounds(a.cutoff())
+	if !ok {
 		return out, "", nil
+	}
+	n := q.Count
+	if q.filtered() {
+		n = max(n, 16)
 	}
 	scanned := 0
 	for {
-		n := min(page, ScanMax-scanned)
+		n = min(n, page, ScanMax-scanned)
 		evs, err := a.backend.page(ctx, hi, lo, n)
 		if err != nil {
 			return nil, "", err
 		}
 		for i := range evs {
 			if q.match(&evs[i]) {
-				if whole {
-					evs[i].whole()
-				}
 				out = append(out, evs[i])
 				if len(out) == q.Count {
 					return out, evs[i].ID, nil
@@ -195,5 +250,76 @@ func (a *Archive) Find(ctx context.Context, q Query, whole bool) ([]Event, strin
 			return out, "", nil
 		}
 		hi = last.Prev()
+		n *= 4
 	}
+}
+
+// Export calls emit with up to limit matching events, whole, newest
+// first. It holds one page of events without bodies and one group of
+// bodies (exportBodyBytes, or one larger body) at a time, so its memory
+// does not grow with the archive; each event's body is let go once emit
+// returns. An error of emit ends the export and is returned.
+func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Event) error) error {
+	hi, lo, ok := q.bounds(a.cutoff())
+	if !ok {
+		return nil
+	}
+	for limit > 0 {
+		evs, err := a.backend.page(ctx, hi, lo, page)
+		if err != nil {
+			return err
+		}
+		matched := make([]*Event, 0, len(evs))
+		for i := range evs {
+			if len(matched) < limit && q.match(&evs[i]) {
+				matched = append(matched, &evs[i])
+			}
+		}
+		for len(matched) > 0 {
+			group := bodyGroup(matched)
+			if err := a.backend.bodies(ctx, group); err != nil {
+				return err
+			}
+			for _, ev := range group {
+				ev.whole()
+				err := emit(ev)
+				*ev = Event{} // let the body go
+				if err != nil {
+					return err
+				}
+			}
+			limit -= len(group)
+			matched = matched[len(group):]
+		}
+		if len(evs) < page {
+			return nil
+		}
+		last, _ := event.ParseID(evs[len(evs)-1].ID)
+		if last == event.MinID {
+			return nil
+		}
+		hi = last.Prev()
+	}
+	return nil
+}
+
+// bodyGroup returns the first events of evs whose bodies are read
+// together: up to exportBodyCount, and exportBodyBytes of bodies (a larger
+// body, or one of unknown size, goes alone).
+func bodyGroup(evs []*Event) []*Event {
+	total := 0
+	for i, ev := range evs {
+		size := 0
+		if ev.BodyStored {
+			size = exportBodyBytes
+			if ev.BodySize != nil {
+				size = *ev.BodySize
+			}
+		}
+		if i > 0 && (i == exportBodyCount || total+size > exportBodyBytes) {
+			return evs[:i]
+		}
+		total += size
+	}
+	return evs
 }

@@ -86,13 +86,19 @@ func (q *queue) flush() {
 			}
 		}
 		size := 0
+		admitted := make([]*Entry, 0, len(batch))
 		for _, e := range batch {
 			size += e.size()
+			if q.a.admit(e) {
+				admitted = append(admitted, e)
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), q.a.backend.timeout())
-		err := q.a.backend.appendBatch(ctx, batch)
-		cancel()
-		q.a.appended(len(batch), err)
+		if len(admitted) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), q.a.backend.timeout())
+			err := q.a.backend.appendBatch(ctx, admitted)
+			cancel()
+			q.a.appended(len(admitted), err)
+		}
 		q.bytes.Add(-int64(size))
 		clear(batch)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,21 +14,64 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
-// The redis store's archive: one stream per source,
-// `{<key_prefix>:<source>}:archive`, trimmed on every append to max_events
-// and to retention (docs/archive.md).
+// The redis store's archive (docs/archive.md): per source, a stream of
+// events without their bodies, `{<key_prefix>:<source>}:archive`, and a
+// stream of their bodies under the same ids,
+// `{<key_prefix>:<source>}:archive:body`, so that a list reads no body.
+// Both share the source's hash tag (one Redis Cluster slot) and are written
+// by one script, which trims them to max_events and retention and sets
+// their TTL to retention.
 
-// redisReadTimeout bounds one read of the archive by the admin API.
+// redisReadTimeout bounds one read of the archive by the admin API (or the
+// store's timeout, when that is longer). Reads go through a client that
+// shares the store's connections with this read timeout: the store's own,
+// short for the request path, would cut a read of large bodies short.
 const redisReadTimeout = 5 * time.Second
+
+// redisAppendLua appends one event. KEYS: the event stream, the body
+// stream. ARGV: max_events, the minimum id retention keeps, retention in
+// milliseconds, "1" when a body is kept, the body, then the event's fields
+// and values. The event stream is trimmed to about max_events (MAXLEN ~)
+// and retention (MINID ~, a command of its own: XADD takes one trimming
+// strategy), both by whole stream nodes, so trimming costs next to
+// nothing; the body stream is trimmed to the oldest event left, so no body
+// outlives its event. Both streams expire retention after the last append:
+// an idle source's archive goes once all of it is older than retention,
+// and a volatile-* maxmemory-policy may evict it, as it may the keys.
+const redisAppendLua = `
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 6))
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[2])
+if ARGV[4] == '1' then
+	-- the body stream takes the event stream's ids, in order; should it
+	-- hold a later one (the event stream deleted by hand), the event is
+	-- kept without its body
+	redis.pcall('XADD', KEYS[2], id, 'b', ARGV[5])
+end
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+if first then
+	redis.call('XTRIM', KEYS[2], 'MINID', first[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return id
+`
+
+// redisBodyField is the field of a body stream entry.
+const redisBodyField = "b"
 
 // redisBackend is the archive of a handler on the redis store.
 type redisBackend struct {
 	seam    redisstore.Seam
 	client  redis.UniversalClient // a reference of our own, held until close
 	release func()
-	stream  string
+	stream  string // the events
+	bodyKey string // their bodies
 	maxLen  string // max_events
 	a       *Archive
+	memory  *memoryGuard
+
+	readerOnce sync.Once
+	reader     *redis.Client // standalone and Sentinel: the client with the read timeout
 }
 
 func newRedisBackend(seam redisstore.Seam, a *Archive) (*redisBackend, error) {
@@ -37,25 +81,32 @@ func newRedisBackend(seam redisstore.Seam, a *Archive) (*redisBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redisBackend{
+	stream := seam.Keys(a.cfg.Source).Archive
+	b := &redisBackend{
 		seam: seam, client: client, release: release,
-		stream: seam.Keys(a.cfg.Source).Archive, maxLen: strconv.Itoa(a.cfg.MaxEvents), a: a,
-	}, nil
+		stream: stream, bodyKey: stream + ":body", maxLen: strconv.Itoa(a.cfg.MaxEvents), a: a,
+	}
+	b.memory = newMemoryGuard(b)
+	return b, nil
 }
 
-// appendCmds returns the commands that append e: XADD, trimming the stream
-// to about max_events, then XTRIM to retention (both by whole stream nodes,
-// as `~` allows, so trimming stays cheap). XADD takes one trimming
-// strategy, so retention is a command of its own.
-func (b *redisBackend) appendCmds(e *Entry) [][]any {
-	xadd := append(make([]any, 0, 6+fieldCount), "XADD", b.stream, "MAXLEN", "~", b.maxLen, "*")
-	xadd = e.appendFields(xadd)
-	minID := strconv.FormatInt(max(now().Add(-b.a.cfg.Retention).UnixMilli(), 0), 10)
-	return [][]any{xadd, {"XTRIM", b.stream, "MINID", "~", minID}}
+// appendCmd returns the command that appends e (redisAppendLua).
+func (b *redisBackend) appendCmd(e *Entry) []any {
+	cmd := append(make([]any, 0, 10+fieldCount), "EVAL", redisAppendLua, 2, b.stream, b.bodyKey,
+		b.maxLen, b.a.cutoff().String(), max(b.a.cfg.Retention.Milliseconds(), 1))
+	if e.HasBody {
+		cmd = append(cmd, "1", e.Body)
+	} else {
+		cmd = append(cmd, "0", "")
+	}
+	return e.appendFields(cmd)
 }
 
 func (b *redisBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
-	then, err := b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, b.appendCmds(e))
+	if e == nil { // refused by admit: the completion alone
+		return b.seam.Store().CompleteGuarded(ctx, key, guard, owner, record, ttl), nil
+	}
+	then, err := b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, [][]any{b.appendCmd(e)})
 	return err, appendResult(then.Val, then.Err)
 }
 
@@ -74,11 +125,7 @@ func (b *redisBackend) appendBatch(ctx context.Context, es []*Entry) error {
 	pipe := b.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(es))
 	for i, e := range es {
-		call := b.appendCmds(e)
-		cmds[i] = pipe.Do(ctx, call[0]...)
-		if i == len(es)-1 { // one trim for the batch
-			pipe.Do(ctx, call[1]...)
-		}
+		cmds[i] = pipe.Do(ctx, b.appendCmd(e)...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	var first error
@@ -90,56 +137,160 @@ func (b *redisBackend) appendBatch(ctx context.Context, es []*Entry) error {
 	return first
 }
 
+// admit implements memoryWatcher.
+func (b *redisBackend) admit(e *Entry) bool { return b.memory.admit(int64(e.size())) }
+
+// read returns the client an admin read goes through, on the node of the
+// archive's slot with Redis Cluster, and its context.
+func (b *redisBackend) read(ctx context.Context) (redis.Cmdable, context.Context, context.CancelFunc, error) {
+	timeout := max(redisReadTimeout, b.seam.Timeout())
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	switch c := b.client.(type) {
+	case *redis.Client:
+		b.readerOnce.Do(func() { b.reader = c.WithTimeout(timeout) })
+		return b.reader, ctx, cancel, nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, b.stream)
+		if err != nil {
+			cancel()
+			return nil, nil, nil, err
+		}
+		return node.WithTimeout(timeout), ctx, cancel, nil
+	}
+	return b.client, ctx, cancel, nil
+}
+
 func (b *redisBackend) page(ctx context.Context, hi, lo event.ID, count int) ([]Event, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisReadTimeout)
+	c, ctx, cancel, err := b.read(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
-	msgs, err := b.client.XRevRangeN(ctx, b.stream, hi.String(), lo.String(), int64(count)).Result()
+	msgs, err := c.XRevRangeN(ctx, b.stream, hi.String(), lo.String(), int64(count)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	out := make([]Event, len(msgs))
 	for i, m := range msgs {
-		out[i] = messageEvent(m)
+		out[i] = messageEvent(m, false)
 	}
 	return out, nil
 }
 
 func (b *redisBackend) event(ctx context.Context, id event.ID) (Event, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, redisReadTimeout)
-	defer cancel()
-	msgs, err := b.client.XRangeN(ctx, b.stream, id.String(), id.String(), 1).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	c, ctx, cancel, err := b.read(ctx)
+	if err != nil {
 		return Event{}, false, err
 	}
+	defer cancel()
+	pipe := c.Pipeline()
+	meta := pipe.XRangeN(ctx, b.stream, id.String(), id.String(), 1)
+	body := pipe.XRangeN(ctx, b.bodyKey, id.String(), id.String(), 1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Event{}, false, err
+	}
+	msgs := meta.Val()
 	if len(msgs) == 0 {
 		return Event{}, false, nil
 	}
-	return messageEvent(msgs[0]), true, nil
+	ev := messageEvent(msgs[0], true)
+	if ev.BodyStored && !ev.bodyRead {
+		ev.setBody(bodyOf(body.Val()))
+	}
+	return ev, true, nil
+}
+
+func (b *redisBackend) bodies(ctx context.Context, evs []*Event) error {
+	c, ctx, cancel, err := b.read(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	pipe := c.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(evs))
+	for i, ev := range evs {
+		switch {
+		case !ev.BodyStored:
+		case ev.BodySize == nil: // archived with its body among its fields
+			cmds[i] = pipe.XRangeN(ctx, b.stream, ev.ID, ev.ID, 1)
+		default:
+			cmds[i] = pipe.XRangeN(ctx, b.bodyKey, ev.ID, ev.ID, 1)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, ev := range evs {
+		switch {
+		case cmds[i] == nil:
+		case ev.BodySize == nil:
+			var body []byte
+			if msgs := cmds[i].Val(); len(msgs) > 0 {
+				body = messageEvent(msgs[0], true).body
+			}
+			ev.setBody(body)
+		default:
+			ev.setBody(bodyOf(cmds[i].Val()))
+		}
+	}
+	return nil
+}
+
+// bodyOf returns the body of a body stream's entry, nil when there is
+// none.
+func bodyOf(msgs []redis.XMessage) []byte {
+	if len(msgs) == 0 {
+		return nil
+	}
+	s, ok := msgs[0].Values[redisBodyField].(string)
+	if !ok {
+		return nil
+	}
+	return []byte(s)
 }
 
 // messageEvent decodes a stream entry of the archive.
-func messageEvent(m redis.XMessage) Event {
+func messageEvent(m redis.XMessage, withBody bool) Event {
 	return eventFromFields(m.ID, func(name string) (string, bool) {
 		v, ok := m.Values[name]
 		s, _ := v.(string)
 		return s, ok
-	})
+	}, withBody)
 }
 
-func (b *redisBackend) size(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.seam.Timeout())
+// size trims both streams to cutoff exactly (an idle source has no append
+// to trim them), then counts the events.
+func (b *redisBackend) size(ctx context.Context, cutoff event.ID) (int64, error) {
+	c, ctx, cancel, err := b.read(ctx)
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
-	return b.client.XLen(ctx, b.stream).Result()
+	pipe := c.Pipeline()
+	pipe.XTrimMinID(ctx, b.stream, cutoff.String())
+	pipe.XTrimMinID(ctx, b.bodyKey, cutoff.String())
+	n := pipe.XLen(ctx, b.stream)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	return n.Val(), nil
 }
 
 func (b *redisBackend) timeout() time.Duration { return b.seam.Timeout() }
 
 func (b *redisBackend) close() {
+	b.memory.close()
 	if b.release != nil {
 		b.release()
 		b.release = nil
 	}
 }
 
-// Interface guard
-var _ backend = (*redisBackend)(nil)
+// Interface guards
+var (
+	_ backend       = (*redisBackend)(nil)
+	_ memoryWatcher = (*redisBackend)(nil)
+)

@@ -37,19 +37,26 @@ var ErrCorruptFields = errors.New("corrupt stored event")
 
 // ReadFields decodes the fields AppendField wrote into a map of name to
 // value (the values are copies).
-func ReadFields(b []byte) (map[string]string, error) {
+func ReadFields(b []byte) (map[string]string, error) { return ReadFieldsExcept(b, "") }
+
+// ReadFieldsExcept is ReadFields leaving out the field named skip ("" for
+// none), whose value it neither copies nor reads.
+func ReadFieldsExcept(b []byte, skip string) (map[string]string, error) {
 	out := make(map[string]string, 16)
 	for len(b) > 0 {
-		var parts [2]string
+		var parts [2][]byte
 		for i := range parts {
 			l, n := binary.Uvarint(b)
 			if n <= 0 || l > uint64(len(b)-n) {
 				return nil, ErrCorruptFields
 			}
-			parts[i] = string(b[n : n+int(l)])
+			parts[i] = b[n : n+int(l)]
 			b = b[n+int(l):]
 		}
-		out[parts[0]] = parts[1]
+		if skip != "" && string(parts[0]) == skip {
+			continue
+		}
+		out[string(parts[0])] = string(parts[1])
 	}
 	return out, nil
 }

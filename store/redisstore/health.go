@@ -129,6 +129,7 @@ func (rh *redisHealth) inspectNode(ctx context.Context, node string, c redis.Cmd
 	info, err := c.Info(ctx).Result()
 	if err == nil {
 		fields := infoFields(info)
+		rh.checkEviction(node, fields) // eviction.go
 		runID = fields["run_id"]
 		if v, ok := fields["aof_enabled"]; ok {
 			aof, known = v == "1", true
