@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
@@ -30,6 +32,8 @@ import (
 //	GET    /webhook_idempotency/<source>/minutes                the last hour, per minute
 //	GET    /webhook_idempotency/<source>/keys/<key>             a key's state
 //	DELETE /webhook_idempotency/<source>/keys/<key>             forget a key
+//	GET    /webhook_idempotency/<source>/keys?key=<key>         the same, any key
+//	DELETE /webhook_idempotency/<source>/keys?key=<key>         (`.` and `..` too)
 //	GET    /webhook_idempotency/<source>/events[?…]             search the archive
 //	GET    /webhook_idempotency/<source>/events/export[?…]      the archive as NDJSON
 //	GET    /webhook_idempotency/<source>/events/<id>            one archived event
@@ -129,6 +133,13 @@ func sourceRoute(p []string) adminMethods {
 			http.MethodGet:    withID(handleKey, p[1]),
 			http.MethodDelete: withID(handleForget, p[1]),
 		}
+	case n == 1 && p[0] == "keys":
+		// the key in the query: a path segment `.` or `..` is one a
+		// browser (and curl) removes before sending, even percent-encoded
+		return adminMethods{
+			http.MethodGet:    withQueryKey(handleKey),
+			http.MethodDelete: withQueryKey(handleForget),
+		}
 	case n == 2 && p[0] == "events" && p[1] == "export":
 		return adminMethods{http.MethodGet: handleExport}
 	case p[0] == "events":
@@ -179,6 +190,18 @@ func (l eventRoutes) route(p []string) adminMethods {
 		return adminMethods{http.MethodPost: withID(l.redeliver, p[0])}
 	}
 	return nil
+}
+
+// withQueryKey binds the key of the query's `key` parameter to its
+// handler; without one the answer is a 400.
+func withQueryKey(handle idHandler) adminHandler {
+	return func(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			return apiError(http.StatusBadRequest, errors.New("missing key: give it as keys/<key> or keys?key=<key>"))
+		}
+		return handle(w, r, src, key)
+	}
 }
 
 // withID binds the key or id of a route's path to its handler.
@@ -240,11 +263,16 @@ type sourceStatus struct {
 	// Archive is the number of archived events, when the source has an
 	// archive.
 	Archive *archiveStatus `json:"archive,omitempty"`
+	// Unavailable says why the store did not answer for the source's
+	// inbox or archive counts (in the list of every source, which lists
+	// the others as ever); those counts are then left out.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // archiveStatus is an archive as the admin API reports it.
 type archiveStatus struct {
-	Events      int64  `json:"events"`
+	// Events is absent when the store did not answer.
+	Events      *int64 `json:"events,omitempty"`
 	Retention   string `json:"retention"`
 	MaxEvents   int    `json:"max_events"`
 	Bodies      bool   `json:"bodies"`
@@ -266,42 +294,67 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 			st.Results[res] = int64(m.GetCounter().GetValue())
 		}
 	}
+	var failed error // the first store error; the other counts are still read
 	if ib, err := s.inbox(); err == nil {
-		c, err := ib.Counts(r.Context())
-		if err != nil {
-			return st, storeError(s.name, err)
+		st.Inbox = true
+		if c, err := ib.Counts(r.Context()); err != nil {
+			failed = err
+		} else {
+			st.Counts = &c
 		}
-		st.Inbox, st.Counts = true, &c
 	}
 	if a, err := s.archive(); err == nil {
-		n, err := a.Size(r.Context())
-		if err != nil {
-			return st, storeError(s.name, err)
-		}
 		cfg := a.Config()
 		st.Archive = &archiveStatus{
-			Events: n, Retention: cfg.Retention.String(), MaxEvents: cfg.MaxEvents,
+			Retention: cfg.Retention.String(), MaxEvents: cfg.MaxEvents,
 			Bodies: cfg.Bodies, RedeliverTo: cfg.RedeliverTo,
 		}
+		if n, err := a.Size(r.Context()); err != nil {
+			failed = cmp.Or(failed, err)
+		} else {
+			st.Archive.Events = &n
+		}
+	}
+	if failed != nil {
+		return st, storeError(s.name, failed)
 	}
 	return st, nil
 }
 
-// handleSources reports every source of the running configuration, sorted.
+// handleSources reports every source of the running configuration,
+// sorted. The sources' stores are asked at once, so a store that does not
+// answer costs the list its timeout once; a source whose store did not
+// answer is listed with what is known without it, marked unavailable.
 func handleSources(w http.ResponseWriter, r *http.Request) error {
-	out := []sourceStatus{}
+	var srcs []*adminSource
 	for _, name := range runningSourceNames() {
-		src, err := findSource(name)
-		if err != nil {
-			continue // the configuration changed meanwhile
+		if src, err := findSource(name); err == nil { // else the configuration changed meanwhile
+			srcs = append(srcs, src)
 		}
-		st, err := src.status(r)
-		if err != nil {
-			return err
-		}
-		out = append(out, st)
 	}
+	out := make([]sourceStatus, len(srcs))
+	var wg sync.WaitGroup
+	for i, src := range srcs {
+		wg.Go(func() {
+			st, err := src.status(r)
+			if err != nil {
+				st.Unavailable = unavailableReason(err)
+			}
+			out[i] = st
+		})
+	}
+	wg.Wait()
 	return writeJSON(w, out)
+}
+
+// unavailableReason is the message of a store error, for a source marked
+// unavailable.
+func unavailableReason(err error) string {
+	var ae caddy.APIError
+	if errors.As(err, &ae) && ae.Err != nil {
+		return ae.Err.Error()
+	}
+	return err.Error()
 }
 
 // handleSource reports one source.

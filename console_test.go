@@ -288,3 +288,61 @@ http://127.0.0.1:%d {
 		}
 	}
 }
+
+// TestConsoleDotKeys: the keys `.` and `..`, which a browser removes from
+// a URL's path even percent-encoded, are looked up and forgotten from the
+// console in a real Chromium (it sends the key in the query), and the
+// provider's next retry of each is processed.
+func TestConsoleDotKeys(t *testing.T) {
+	app := testkit.NewUpstream(t, nil)
+	port, proxyPort := testkit.FreePort(t), testkit.FreePort(t)
+	sites := fmt.Sprintf(`
+http://127.0.0.1:%d {
+	webhook_idempotency {
+		source dots
+		store memory
+	}
+	reverse_proxy %s
+}`, port, app.Addr())
+	c := testkit.StartCaddy(t, "", sites+consoleProxySite(proxyPort, 0))
+	if err := c.Reload(sites + consoleProxySite(proxyPort, c.AdminPort)); err != nil {
+		t.Fatal(err)
+	}
+	site := testkit.SiteURL(port)
+	keys := []string{".", ".."}
+	for _, key := range keys {
+		resp, b := testkit.PostAfterReload(t, site+"/hook", []byte(`{"key":"`+key+`"}`), "Idempotency-Key", key)
+		testkit.WantNew(t, resp, b, http.StatusOK)
+	}
+
+	ctx := newBrowser(t)
+	browse(t, ctx, "open the console",
+		chromedp.Navigate(fmt.Sprintf("http://127.0.0.1:%d/webhook_idempotency/console", proxyPort)),
+		chromedp.WaitVisible(`#sources tbody tr[data-source="dots"]`),
+		chromedp.Click(`#sources tbody tr[data-source="dots"]`),
+		chromedp.WaitVisible(`#key-input`),
+	)
+	for _, key := range keys {
+		browse(t, ctx, "look up "+key,
+			chromedp.SetValue(`#key-input`, key),
+			chromedp.Click(`#key-lookup`),
+		)
+		browserValue(t, ctx, key+" completed", chromedp.Poll[bool](`(() => {
+			const text = document.querySelector('#key-state').textContent;
+			return text.includes('completed') && text.includes('idem:dots:`+key+`');
+		})()`, chromedp.WithPollingTimeout(10*time.Second)))
+		browse(t, ctx, "forget "+key, chromedp.Click(`#key-forget`))
+		browserValue(t, ctx, key+" absent", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('absent')`, chromedp.WithPollingTimeout(10*time.Second)))
+		if msg := browserValue(t, ctx, "message", chromedp.Text(`#message`)); !strings.Contains(msg, "key "+key+" forgotten") {
+			t.Fatalf("after forgetting %q: %q", key, msg)
+		}
+	}
+	calls := app.Calls.Load()
+	for _, key := range keys {
+		resp, b := testkit.Post(t, site+"/hook", []byte(`{"key":"`+key+`"}`), "Idempotency-Key", key)
+		testkit.WantNew(t, resp, b, http.StatusOK)
+	}
+	if n := app.Calls.Load() - calls; n != int64(len(keys)) {
+		t.Fatalf("%d retries processed after forgetting, want %d", n, len(keys))
+	}
+}

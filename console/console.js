@@ -49,10 +49,17 @@ async function loadSources() {
 		const tr = el('tr');
 		tr.dataset.source = s.source;
 		if (s.source === source) tr.className = 'selected';
+		// a source whose store did not answer is listed, marked, without
+		// the counts its store keeps
+		const down = s.unavailable ? 'unavailable' : null;
 		for (const v of [s.source, s.store, r.new, r.replayed, r.conflict, r.invalid_signature, other,
-			s.inbox ? s.pending : '–', s.inbox ? s.scheduled : '–', s.inbox ? s.dead : '–',
-			s.archive ? s.archive.events : '–']) {
-			tr.append(el('td', v));
+			s.inbox ? down || s.pending : '–', s.inbox ? down || s.scheduled : '–', s.inbox ? down || s.dead : '–',
+			s.archive ? (s.archive.events ?? down) : '–']) {
+			tr.append(el('td', v, v === down && down ? 'unavailable' : ''));
+		}
+		if (down) {
+			tr.dataset.unavailable = 'true';
+			tr.title = s.unavailable;
 		}
 		tr.addEventListener('click', () => select(s));
 		tbody.append(tr);
@@ -128,7 +135,7 @@ async function showEvent(id) {
 			tbody.append(tr);
 		}
 	}
-	let body = '(not archived)';
+	let body = ev.body_omitted ? '(not archived: ' + ev.body_omitted + ')' : '(not archived)';
 	if (ev.body !== undefined) {
 		body = ev.body;
 		if (ev.body_encoding === 'base64') body = '(base64) ' + body;
@@ -184,9 +191,13 @@ async function deadAction(method, path, done) {
 
 // Keys
 
+// The key goes in the query: a browser removes a path segment `.` or `..`,
+// even percent-encoded, before sending the request.
+const keyQuery = (key) => new URLSearchParams({ key });
+
 async function lookUpKey() {
 	const key = $('#key-input').value;
-	const st = await call('GET', enc(source) + '/keys/' + enc(key));
+	const st = await call('GET', enc(source) + '/keys', keyQuery(key));
 	const dl = $('#key-state');
 	dl.replaceChildren();
 	for (const k of ['state', 'store_key', 'lease_left_ms', 'status', 'recorded_at', 'expires_at']) {
@@ -196,7 +207,7 @@ async function lookUpKey() {
 
 async function forgetKey() {
 	const key = $('#key-input').value;
-	await call('DELETE', enc(source) + '/keys/' + enc(key));
+	await call('DELETE', enc(source) + '/keys', keyQuery(key));
 	say('key ' + key + ' forgotten: the next delivery is processed', true);
 	await lookUpKey();
 }

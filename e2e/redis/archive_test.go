@@ -2,6 +2,7 @@ package redise2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -132,5 +133,72 @@ func TestArchiveAdminReadsOutlastTheStoreTimeout(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "stall_1") {
 			t.Fatalf("GET %s during a stall: %s %s", path, resp.Status, b)
 		}
+	}
+}
+
+// One Redis outage no longer blanks the list of sources: every source is
+// listed, those whose store answers with their counts, the others marked
+// unavailable with the reason; one source asked alone is still a 503.
+func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	handle /mem {
+		webhook_idempotency {
+			source list_mem
+			store memory
+			archive
+		}
+		reverse_proxy %s
+	}
+	handle /red {
+		webhook_idempotency {
+			source list_redis
+			store redis redis://%s {
+				timeout 300ms
+			}
+			archive
+			inbox %s/inbox
+		}
+	}
+}`, port, up.Addr(), srv.Addr(), up.URL))
+	site := testkit.SiteURL(port)
+	resp, b := testkit.Post(t, site+"/mem", []byte(`{"n":1}`), "Idempotency-Key", "m1")
+	testkit.WantNew(t, resp, b, http.StatusOK)
+	resp, b = testkit.Post(t, site+"/red", []byte(`{"n":1}`), "Idempotency-Key", "r1")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("inbox: %s %s", resp.Status, b)
+	}
+	srv.Kill()
+
+	resp, b = testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/"), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the list with Redis down: %s %s", resp.Status, b)
+	}
+	var sources []map[string]any
+	if err := json.Unmarshal(b, &sources); err != nil {
+		t.Fatal(err)
+	}
+	bySource := map[string]map[string]any{}
+	for _, s := range sources {
+		bySource[s["source"].(string)] = s
+	}
+	mem, red := bySource["list_mem"], bySource["list_redis"]
+	if mem == nil || red == nil {
+		t.Fatalf("sources listed: %s", b)
+	}
+	if _, down := mem["unavailable"]; down || mem["archive"].(map[string]any)["events"] != float64(1) {
+		t.Fatalf("the memory source: %v", mem)
+	}
+	reason, _ := red["unavailable"].(string)
+	if reason == "" || red["inbox"] != true || red["results"].(map[string]any)["new"] != float64(1) {
+		t.Fatalf("the redis source: %v", red)
+	}
+	if _, ok := red["archive"].(map[string]any)["events"]; ok {
+		t.Fatalf("the redis source shows an archive size it could not read: %v", red)
+	}
+	if resp, b := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/list_redis"), nil); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("one source with Redis down: %s %s", resp.Status, b)
 	}
 }
