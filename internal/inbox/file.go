@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -26,7 +27,10 @@ import (
 // `due` (unix milliseconds of a scheduled retry, 0 when ready).
 //
 // What is ready, scheduled or in delivery is known in memory, loaded from
-// the file when the source's queue is first opened in the process. That
+// the file when the source's queue is first opened in the process, and so
+// are the groups (order_by): the events of a group, in id order, are its
+// head (ready, scheduled or in delivery) and those held behind it, which
+// become ready one after the other. That
 // state is one per file and source, shared by every inbox on it: during a
 // reload the old and the new configuration's workers take events from the
 // same queue, so no event goes to both. An event in delivery when the
@@ -54,8 +58,25 @@ type fileSource struct {
 	inDelivery map[string]bool
 	deadCount  int64
 	lastID     [2]event.ID // the last id given out in events and dead
+	groups     map[string]*fileGroup
+	heldCount  int64    // events held behind the head of their group
+	pace       gcraCell // the rate limit's state
 	notify     chan struct{}
 	release    func() // gives back the hold on the file
+}
+
+// fileGroup is a group with events pending: its head, and the events held
+// behind it in id order.
+type fileGroup struct {
+	head  string
+	since int64 // when the head was accepted, unix ms
+	held  []heldEvent
+}
+
+// heldEvent is an event held behind the head of its group.
+type heldEvent struct {
+	id       string
+	received int64 // unix ms
 }
 
 // Destruct implements caddy.Destructor: the last inbox of the source on
@@ -69,7 +90,8 @@ func (fs *fileSource) Destruct() error {
 // queue, with this inbox's ttls.
 type fileQueue struct {
 	src       *fileSource
-	key       string // in fileSources
+	key       string      // in fileSources
+	handed    atomic.Bool // the one lane has its reader
 	acceptTTL time.Duration
 	noteTTL   time.Duration
 }
@@ -93,7 +115,8 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 	}
 	fs := &fileSource{
 		seam: seam, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
-		inDelivery: make(map[string]bool), notify: make(chan struct{}, 1), release: release,
+		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
+		notify: make(chan struct{}, 1), release: release,
 	}
 	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{fs.events, fs.dead} {
@@ -115,6 +138,10 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 			f, err := event.ReadFields(v)
 			if err != nil {
 				return err
+			}
+			received, _ := strconv.ParseInt(f[event.FieldReceived], 10, 64)
+			if !fs.admitLocked(id.String(), f[fieldGroup], received) {
+				continue // held behind its group's head
 			}
 			if due, _ := strconv.ParseInt(f[fieldDue], 10, 64); due > nowMs {
 				heap.Push(&fs.scheduled, dueItem{id: id.String(), due: due})
@@ -164,6 +191,77 @@ func (fs *fileSource) nextID(which int) event.ID {
 	return id
 }
 
+// admitLocked enters a new event in its group: it returns true when the
+// event may be delivered now (no group, or it is the group's head), false
+// when it is held behind the group's head. Called with fs.mu held, in id
+// order.
+func (fs *fileSource) admitLocked(id, group string, received int64) bool {
+	if group == "" {
+		return true
+	}
+	if g := fs.groups[group]; g != nil {
+		g.held = append(g.held, heldEvent{id: id, received: received})
+		fs.heldCount++
+		return false
+	}
+	fs.groups[group] = &fileGroup{head: id, since: received}
+	return true
+}
+
+// nextOf returns the event held first behind the head id of group, "" for
+// none. Called with fs.mu held.
+func (fs *fileSource) nextOf(group, id string) string {
+	if g := fs.groups[group]; group != "" && g != nil && g.head == id && len(g.held) > 0 {
+		return g.held[0].id
+	}
+	return ""
+}
+
+// releaseGroup hands the group of id, its head that has left the queue, to
+// the next event held behind it, which becomes ready.
+func (fs *fileSource) releaseGroup(group, id string) {
+	if group == "" {
+		return
+	}
+	fs.mu.Lock()
+	g := fs.groups[group]
+	if g == nil || g.head != id {
+		fs.mu.Unlock()
+		return
+	}
+	if len(g.held) == 0 {
+		delete(fs.groups, group)
+		fs.mu.Unlock()
+		return
+	}
+	next := g.held[0]
+	g.held = g.held[1:]
+	fs.heldCount--
+	g.head, g.since = next.id, next.received
+	fs.mu.Unlock()
+	fs.push(next.id)
+}
+
+// unadmit undoes admitLocked for an event that was not stored after all.
+func (fs *fileSource) unadmit(id, group string) {
+	if group == "" {
+		return
+	}
+	fs.mu.Lock()
+	g := fs.groups[group]
+	if g != nil && g.head != id {
+		for i, h := range g.held {
+			if h.id == id {
+				g.held = append(g.held[:i], g.held[i+1:]...)
+				fs.heldCount--
+				break
+			}
+		}
+	}
+	fs.mu.Unlock()
+	fs.releaseGroup(group, id)
+}
+
 // push makes an event ready and wakes a reader.
 func (fs *fileSource) push(id string) {
 	fs.mu.Lock()
@@ -187,28 +285,55 @@ func encode(f map[string]string, set ...string) []byte {
 	return b
 }
 
-func (q *fileQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, rec []byte, ev *event.Request) (store.ClaimResult, string, error) {
+func (q *fileQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, rec []byte, ev *event.Request, group string) (store.ClaimResult, string, error) {
 	fs := q.src
 	var id string
+	var ready bool
 	res, err := fs.seam.ClaimAndAppend(ctx, key, guard, noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
-		pairs := fields(ev, "0", "0")
+		pairs := fields(ev, "0", "0", group)
 		if suspected != "" {
 			pairs = append(pairs, fieldSuspected, suspected)
 		}
+		// ids are given out and entered in their groups in one step: a
+		// group's events are in id order
 		fs.mu.Lock()
 		eid := fs.nextID(0)
-		fs.mu.Unlock()
 		id = eid.String()
+		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
+		fs.mu.Unlock()
 		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs))
 	})
+	if err != nil && id != "" {
+		fs.unadmit(id, group)
+	}
 	if err != nil || res.State != store.StateClaimed {
 		return res, "", err
 	}
-	fs.push(id)
+	if ready {
+		fs.push(id)
+	}
 	return res, id, nil
 }
 
-func (q *fileQueue) next(ctx context.Context, wait time.Duration) (message, bool, error) {
+// lanes returns the one lane of the file store's queue, the first time:
+// each inbox of the source (an old and a new configuration's, during a
+// reload) reads it.
+func (q *fileQueue) lanes() []int {
+	if q.handed.Swap(true) {
+		return nil
+	}
+	return []int{0}
+}
+
+func (q *fileQueue) retired(int) bool { return false }
+
+// refresh finds nothing: the file store has one queue per source.
+func (q *fileQueue) refresh(context.Context) error { return nil }
+
+// touch does nothing: no other worker takes an event over.
+func (q *fileQueue) touch(context.Context, message) error { return nil }
+
+func (q *fileQueue) next(ctx context.Context, _ int, wait time.Duration) (message, bool, error) {
 	fs := q.src
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -296,6 +421,15 @@ func (q *fileQueue) moveDue(_ context.Context, now time.Time) error {
 }
 
 func (q *fileQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
+	if err := q.remove(ctx, m, ttl); err != nil {
+		return err
+	}
+	q.src.releaseGroup(m.ev.Group, m.id)
+	return nil
+}
+
+// remove deletes a delivered event and shortens its key to ttl.
+func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
@@ -360,11 +494,23 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		delete(f, fieldDue)
 		fs.mu.Lock()
 		did := fs.nextID(1)
+		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
 		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
+		}
+		if next != "" {
+			// the next event of the group says which one it follows
+			nid, _ := event.ParseID(next)
+			nf, err := event.ReadFields(b.Get(encodeID(nid)))
+			if err != nil {
+				return err
+			}
+			if err := b.Put(encodeID(nid), encode(nf, fieldOrderBroken, did.String())); err != nil {
+				return err
+			}
 		}
 		return b.Delete(encodeID(sid))
 	})
@@ -375,6 +521,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 	delete(fs.inDelivery, m.id)
 	fs.deadCount++
 	fs.mu.Unlock()
+	fs.releaseGroup(m.ev.Group, m.id)
 	return nil
 }
 
@@ -383,7 +530,7 @@ func (q *fileQueue) counts(context.Context) (Counts, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return Counts{
-		Pending:   int64(len(fs.ready) + len(fs.inDelivery)),
+		Pending:   int64(len(fs.ready)+len(fs.inDelivery)) + fs.heldCount,
 		Scheduled: int64(fs.scheduled.Len()),
 		Dead:      fs.deadCount,
 	}, nil
@@ -441,7 +588,8 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	if !ok {
 		return "", ErrNoDeadEvent
 	}
-	var newID string
+	var newID, group string
+	var ready bool
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
 		v := dead.Get(encodeID(sid))
@@ -454,22 +602,30 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		}
 		attempts := f[event.FieldAttempts]
 		delete(f, event.FieldFailed)
+		delete(f, fieldOrderBroken)
+		received, _ := strconv.ParseInt(f[event.FieldReceived], 10, 64)
 		fs.mu.Lock()
 		eid := fs.nextID(0)
+		newID, group = eid.String(), f[fieldGroup]
+		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		newID = eid.String()
 		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
 		return dead.Delete(encodeID(sid))
 	})
 	if err != nil {
+		if newID != "" {
+			fs.unadmit(newID, group)
+		}
 		return "", err
 	}
 	fs.mu.Lock()
 	fs.deadCount--
 	fs.mu.Unlock()
-	fs.push(newID)
+	if ready {
+		fs.push(newID)
+	}
 	return newID, nil
 }
 
@@ -496,22 +652,73 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 	return found, err
 }
 
-func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request) (string, error) {
+func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string) (string, error) {
 	fs := q.src
 	var id string
+	var ready bool
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		fs.mu.Lock()
 		eid := fs.nextID(0)
-		fs.mu.Unlock()
 		id = eid.String()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0")))
+		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
+		fs.mu.Unlock()
+		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0", group)))
 	})
 	if err != nil {
+		if id != "" {
+			fs.unadmit(id, group)
+		}
 		return "", err
 	}
-	fs.push(id)
+	if ready {
+		fs.push(id)
+	}
 	return id, nil
 }
+
+func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
+	fs := q.src
+	fs.mu.Lock()
+	due := make(map[string]int64, fs.scheduled.Len())
+	for _, it := range fs.scheduled {
+		due[it.id] = it.due
+	}
+	out := Groups{Pending: int64(len(fs.groups)), Held: fs.heldCount}
+	for name, g := range fs.groups {
+		st := GroupState{Group: name, Pending: 1 + int64(len(g.held)), Since: time.UnixMilli(g.since).UTC(), Head: HeadState{ID: g.head, State: "ready"}}
+		if fs.inDelivery[g.head] {
+			st.Head.State = "delivering"
+		} else if d, ok := due[g.head]; ok {
+			t := time.UnixMilli(d).UTC()
+			st.Head.State, st.Head.Due = "scheduled", &t
+		}
+		out.Longest = append(out.Longest, st)
+	}
+	fs.mu.Unlock()
+	out.sortAndCut(count)
+	err := fs.seam.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(fs.events)
+		for i := range out.Longest {
+			h := &out.Longest[i].Head
+			id, _ := event.ParseID(h.ID)
+			v := b.Get(encodeID(id))
+			if v == nil {
+				continue
+			}
+			f, err := event.ReadFields(v)
+			if err != nil {
+				return err
+			}
+			h.Attempts, _ = strconv.Atoi(f[event.FieldAttempts])
+			h.LastStatus, _ = strconv.Atoi(f[event.FieldLastStatus])
+			h.LastError = f[event.FieldLastError]
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (q *fileQueue) limiter(r Rate) limiter { return &localLimiter{rate: r, cell: &q.src.pace} }
 
 func (q *fileQueue) close(bool) { _, _ = fileSources.Delete(q.key) }
 

@@ -22,7 +22,7 @@ import (
 // retried on the schedule, dead-lettered and redelivered, and kept across a
 // close and reopen of the file.
 
-func openFileStore(t *testing.T, path string) (*filestore.Store, func()) {
+func openFileStore(t testing.TB, path string) (*filestore.Store, func()) {
 	t.Helper()
 	ctx, cancel := testkit.NewContext(t)
 	s := &filestore.Store{Path: path}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -41,6 +42,19 @@ type Config struct {
 	Timeout     time.Duration   // the bound of one delivery attempt
 	Concurrency int             // deliveries in progress at once
 	TTL         time.Duration   // how long a delivered event's key answers duplicates
+	// OrderBy are the key sources of an event's group, as configured (the
+	// admin API shows them); GroupOf resolves them on an event, "" for no
+	// group. Events of one group are delivered one at a time, in
+	// acceptance order; without GroupOf every event is unordered.
+	OrderBy []string
+	GroupOf func(ev *event.Request) string
+	// Rate is the most deliveries to DeliverTo per unit of time, across
+	// every instance sharing the store; zero N for no limit.
+	Rate Rate
+	// Partitions is the number of streams the source's inbox is spread
+	// over on Redis (Redis Cluster spreads them over its nodes); 0 or 1
+	// for one.
+	Partitions int
 	// Redact is what the admin API shows of the events redacted with.
 	Redact *redact.Redactor
 	Logger *zap.Logger
@@ -66,10 +80,12 @@ type Inbox struct {
 	logger    *zap.Logger
 	metrics   *inboxMetrics
 	consumer  string
+	limit     limiter // nil without a rate
 
 	mu      sync.Mutex
 	started bool
 	stopped bool
+	ctx     context.Context // the workers', until Stop
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	slots   chan struct{}
@@ -97,12 +113,18 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 	case *redisstore.Store:
 		ib.q, err = newRedisQueue(s.Seam(), ib)
 	case *filestore.Store:
+		if cfg.Partitions > 1 {
+			return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
+		}
 		ib.q, err = newFileQueue(s.Seam(), ib)
 	default:
 		return nil, fmt.Errorf("inbox mode needs a store that keeps a durable queue, the file or the redis store, not %T", s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)
+	}
+	if cfg.Rate.N > 0 {
+		ib.limit = ib.q.limiter(cfg.Rate)
 	}
 	ib.http = &http.Client{
 		Transport: &http.Transport{
@@ -135,7 +157,7 @@ func (ib *Inbox) AcceptTTL() time.Duration { return ib.acceptTTL }
 // suspected replay, delivered with Webhook-Replay-Suspected.
 func (ib *Inbox) Accept(ctx context.Context, key, guard string, noted bool, owner string, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
 	rec := record.Encode(make([]byte, 0, record.FixedLen+1), ib.cfg.Respond, nil, bodyHash)
-	res, id, err := ib.q.accept(ctx, key, guard, noted, owner, rec, ev)
+	res, id, err := ib.q.accept(ctx, key, guard, noted, owner, rec, ev, ib.groupOf(ev))
 	if err == nil && res.State == store.StateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
 			ce.Write(zap.String("key", key), zap.String("id", id))
@@ -144,8 +166,17 @@ func (ib *Inbox) Accept(ctx context.Context, key, guard string, noted bool, owne
 	return res, err
 }
 
-// Start starts the workers: one reader of the queue, one scheduler (due
-// retries, reclaiming, gauges) and up to concurrency deliveries at once.
+// groupOf is the group of an event, "" for none.
+func (ib *Inbox) groupOf(ev *event.Request) string {
+	if ib.cfg.GroupOf == nil {
+		return ""
+	}
+	return ib.cfg.GroupOf(ev)
+}
+
+// Start starts the workers: a reader of each lane of the queue, one
+// scheduler (due retries, reclaiming, the partitions of other
+// configurations, gauges) and up to concurrency deliveries at once.
 func (ib *Inbox) Start() {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
@@ -156,8 +187,9 @@ func (ib *Inbox) Start() {
 	ib.slots = make(chan struct{}, ib.cfg.Concurrency)
 	ctx, cancel := context.WithCancel(context.Background())
 	ib.cancel = cancel
-	ib.wg.Add(2)
-	go ib.readLoop(ctx)
+	ib.ctx = ctx
+	ib.startReaders()
+	ib.wg.Add(1)
 	go ib.scheduleLoop(ctx)
 	register(ib)
 	ib.logger.Info("inbox started", zap.String("deliver_to", ib.cfg.DeliverTo), zap.String("consumer", ib.consumer))
@@ -229,6 +261,7 @@ func unregister(ib *Inbox) {
 	if running[ib.cfg.Source] == ib {
 		delete(running, ib.cfg.Source)
 		metrics.InboxEvents.DeletePartialMatch(prometheus.Labels{"source": ib.cfg.Source})
+		metrics.InboxRate.DeleteLabelValues(ib.cfg.Source)
 	}
 }
 
@@ -236,10 +269,14 @@ func unregister(ib *Inbox) {
 type inboxMetrics struct {
 	delivered, retried, deadLettered prometheus.Counter
 	pending, scheduled, dead         prometheus.Gauge
+	lag                              prometheus.Observer
+	rate                             prometheus.Gauge
 }
 
 func newInboxMetrics(source string) *inboxMetrics {
 	return &inboxMetrics{
+		lag:          metrics.InboxDeliveryLag.WithLabelValues(source),
+		rate:         metrics.InboxRate.WithLabelValues(source),
 		delivered:    metrics.InboxDeliveries.WithLabelValues(source, "delivered"),
 		retried:      metrics.InboxDeliveries.WithLabelValues(source, "retried"),
 		deadLettered: metrics.InboxDeliveries.WithLabelValues(source, "dead_lettered"),

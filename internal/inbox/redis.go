@@ -1,11 +1,17 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,11 +23,22 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
-// The redis store's queue: a source's events are a Redis Stream read by a
-// consumer group shared by every instance, retries wait in a sorted set,
-// and dead letters are a second stream, all under the source's hash tag
-// (redisstore.SourceKeys). An event in delivery is a pending entry of the
-// group: a worker that dies leaves it pending, and another reclaims it.
+// The redis store's queue. A source's inbox is one partition or more
+// (partitions), each a Redis Stream read by a consumer group shared by
+// every instance, with its retry set, dead letters and the held events of
+// its groups under a hash tag of its own (redis_lua.go): one partition is
+// under the source's tag, `{<prefix>:<source>}`; n of them under
+// `{<prefix>:<source>:<i>}`, which Redis Cluster spreads over its nodes.
+// An event in delivery is a pending entry of the group: a worker that
+// dies leaves it pending, and another reclaims it.
+//
+// An event without a group goes to a partition at random; a group always
+// to the same one (an FNV hash of its value, modulo n). The numbers of
+// partitions in use are a set under the source's tag (the registry): an
+// instance started with another number reads the partitions of every
+// number in it until those its own does not use are drained, and an event
+// of a group still pending in one of them joins its group there, so that
+// changing the number loses and reorders nothing.
 
 // group is the consumer group of every inbox stream.
 const group = "webhook_idempotency"
@@ -29,96 +46,31 @@ const group = "webhook_idempotency"
 // fieldSuspected holds Event.Suspected in a stream entry.
 const fieldSuspected = "suspected"
 
-// Lua shared by the scripts: fields(entry, skip) copies a stream entry's
-// field list without the fields named in skip; add appends values.
-const luaFields = `
-local function fields(f, skip)
-	local out = {}
-	for i = 1, #f, 2 do
-		if not skip[f[i]] then
-			out[#out+1] = f[i]
-			out[#out+1] = f[i+1]
-		end
-	end
-	return out
-end
-local function add(out, ...)
-	local a = {...}
-	for i = 1, #a do out[#out+1] = a[i] end
-	return out
-end
-`
+// MaxPartitions is the most partitions a source's inbox may have.
+const MaxPartitions = 64
 
-var (
-	// KEYS: stream [, idempotency key]. ARGV: group, id, ttl. A delivered
-	// event leaves the stream, and its key (when given) is kept for ttl.
-	ackScript = redis.NewScript(`
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if KEYS[2] then
-	redis.call('PEXPIRE', KEYS[2], ARGV[3])
-end
-return redis.call('XDEL', KEYS[1], ARGV[2])
-`)
+// layoutEvery is how often an instance renews its number of partitions in
+// the registry and looks for the partitions of others.
+var layoutEvery = 5 * time.Second
 
-	// KEYS: stream, retry set. ARGV: group, id, due (ms), member. The event
-	// stays in the stream, acknowledged, until it is due.
-	scheduleScript = redis.NewScript(`
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-`)
+// partition is one stream of a source's inbox and its keys, in the order
+// of partKeys.
+type partition struct {
+	keys []string
+	// index is unique among a source's partitions: the partition's
+	// number, or MaxPartitions for the one of an unpartitioned inbox. It
+	// tells dead-letter ids apart (deadIDStride).
+	index   int
+	lane    int         // its place among the queue's partitions
+	grouped atomic.Bool // the consumer group is known to exist
+	retired atomic.Bool // no longer read: its layout has drained
+}
 
-	// KEYS: stream, retry set. ARGV: now (ms), limit. Moves due events back
-	// into the stream as new entries carrying their attempt count.
-	moveScript = redis.NewScript(luaFields + `
-local skip = {attempts = true, last_status = true, last_error = true}
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, m in ipairs(due) do
-	local id, attempts, status, err = string.match(m, '^([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$')
-	if id then
-		local e = redis.call('XRANGE', KEYS[1], id, id)
-		if e[1] then
-			local out = add(fields(e[1][2], skip), 'attempts', attempts, 'last_status', status, 'last_error', err)
-			redis.call('XADD', KEYS[1], '*', unpack(out))
-			redis.call('XDEL', KEYS[1], id)
-		end
-	end
-	redis.call('ZREM', KEYS[2], m)
-end
-return #due
-`)
-
-	// KEYS: stream, dead stream. ARGV: group, id, attempts, status, error,
-	// failed (ms). Moves an event to the dead-letter stream.
-	deadScript = redis.NewScript(luaFields + `
-local skip = {attempts = true, last_status = true, last_error = true, failed = true}
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-if e[1] then
-	local out = add(fields(e[1][2], skip), 'attempts', ARGV[3], 'last_status', ARGV[4], 'last_error', ARGV[5], 'failed', ARGV[6])
-	redis.call('XADD', KEYS[2], '*', unpack(out))
-end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('XDEL', KEYS[1], ARGV[2])
-`)
-
-	// KEYS: dead stream, stream. ARGV: id. Moves a dead event back into
-	// the stream with a fresh retry schedule; returns its new id, or false
-	// when there is no such dead event.
-	redeliverScript = redis.NewScript(luaFields + `
-local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-if not e[1] then
-	return false
-end
-local f = e[1][2]
-local attempts = '0'
-for i = 1, #f, 2 do
-	if f[i] == 'attempts' then attempts = f[i+1] end
-end
-local out = add(fields(f, {base = true, failed = true}), 'base', attempts)
-local id = redis.call('XADD', KEYS[2], '*', unpack(out))
-redis.call('XDEL', KEYS[1], ARGV[1])
-return id
-`)
-)
+func (p *partition) stream() string { return p.keys[0] }
+func (p *partition) retry() string  { return p.keys[1] }
+func (p *partition) dead() string   { return p.keys[2] }
+func (p *partition) held() string   { return p.keys[3] }
+func (p *partition) heads() string  { return p.keys[5] }
 
 // redisQueue is an inbox's queue on the redis store.
 type redisQueue struct {
@@ -127,7 +79,10 @@ type redisQueue struct {
 	release  func()
 	timeout  time.Duration // the store's call timeout
 	cluster  bool
-	keys     redisstore.SourceKeys
+	source   string
+	n        int    // the partitions of this configuration
+	registry string // the set of the numbers of partitions in use
+	rateKey  string
 	consumer string
 	logger   *zap.Logger
 	// accepting bounds a Cluster claim's lease: the key's claim lasts as
@@ -135,7 +90,12 @@ type redisQueue struct {
 	accepting time.Duration
 	acceptTTL time.Duration // an accepted key's ttl
 	noteTTL   time.Duration // a note's ttl: the handler's
-	grouped   atomic.Bool   // the consumer group is known to exist
+
+	mu      sync.Mutex
+	parts   []*partition   // every partition read; never removed, only retired
+	byTag   map[string]int // index in parts by hash tag
+	layouts map[int]bool   // the other numbers of partitions in the registry
+	handed  int            // parts[:handed] have a reader
 }
 
 func newRedisQueue(seam redisstore.Seam, ib *Inbox) (*redisQueue, error) {
@@ -145,13 +105,88 @@ func newRedisQueue(seam redisstore.Seam, ib *Inbox) (*redisQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redisQueue{
+	src := ib.cfg.Source
+	q := &redisQueue{
 		seam: seam, client: client, release: release,
-		timeout: seam.Timeout(), cluster: seam.Cluster(), keys: seam.Keys(ib.cfg.Source),
+		timeout: seam.Timeout(), cluster: seam.Cluster(), source: src, n: max(ib.cfg.Partitions, 1),
+		registry: seam.SourceTag(src, "") + ":partitions", rateKey: seam.SourceTag(src, "") + ":rate",
 		consumer: ib.consumer, logger: ib.logger,
 		accepting: ib.cfg.Timeout + seam.Timeout(),
 		acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL,
-	}, nil
+		byTag: make(map[string]int), layouts: make(map[int]bool),
+	}
+	for i := range q.n {
+		q.partOf(q.n, i)
+	}
+	return q, nil
+}
+
+// partOf returns partition i of a layout of n partitions, added to the
+// partitions read if new. Called with q.mu held, or before the queue is
+// shared.
+func (q *redisQueue) partOf(n, i int) *partition {
+	part, index := strconv.Itoa(i), i
+	if n == 1 {
+		part, index = "", MaxPartitions
+	}
+	tag := q.seam.SourceTag(q.source, part)
+	if k, ok := q.byTag[tag]; ok {
+		p := q.parts[k]
+		p.retired.Store(false)
+		return p
+	}
+	p := &partition{index: index, lane: len(q.parts), keys: []string{
+		tag + ":inbox", tag + ":retry", tag + ":dead", tag + ":held", tag + ":order", tag + ":heads", tag + ":groups",
+	}}
+	q.byTag[tag] = len(q.parts)
+	q.parts = append(q.parts, p)
+	return p
+}
+
+// partitionOf is the partition of a group among n.
+func partitionOf(group string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(group))
+	return int(h.Sum32() % uint32(n))
+}
+
+// route returns the partition of this configuration an event goes to (a
+// group's, or one at random), and for a group the partitions of the other
+// layouts in the registry that may still hold its pending events.
+func (q *redisQueue) route(group string) (*partition, []*partition) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if group == "" {
+		return q.partOf(q.n, rand.IntN(q.n)), nil
+	}
+	target := q.partOf(q.n, partitionOf(group, q.n))
+	var follow []*partition
+	for _, m := range slices.Sorted(maps.Keys(q.layouts)) {
+		if p := q.partOf(m, partitionOf(group, m)); p != target && !slices.Contains(follow, p) {
+			follow = append(follow, p)
+		}
+	}
+	return target, follow
+}
+
+// snapshot returns the partitions read now.
+func (q *redisQueue) snapshot() []*partition {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]*partition, 0, len(q.parts))
+	for _, p := range q.parts {
+		if !p.retired.Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// part returns a lane's partition.
+func (q *redisQueue) part(lane int) *partition {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.parts[lane]
 }
 
 // call bounds one call by the store's timeout.
@@ -160,8 +195,8 @@ func (q *redisQueue) call(ctx context.Context) (context.Context, context.CancelF
 }
 
 // fields builds the stream entry of an event.
-func fields(ev *event.Request, attempts, base string) []any {
-	return []any{
+func fields(ev *event.Request, attempts, base, group string) []any {
+	f := []any{
 		event.FieldSource, ev.Source,
 		event.FieldKey, ev.Key,
 		event.FieldStoreKey, ev.StoreKey,
@@ -176,6 +211,10 @@ func fields(ev *event.Request, attempts, base string) []any {
 		event.FieldAttempts, attempts,
 		event.FieldBase, base,
 	}
+	if group != "" {
+		f = append(f, fieldGroup, group)
+	}
+	return f
 }
 
 // fromMessage decodes a stream entry.
@@ -197,26 +236,37 @@ func fromFields(id string, f func(name string) string) Event {
 		},
 		ID: id, Attempts: attempts, Base: base, LastStatus: status,
 		LastError: f(event.FieldLastError), Failed: event.UnixMilli(f(event.FieldFailed)),
-		Suspected: f(fieldSuspected),
+		Suspected: f(fieldSuspected), Group: f(fieldGroup), OrderBroken: f(fieldOrderBroken),
 	}
 }
 
-func (q *redisQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request) (store.ClaimResult, string, error) {
-	if q.cluster {
-		return q.acceptCluster(ctx, key, guard, noted, owner, record, ev)
+// keysOf lists the keys of the partitions, in order.
+func keysOf(parts ...*partition) []string {
+	keys := make([]string, 0, partKeys*len(parts))
+	for _, p := range parts {
+		keys = append(keys, p.keys...)
 	}
-	res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, q.keys.Inbox, record, q.acceptTTL, q.noteTTL, fields(ev, "0", "0"))
+	return keys
+}
+
+func (q *redisQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
+	target, follow := q.route(grp)
+	entry := fields(ev, "0", "0", grp)
+	if q.cluster {
+		return q.acceptCluster(ctx, key, guard, noted, owner, record, entry, grp, target, follow)
+	}
+	keys := keysOf(append([]*partition{target}, follow...)...)
+	res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, []any{grp}, record, q.acceptTTL, q.noteTTL, entry)
 	return res, a.ID, err
 }
 
 // acceptCluster accepts on Redis Cluster, where the key and the stream
 // live on different nodes: the key is claimed, the event stored, and the
 // key then completed.
-func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request) (store.ClaimResult, string, error) {
+func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted bool, owner string, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
 	s := q.seam.Store()
 	var res store.ClaimResult
 	var err error
-	entry := fields(ev, "0", "0")
 	completeGuard := guard
 	if noted {
 		completeGuard = ""
@@ -231,9 +281,7 @@ func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted
 	if err != nil || res.State != store.StateClaimed {
 		return res, "", err
 	}
-	cctx, cancel := q.call(ctx)
-	id, err := q.client.XAdd(cctx, &redis.XAddArgs{Stream: q.keys.Inbox, Values: entry}).Result()
-	cancel()
+	id, err := q.appendTo(ctx, grp, entry, target, follow)
 	if err != nil {
 		_ = s.ReleaseGuarded(context.Background(), key, completeGuard, owner)
 		return store.ClaimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
@@ -247,34 +295,72 @@ func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted
 	return res, id, nil
 }
 
-// ensureGroup creates the stream and its consumer group if needed.
-func (q *redisQueue) ensureGroup(ctx context.Context) error {
+// appendTo admits an event to target, or to the partition of follow that
+// holds its group's pending events: in one script where every key is on
+// one node, else one partition after the other (Redis Cluster).
+func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, target *partition, follow []*partition) (string, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	err := q.client.XGroupCreateMkStream(ctx, q.keys.Inbox, group, "0").Err()
+	args := append([]any{grp, ""}, entry...)
+	if !q.cluster {
+		return appendScript.Run(ctx, q.client, keysOf(append([]*partition{target}, follow...)...), args...).Text()
+	}
+	for _, p := range follow {
+		args[1] = "follow"
+		id, err := appendScript.Run(ctx, q.client, p.keys, args...).Text()
+		if !errors.Is(err, redis.Nil) {
+			return id, err
+		}
+	}
+	args[1] = ""
+	return appendScript.Run(ctx, q.client, target.keys, args...).Text()
+}
+
+// ensureGroup creates a partition's stream and its consumer group if
+// needed.
+func (q *redisQueue) ensureGroup(ctx context.Context, p *partition) error {
+	ctx, cancel := q.call(ctx)
+	defer cancel()
+	err := q.client.XGroupCreateMkStream(ctx, p.stream(), group, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("creating the inbox consumer group: %w", err)
 	}
-	q.grouped.Store(true)
+	p.grouped.Store(true)
 	return nil
 }
 
-func (q *redisQueue) next(ctx context.Context, wait time.Duration) (message, bool, error) {
-	if !q.grouped.Load() {
-		if err := q.ensureGroup(ctx); err != nil {
+// lanes returns the partitions that have no reader yet.
+func (q *redisQueue) lanes() []int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []int
+	for ; q.handed < len(q.parts); q.handed++ {
+		out = append(out, q.handed)
+	}
+	return out
+}
+
+// retired reports whether a lane's partition is no longer read (its
+// layout has drained); it may be read again if the layout comes back.
+func (q *redisQueue) retired(lane int) bool { return q.part(lane).retired.Load() }
+
+func (q *redisQueue) next(ctx context.Context, lane int, wait time.Duration) (message, bool, error) {
+	p := q.part(lane)
+	if !p.grouped.Load() {
+		if err := q.ensureGroup(ctx, p); err != nil {
 			return message{}, false, err
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, wait+q.timeout)
 	defer cancel()
 	streams, err := q.client.XReadGroup(rctx, &redis.XReadGroupArgs{
-		Group: group, Consumer: q.consumer, Streams: []string{q.keys.Inbox, ">"}, Count: 1, Block: wait,
+		Group: group, Consumer: q.consumer, Streams: []string{p.stream(), ">"}, Count: 1, Block: wait,
 	}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return message{}, false, nil
 	case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
-		q.grouped.Store(false) // the stream was deleted: made again next time
+		p.grouped.Store(false) // the stream was deleted: made again next time
 		return message{}, false, nil
 	case err != nil:
 		return message{}, false, err
@@ -282,13 +368,43 @@ func (q *redisQueue) next(ctx context.Context, wait time.Duration) (message, boo
 		return message{}, false, nil
 	}
 	m := streams[0].Messages[0]
-	return message{id: m.ID, ev: fromMessage(m), deliveries: 1}, true, nil
+	return message{lane: lane, id: m.ID, ev: fromMessage(m), deliveries: 1}, true, nil
 }
 
 func (q *redisQueue) reclaim(ctx context.Context, minIdle time.Duration) (message, bool, error) {
+	parts := q.snapshot()
+	if len(parts) > 1 {
+		// the partitions with an entry idle long enough, in one round trip
+		rctx, cancel := q.call(ctx)
+		pipe := q.client.Pipeline()
+		cmds := make([]*redis.XPendingExtCmd, len(parts))
+		for i, p := range parts {
+			cmds[i] = pipe.XPendingExt(rctx, &redis.XPendingExtArgs{Stream: p.stream(), Group: group, Idle: minIdle, Start: "-", End: "+", Count: 1})
+		}
+		_, _ = pipe.Exec(rctx)
+		cancel()
+		var idle []*partition
+		for i, c := range cmds {
+			if pending, err := c.Result(); err == nil && len(pending) > 0 {
+				idle = append(idle, parts[i])
+			}
+		}
+		parts = idle
+	}
+	for _, p := range parts {
+		m, ok, err := q.reclaimFrom(ctx, p, minIdle)
+		if err != nil || ok {
+			return m, ok, err
+		}
+	}
+	return message{}, false, nil
+}
+
+// reclaimFrom takes over an entry of p idle for minIdle.
+func (q *redisQueue) reclaimFrom(ctx context.Context, p *partition, minIdle time.Duration) (message, bool, error) {
 	rctx, cancel := q.call(ctx)
 	msgs, _, err := q.client.XAutoClaim(rctx, &redis.XAutoClaimArgs{
-		Stream: q.keys.Inbox, Group: group, Consumer: q.consumer, MinIdle: minIdle, Start: "0-0", Count: 1,
+		Stream: p.stream(), Group: group, Consumer: q.consumer, MinIdle: minIdle, Start: "0-0", Count: 1,
 	}).Result()
 	cancel()
 	if errors.Is(err, redis.Nil) || err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
@@ -301,34 +417,70 @@ func (q *redisQueue) reclaim(ctx context.Context, minIdle time.Duration) (messag
 	// worker never recorded
 	deliveries := int64(2)
 	rctx, cancel = q.call(ctx)
-	if p, err := q.client.XPendingExt(rctx, &redis.XPendingExtArgs{
-		Stream: q.keys.Inbox, Group: group, Start: msgs[0].ID, End: msgs[0].ID, Count: 1,
-	}).Result(); err == nil && len(p) == 1 {
-		deliveries = p[0].RetryCount
+	if pe, err := q.client.XPendingExt(rctx, &redis.XPendingExtArgs{
+		Stream: p.stream(), Group: group, Start: msgs[0].ID, End: msgs[0].ID, Count: 1,
+	}).Result(); err == nil && len(pe) == 1 {
+		deliveries = pe[0].RetryCount
 	}
 	cancel()
-	return message{id: msgs[0].ID, ev: fromMessage(msgs[0]), deliveries: deliveries}, true, nil
+	return message{lane: p.lane, id: msgs[0].ID, ev: fromMessage(msgs[0]), deliveries: deliveries}, true, nil
+}
+
+// touch keeps an event this worker holds from looking abandoned: its idle
+// time starts again (the delivery count stays).
+func (q *redisQueue) touch(ctx context.Context, m message) error {
+	ctx, cancel := q.call(ctx)
+	defer cancel()
+	return q.client.XClaimJustID(ctx, &redis.XClaimArgs{
+		Stream: q.part(m.lane).stream(), Group: group, Consumer: q.consumer, Messages: []string{m.id},
+	}).Err()
 }
 
 func (q *redisQueue) moveDue(ctx context.Context, now time.Time) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	return moveScript.Run(ctx, q.client, []string{q.keys.Inbox, q.keys.Retry}, now.UnixMilli(), 100).Err()
+	parts := q.snapshot()
+	if len(parts) > 1 {
+		// the partitions with a retry due, in one round trip
+		pipe := q.client.Pipeline()
+		cmds := make([]*redis.StringSliceCmd, len(parts))
+		for i, p := range parts {
+			cmds[i] = pipe.ZRangeByScore(ctx, p.retry(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: 1})
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		var due []*partition
+		for i, c := range cmds {
+			if len(c.Val()) > 0 {
+				due = append(due, parts[i])
+			}
+		}
+		parts = due
+	}
+	for _, p := range parts {
+		if err := moveScript.Run(ctx, q.client, p.keys, now.UnixMilli(), 100).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (q *redisQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
+	p := q.part(m.lane)
 	storeKey := m.ev.StoreKey
-	keys := []string{q.keys.Inbox, storeKey}
-	if q.cluster || storeKey == "" {
-		keys = keys[:1] // the key is on another slot: a call of its own
+	keys := p.keys
+	if !q.cluster && storeKey != "" {
+		keys = append(slices.Clip(keys), storeKey)
 	}
 	ms := strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
-	if err := ackScript.Run(ctx, q.client, keys, group, m.id, ms).Err(); err != nil {
+	if err := ackScript.Run(ctx, q.client, keys, group, m.id, ms, m.ev.Group).Err(); err != nil {
 		return err
 	}
-	if len(keys) == 1 && storeKey != "" {
+	if q.cluster && storeKey != "" {
+		// the key is on another slot: a call of its own
 		if err := q.client.PExpire(ctx, storeKey, ttl).Err(); err != nil {
 			q.logger.Warn("shortening a delivered event's key to ttl failed; it expires later", zap.String("key", storeKey), zap.Error(err))
 		}
@@ -339,102 +491,429 @@ func (q *redisQueue) delivered(ctx context.Context, m message, ttl time.Duration
 func (q *redisQueue) schedule(ctx context.Context, m message, attempts, status int, reason string, due time.Time) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
+	p := q.part(m.lane)
 	member := m.id + "\n" + strconv.Itoa(attempts) + "\n" + strconv.Itoa(status) + "\n" + reason
-	return scheduleScript.Run(ctx, q.client, []string{q.keys.Inbox, q.keys.Retry},
+	return scheduleScript.Run(ctx, q.client, []string{p.stream(), p.retry()},
 		group, m.id, (due.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), member).Err()
 }
 
 func (q *redisQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	return deadScript.Run(ctx, q.client, []string{q.keys.Inbox, q.keys.Dead},
-		group, m.id, attempts, status, reason, failed.UnixMilli()).Err()
+	p := q.part(m.lane)
+	return deadScript.Run(ctx, q.client, p.keys,
+		group, m.id, attempts, status, reason, failed.UnixMilli(), p.index).Err()
 }
 
 func (q *redisQueue) counts(ctx context.Context) (Counts, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
+	parts := q.snapshot()
 	p := q.client.Pipeline()
-	stream := p.XLen(ctx, q.keys.Inbox)
-	retry := p.ZCard(ctx, q.keys.Retry)
-	dead := p.XLen(ctx, q.keys.Dead)
+	cmds := make([][4]*redis.IntCmd, len(parts))
+	for i, part := range parts {
+		cmds[i] = [4]*redis.IntCmd{p.XLen(ctx, part.stream()), p.ZCard(ctx, part.retry()), p.XLen(ctx, part.dead()), p.XLen(ctx, part.held())}
+	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, err
 	}
-	return Counts{
-		Pending:   max(stream.Val()-retry.Val(), 0),
-		Scheduled: retry.Val(),
-		Dead:      dead.Val(),
-	}, nil
+	var c Counts
+	for _, cmd := range cmds {
+		c.Pending += max(cmd[0].Val()-cmd[1].Val(), 0) + cmd[3].Val()
+		c.Scheduled += cmd[1].Val()
+		c.Dead += cmd[2].Val()
+	}
+	return c, nil
+}
+
+func (q *redisQueue) groups(ctx context.Context, count int) (Groups, error) {
+	ctx, cancel := q.call(ctx)
+	defer cancel()
+	var out Groups
+	for _, p := range q.snapshot() {
+		v, err := groupsScript.Run(ctx, q.client, p.keys, count).Slice()
+		if err != nil {
+			return Groups{}, err
+		}
+		if len(v) != 3 {
+			return Groups{}, fmt.Errorf("groups: unexpected reply of %d values", len(v))
+		}
+		n, _ := v[0].(int64)
+		held, _ := v[1].(int64)
+		out.Pending += n
+		out.Held += held
+		rows, _ := v[2].([]any)
+		for _, r := range rows {
+			f, _ := r.([]any)
+			if len(f) != 9 {
+				continue
+			}
+			num := func(i int) int64 {
+				if n, ok := f[i].(int64); ok {
+					return n
+				}
+				n, _ := strconv.ParseInt(str(f[i]), 10, 64)
+				return n
+			}
+			g := GroupState{Group: str(f[0]), Pending: 1 + num(3), Since: time.UnixMilli(num(1)).UTC(), Head: HeadState{
+				ID: str(f[2]), State: str(f[4]), Attempts: int(num(6)), LastStatus: int(num(7)), LastError: str(f[8]),
+			}}
+			if due := num(5); due > 0 {
+				t := time.UnixMilli(due).UTC()
+				g.Head.Due = &t
+			}
+			out.Longest = append(out.Longest, g)
+		}
+	}
+	out.sortAndCut(count)
+	return out, nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
 }
 
 func (q *redisQueue) dead(ctx context.Context, start string, count int64) ([]Event, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	msgs, err := q.client.XRangeN(ctx, q.keys.Dead, start, "+", count).Result()
-	if err != nil {
+	parts := q.snapshot()
+	pipe := q.client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.XRangeN(ctx, p.dead(), start, "+", count)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	out := make([]Event, len(msgs))
-	for i, m := range msgs {
-		out[i] = fromMessage(m)
+	var out []Event
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			out = append(out, fromMessage(m))
+		}
+	}
+	slices.SortFunc(out, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
+	if int64(len(out)) > count {
+		out = out[:count]
 	}
 	return out, nil
+}
+
+// compareIDs orders stream ids.
+func compareIDs(a, b string) int {
+	x, _ := event.ParseID(a)
+	y, _ := event.ParseID(b)
+	return cmp.Or(cmp.Compare(x.MS, y.MS), cmp.Compare(x.Seq, y.Seq))
 }
 
 func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	newest, err := q.client.XRevRangeN(ctx, q.keys.Dead, "+", "-", 1).Result()
-	if err != nil || len(newest) == 0 {
+	parts := q.snapshot()
+	pipe := q.client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.XRevRangeN(ctx, p.dead(), "+", "-", 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return "", false, err
 	}
-	return newest[0].ID, true, nil
+	newest := ""
+	for _, c := range cmds {
+		if v := c.Val(); len(v) > 0 && (newest == "" || compareIDs(v[0].ID, newest) > 0) {
+			newest = v[0].ID
+		}
+	}
+	return newest, newest != "", nil
+}
+
+// findDead returns the partition whose dead letters hold id, and the dead
+// letter.
+func (q *redisQueue) findDead(ctx context.Context, id string) (*partition, redis.XMessage, error) {
+	parts := q.snapshot()
+	pipe := q.client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.XRangeN(ctx, p.dead(), id, id, 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, redis.XMessage{}, err
+	}
+	for i, c := range cmds {
+		if v := c.Val(); len(v) == 1 {
+			return parts[i], v[0], nil
+		}
+	}
+	return nil, redis.XMessage{}, ErrNoDeadEvent
 }
 
 func (q *redisQueue) redeliver(ctx context.Context, id string) (string, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	v, err := redeliverScript.Run(ctx, q.client, []string{q.keys.Dead, q.keys.Inbox}, id).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", ErrNoDeadEvent
-	}
+	from, m, err := q.findDead(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	newID, _ := v.(string)
+	grp := str(m.Values[fieldGroup])
+	target, follow := q.route(grp)
+	if !q.cluster {
+		keys := append([]string{from.dead()}, keysOf(append([]*partition{target}, follow...)...)...)
+		newID, err := redeliverScript.Run(ctx, q.client, keys, id).Text()
+		if errors.Is(err, redis.Nil) {
+			return "", ErrNoDeadEvent
+		}
+		return newID, err
+	}
+	// on Redis Cluster the dead letter and its new place may be on two
+	// nodes: it is stored again, then deleted (a crash between the two
+	// leaves a copy among the dead letters, never a loss)
+	entry := make([]any, 0, 2*len(m.Values)+2)
+	for name, v := range m.Values {
+		switch name {
+		case event.FieldBase, event.FieldFailed, fieldOrderBroken:
+			continue
+		}
+		entry = append(entry, name, v)
+	}
+	attempts := str(m.Values[event.FieldAttempts])
+	entry = append(entry, event.FieldBase, cmp.Or(attempts, "0"))
+	newID, err := q.appendTo(ctx, grp, entry, target, follow)
+	if err != nil {
+		return "", err
+	}
+	if err := q.client.XDel(ctx, from.dead(), id).Err(); err != nil {
+		q.logger.Warn("deleting a redelivered dead letter failed; it stays listed", zap.String("id", id), zap.Error(err))
+	}
 	return newID, nil
 }
 
 func (q *redisQueue) discard(ctx context.Context, id string) (bool, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	n, err := q.client.XDel(ctx, q.keys.Dead, id).Result()
-	return n == 1, err
+	parts := q.snapshot()
+	pipe := q.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.XDel(ctx, p.dead(), id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n > 0, nil
 }
 
-func (q *redisQueue) enqueue(ctx context.Context, ev *event.Request) (string, error) {
+func (q *redisQueue) enqueue(ctx context.Context, ev *event.Request, grp string) (string, error) {
+	target, follow := q.route(grp)
+	return q.appendTo(ctx, grp, fields(ev, "0", "0", grp), target, follow)
+}
+
+// refresh renews this configuration's number of partitions in the
+// registry, starts reading the partitions of the other numbers there, and
+// takes out of the registry (and stops reading) those whose partitions
+// this configuration does not use have drained.
+func (q *redisQueue) refresh(ctx context.Context) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	return q.client.XAdd(ctx, &redis.XAddArgs{Stream: q.keys.Inbox, Values: fields(ev, "0", "0")}).Result()
+	pipe := q.client.Pipeline()
+	pipe.SAdd(ctx, q.registry, q.n)
+	members := pipe.SMembers(ctx, q.registry)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	in := make(map[int]bool)
+	for _, s := range members.Val() {
+		if m, err := strconv.Atoi(s); err == nil && m >= 1 && m <= MaxPartitions && m != q.n {
+			in[m] = true
+		}
+	}
+	q.mu.Lock()
+	for m := range in {
+		if !q.layouts[m] {
+			q.layouts[m] = true
+			for i := range m {
+				q.partOf(m, i)
+			}
+		}
+	}
+	for m := range q.layouts {
+		if !in[m] {
+			delete(q.layouts, m) // drained, as another instance found
+		}
+	}
+	layouts := slices.Sorted(maps.Keys(q.layouts))
+	q.mu.Unlock()
+	for _, m := range layouts {
+		drained, err := q.drained(ctx, m)
+		if err != nil {
+			return err
+		}
+		if drained {
+			if err := q.client.SRem(ctx, q.registry, m).Err(); err != nil {
+				return err
+			}
+			q.mu.Lock()
+			delete(q.layouts, m)
+			q.mu.Unlock()
+			q.logger.Info("inbox partitions of an earlier configuration drained", zap.Int("partitions", m), zap.Int("now", q.n))
+		}
+	}
+	q.retire()
+	return nil
 }
 
-// close deletes this worker set from the consumer group when it holds no
-// pending event (deleting it otherwise would lose them), and gives the
-// client back.
+// drained reports whether the partitions of a layout of m have nothing
+// left that this configuration's routing would not find: those it does
+// not use are empty (dead letters included), and every group pending in
+// those it uses is in the partition this configuration gives it.
+func (q *redisQueue) drained(ctx context.Context, m int) (bool, error) {
+	q.mu.Lock()
+	var own, other []*partition
+	for i := range m {
+		p := q.partOf(m, i)
+		if q.ownsLocked(p) {
+			own = append(own, p)
+		} else {
+			other = append(other, p)
+		}
+	}
+	q.mu.Unlock()
+	pipe := q.client.Pipeline()
+	var cmds []*redis.IntCmd
+	for _, p := range other {
+		cmds = append(cmds, pipe.XLen(ctx, p.stream()), pipe.ZCard(ctx, p.retry()), pipe.XLen(ctx, p.held()), pipe.XLen(ctx, p.dead()))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	for _, c := range cmds {
+		if c.Val() > 0 {
+			return false, nil
+		}
+	}
+	for _, p := range own {
+		var cursor uint64
+		for {
+			groups, next, err := q.client.HScan(ctx, p.heads(), cursor, "", 1000).Result()
+			if err != nil {
+				return false, err
+			}
+			for i := 0; i < len(groups); i += 2 {
+				if q.partOf(q.n, partitionOf(groups[i], q.n)) != p {
+					return false, nil
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return true, nil
+}
+
+// ownsLocked reports whether p is a partition of this configuration.
+func (q *redisQueue) ownsLocked(p *partition) bool {
+	for i := range q.n {
+		if q.partOf(q.n, i) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// retire stops reading the partitions of no layout in use.
+func (q *redisQueue) retire() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	used := make(map[*partition]bool)
+	for i := range q.n {
+		used[q.partOf(q.n, i)] = true
+	}
+	for m := range q.layouts {
+		for i := range m {
+			used[q.partOf(m, i)] = true
+		}
+	}
+	for _, p := range q.parts {
+		if !used[p] {
+			p.retired.Store(true)
+		}
+	}
+}
+
+func (q *redisQueue) limiter(r Rate) limiter { return &redisLimiter{q: q, rate: r} }
+
+// close deletes this worker set from the consumer group of each partition
+// where it holds no pending event (deleting it otherwise would lose them),
+// and gives the client back.
 func (q *redisQueue) close(started bool) {
 	if started {
-		ctx, cancel := q.call(context.Background())
-		pending, err := q.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: q.keys.Inbox, Group: group, Start: "-", End: "+", Count: 1, Consumer: q.consumer,
-		}).Result()
-		if err == nil && len(pending) == 0 {
-			_ = q.client.XGroupDelConsumer(ctx, q.keys.Inbox, group, q.consumer).Err()
+		for _, p := range q.snapshot() {
+			if !p.grouped.Load() {
+				continue
+			}
+			ctx, cancel := q.call(context.Background())
+			pending, err := q.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+				Stream: p.stream(), Group: group, Start: "-", End: "+", Count: 1, Consumer: q.consumer,
+			}).Result()
+			if err == nil && len(pending) == 0 {
+				_ = q.client.XGroupDelConsumer(ctx, p.stream(), group, q.consumer).Err()
+			}
+			cancel()
 		}
-		cancel()
 	}
 	q.release()
 }
 
-// Interface guard
-var _ queue = (*redisQueue)(nil)
+// redisLimiter is the limiter of a source shared by every instance on its
+// Redis: one hash under the source's tag (rateScript).
+type redisLimiter struct {
+	q    *redisQueue
+	rate Rate
+}
+
+func (l *redisLimiter) run(ctx context.Context, op string) ([]any, error) {
+	ctx, cancel := l.q.call(ctx)
+	defer cancel()
+	return rateScript.Run(ctx, l.q.client, []string{l.q.rateKey}, op, l.rate.interval().Microseconds(),
+		slowEvery.Microseconds(), slowStep.Microseconds(), maxSlowLevel).Slice()
+}
+
+func (l *redisLimiter) reserve(ctx context.Context) (time.Duration, error) {
+	v, err := l.run(ctx, "reserve")
+	if err != nil {
+		return 0, err
+	}
+	wait, _ := v[0].(int64)
+	return time.Duration(wait) * time.Microsecond, nil
+}
+
+func (l *redisLimiter) slowDown(ctx context.Context) error {
+	_, err := l.run(ctx, "slow")
+	return err
+}
+
+func (l *redisLimiter) state(ctx context.Context) (RateState, error) {
+	v, err := l.run(ctx, "read")
+	if err != nil || len(v) != 4 {
+		return RateState{}, cmp.Or(err, errors.New("rate: unexpected reply"))
+	}
+	num := func(i int) int64 {
+		if n, ok := v[i].(int64); ok {
+			return n
+		}
+		n, _ := strconv.ParseInt(str(v[i]), 10, 64)
+		return n
+	}
+	g := gcra{tat: num(0), level: int(num(1)), at: num(2)}
+	return g.view(num(3), l.rate), nil
+}
+
+// Interface guards
+var (
+	_ queue   = (*redisQueue)(nil)
+	_ limiter = (*redisLimiter)(nil)
+)

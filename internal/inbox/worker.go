@@ -23,16 +23,38 @@ import (
 // same signed bytes came first (replay_guard flag).
 const SuspectedHeader = "Webhook-Replay-Suspected"
 
-// readLoop reads new events, one per free delivery slot.
-func (ib *Inbox) readLoop(ctx context.Context) {
+// OrderBrokenHeader carries, to the application, the id of the dead
+// letter that was the head of the event's group before it: the group's
+// order has a gap (order_by).
+const OrderBrokenHeader = "Webhook-Order-Broken"
+
+// startReaders starts a reader for each lane that has none. Called with
+// ib.mu held or from the scheduler.
+func (ib *Inbox) startReaders() {
+	for _, lane := range ib.q.lanes() {
+		ib.wg.Add(1)
+		go ib.readLoop(ib.ctx, lane)
+	}
+}
+
+// readLoop reads the new events of a lane, one per free delivery slot,
+// and starts each delivery once the rate limit lets it.
+func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 	defer ib.wg.Done()
 	for {
+		if ib.q.retired(lane) {
+			sleepCtx(ctx, layoutEvery)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
 		select {
 		case ib.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		m, ok, err := ib.q.next(ctx, fetchBlock)
+		m, ok, err := ib.q.next(ctx, lane, fetchBlock)
 		if err != nil || !ok {
 			<-ib.slots
 			if err != nil && ctx.Err() == nil {
@@ -41,21 +63,91 @@ func (ib *Inbox) readLoop(ctx context.Context) {
 			}
 			continue
 		}
+		if !ib.pace(ctx, m) {
+			<-ib.slots
+			return
+		}
 		ib.wg.Add(1)
 		go ib.deliver(m)
 	}
 }
 
+// pace waits until the rate limit lets m be delivered, telling the queue
+// that its worker is alive every timeout meanwhile, so that no other worker
+// reclaims it. When the inbox stops first, m goes back into the queue, its
+// attempt not made, and pace returns false.
+func (ib *Inbox) pace(ctx context.Context, m message) bool {
+	if ib.limit == nil {
+		return true
+	}
+	var wait time.Duration
+	for {
+		bg, cancel := ib.bg()
+		w, err := ib.limit.reserve(bg)
+		cancel()
+		if err == nil {
+			wait = w
+			break
+		}
+		ib.warn("reading the inbox rate limit failed; retrying", err)
+		if !ib.sleepHolding(ctx, m, time.Second) {
+			return false
+		}
+	}
+	return ib.sleepHolding(ctx, m, wait)
+}
+
+// sleepHolding waits d while m is held, touching it every timeout; false
+// when the inbox stopped first, m then put back.
+func (ib *Inbox) sleepHolding(ctx context.Context, m message, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		sleepCtx(ctx, min(left, ib.cfg.Timeout))
+		bg, cancel := ib.bg()
+		if ctx.Err() != nil {
+			// not attempted: back into the queue, at once, as it was (the
+			// hand-outs to workers that died before count)
+			err := ib.q.schedule(bg, m, m.ev.Attempts+int(max(m.deliveries, 1))-1, m.ev.LastStatus, m.ev.LastError, time.Now())
+			cancel()
+			if err != nil {
+				ib.logger.Warn("putting an inbox event back failed; it will be reclaimed", zap.String("id", m.id), zap.Error(err))
+			}
+			return false
+		}
+		if time.Until(deadline) > 0 {
+			if err := ib.q.touch(bg, m); err != nil {
+				ib.warn("renewing a held inbox event failed; another worker may take it over", err)
+			}
+		}
+		cancel()
+	}
+}
+
 // scheduleLoop makes due retries deliverable, reclaims events a dead worker
-// left in delivery, and updates the gauges.
+// left in delivery, reads the partitions of other configurations, and
+// updates the gauges.
 func (ib *Inbox) scheduleLoop(ctx context.Context) {
 	defer ib.wg.Done()
 	poll := ib.pollInterval()
 	reclaimEvery := min(max(ib.cfg.Timeout, 250*time.Millisecond), 5*time.Second)
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
-	var lastReclaim, lastGauges time.Time
+	var lastReclaim, lastGauges, lastLayout time.Time
 	for {
+		t := time.Now()
+		if t.Sub(lastLayout) >= layoutEvery {
+			lastLayout = t
+			bg, cancel := ib.bg()
+			if err := ib.q.refresh(bg); err != nil {
+				ib.warn("reading the inbox partitions in use failed; retrying", err)
+			}
+			cancel()
+			ib.startReaders()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -66,7 +158,7 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 			ib.warn("moving due inbox retries failed; retrying", err)
 		}
 		cancel()
-		t := time.Now()
+		t = time.Now()
 		if t.Sub(lastReclaim) >= reclaimEvery {
 			lastReclaim = t
 			ib.reclaim(ctx)
@@ -75,6 +167,11 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 			lastGauges = t
 			if c, err := ib.Counts(context.Background()); err == nil {
 				ib.metrics.setCounts(c)
+			}
+			if ib.limit != nil {
+				if st, err := ib.limit.state(context.Background()); err == nil {
+					ib.metrics.rate.Set(st.Current)
+				}
 			}
 		}
 	}
@@ -117,6 +214,10 @@ func (ib *Inbox) reclaim(ctx context.Context) {
 			return
 		}
 		ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
+		if !ib.pace(ctx, m) {
+			<-ib.slots
+			return
+		}
 		ib.wg.Add(1)
 		go ib.deliver(m)
 	}
@@ -147,6 +248,9 @@ func (ib *Inbox) deliver(m message) {
 		err = ib.q.delivered(bg, m, ib.cfg.TTL)
 		if err == nil {
 			ib.metrics.delivered.Inc()
+			if !ev.Received.IsZero() {
+				ib.metrics.lag.Observe(time.Since(ev.Received).Seconds())
+			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
 		}
 	case derr == nil && permanentFailure(status):
@@ -158,6 +262,12 @@ func (ib *Inbox) deliver(m message) {
 		reason := "HTTP " + strconv.Itoa(status)
 		if derr != nil {
 			reason = derr.Error()
+		}
+		if status == http.StatusTooManyRequests && asked == 0 && ib.limit != nil {
+			// the application asks for less without saying how long
+			if err := ib.limit.slowDown(bg); err != nil {
+				ib.warn("slowing the inbox rate down failed", err)
+			}
 		}
 		if n := attempt - ev.Base - 1; n < len(ib.cfg.Retries) {
 			due := time.Now().Add(ib.retryWait(n, asked))
@@ -207,6 +317,11 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
 	if ev.Suspected != "" {
 		req.Header.Set(SuspectedHeader, strings.TrimPrefix(ev.Suspected, strings.TrimSuffix(ev.StoreKey, ev.Key)))
+	}
+	// only the inbox says so: a stored header of that name is not passed on
+	req.Header.Del(OrderBrokenHeader)
+	if ev.OrderBroken != "" {
+		req.Header.Set(OrderBrokenHeader, ev.OrderBroken)
 	}
 	resp, err := ib.http.Do(req)
 	if err != nil {

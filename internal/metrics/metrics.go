@@ -47,6 +47,21 @@ var (
 		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
 		"source", "outcome")
 
+	InboxDeliveryLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "inbox_delivery_lag_seconds",
+		Help:      "Time from an inbox event's acceptance to the 2xx that delivered it (retries and waits included), by source.",
+		Buckets:   []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600},
+	}, []string{"source"})
+
+	InboxRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "inbox_rate_limit",
+		Help:      "Deliveries a second the inbox's rate limit allows now (lower than its rate while a 429 slows the source down), by source; only for inboxes with a rate.",
+	}, []string{"source"})
+
 	ArchiveEvents = newCounter("archive_events_total",
 		"Events appended to the archive, by source.",
 		"source")
@@ -63,7 +78,7 @@ var (
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
 	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
-	InboxEvents, InboxDeliveries, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 }
 
 // Register registers every collector in reg (a configuration's registry,

@@ -148,42 +148,50 @@ return {-1, prev}
 	redisNoteScript = luaScript(luaNote + `
 return note(KEYS[1], ARGV[1], ARGV[2])
 `)
+)
 
-	// KEYS: idempotency key, stream[, guard or note]. ARGV: record, ttl,
-	// 'g' (KEYS[3] is a guard), 'n' (a note) or '', the note's ttl, the
-	// event's fields and values. Claims the key (and its guard) with the
-	// record and appends the event in one step; a note that holds another
-	// key is added to the event as its `suspected` field. Returns what
-	// redisClaimScript returns for a key in flight or completed, or {id,
-	// the note's value or ''} of the appended event.
-	redisClaimAppendScript = luaScript(luaKeyState + luaNote + `
+// redisClaimAppendLua is the body of an AppendScript, after the caller's
+// append function. KEYS: idempotency key[, guard or note], the append's
+// keys. ARGV: record, ttl, 'g' (KEYS[2] is a guard), 'n' (a note) or
+// empty, the note's ttl, the number of the append's args, its args, the event's
+// fields and values. Claims the key (and its guard) with the record and
+// appends the event in one step; a note that holds another key is added to
+// the event as its `suspected` field. Returns what redisClaimScript returns
+// for a key in flight or completed, or {the append's id, the note's value
+// (empty for none)}.
+const redisClaimAppendLua = `
+local first = 2
+if ARGV[3] ~= '' then first = 3 end
 local r = keyState(KEYS[1], '', 0)
 if r then
 	return r
 end
 if ARGV[3] == 'g' then
-	r = keyState(KEYS[3], '', 0)
+	r = keyState(KEYS[2], '', 0)
 	if r then
 		return r
 	end
 end
+local nargs = tonumber(ARGV[5])
+local keys, args, entry = {}, {}, {}
+for i = first, #KEYS do keys[#keys+1] = KEYS[i] end
+for i = 6, 5 + nargs do args[#args+1] = ARGV[i] end
+for i = 6 + nargs, #ARGV do entry[#entry+1] = ARGV[i] end
 local prev = ''
-local fields = {unpack(ARGV, 5)}
 if ARGV[3] == 'n' then
-	prev = note(KEYS[3], KEYS[1], ARGV[4])
+	prev = note(KEYS[2], KEYS[1], ARGV[4])
 	if prev ~= '' and prev ~= KEYS[1] then
-		fields[#fields+1] = 'suspected'
-		fields[#fields+1] = prev
+		entry[#entry+1] = 'suspected'
+		entry[#entry+1] = prev
 	end
 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+local id = append(keys, args, entry)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[3] == 'g' then
-	redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+	redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 end
 return {id, prev}
-`)
-)
+`
 
 // luaNote is the Lua of a note: note(key, value, ttl) returns the value
 // key holds, or takes key for value, kept for ttl, and returns ”. A value

@@ -62,37 +62,64 @@ func (sm Seam) Cluster() bool { return sm.s.client != nil && sm.s.client.cluster
 // Store returns the store itself, for the calls of the store contract.
 func (sm Seam) Store() store.GuardedStore { return sm.s }
 
+// SourceTag returns the hash tag of a source's keys,
+// `{<key_prefix>:<source>}`, or with part not "" the tag of a part of the
+// source, `{<key_prefix>:<source>:<part>}` (an inbox partition), which
+// Redis Cluster may keep on another node.
+func (sm Seam) SourceTag(source, part string) string {
+	if part == "" {
+		return "{" + sm.s.Prefix + ":" + source + "}"
+	}
+	return "{" + sm.s.Prefix + ":" + source + ":" + part + "}"
+}
+
 // Appended is what ClaimAndAppend did.
 type Appended struct {
-	// ID is the appended event's stream id, "" when the key was taken.
+	// ID is what the append step returned (the event's stream id), ""
+	// when the key was taken.
 	ID string
 	// Noted is the key the note held before, "" for none (see
 	// store.GuardedStore's ClaimNoted).
 	Noted string
 }
 
+// AppendScript is a claim-and-append script whose append step is the
+// caller's Lua (NewAppendScript).
+type AppendScript struct{ script *redis.Script }
+
+// NewAppendScript builds the script of ClaimAndAppend around appendLua,
+// the source of a Lua function `append(keys, args, fields)` that stores
+// an event (fields: a table of its field names and values) under the
+// caller's keys, with the caller's args, and returns its id as a string.
+func NewAppendScript(appendLua string) AppendScript {
+	return AppendScript{luaScript(appendLua + luaKeyState + luaNote + redisClaimAppendLua)}
+}
+
 // ClaimAndAppend completes an absent key with record, kept for ttl, and
-// appends the event's fields and values to stream, in one round trip; or
-// reports the key's state, as Claim does. With a guard (noted false) the
-// guard is claimed with the key, all or none; with a note (noted true) the
-// note is taken for the key when free, kept for noteTTL, and when it holds
-// another key the event gets a `suspected` field with that key. guard is
-// "" for neither. The keys and stream must be on one node (not Redis
-// Cluster).
-func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, stream string, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+// runs script's append step on keys with args and the event's fields and
+// values, in one round trip; or reports the key's state, as Claim does.
+// With a guard (noted false) the guard is claimed with the key, all or
+// none; with a note (noted true) the note is taken for the key when free,
+// kept for noteTTL, and when it holds another key the event gets a
+// `suspected` field with that key. guard is "" for neither. The keys must
+// be on one node (not Redis Cluster).
+func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, script AppendScript, keys []string, args []any, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
 	mode := ""
-	keys := []string{key, stream}
+	all := make([]string, 0, 2+len(keys))
+	all = append(all, key)
 	if guard != "" {
-		keys = append(keys, guard)
+		all = append(all, guard)
 		mode = "g"
 		if noted {
 			mode = "n"
 		}
 	}
-	args := make([]any, 0, 4+len(event))
-	args = append(args, record, redisMillis(ttl), mode, redisMillis(noteTTL))
-	args = append(args, event...)
-	v, err := sm.s.run(ctx, "claim", redisClaimAppendScript, keys, args...)
+	all = append(all, keys...)
+	argv := make([]any, 0, 5+len(args)+len(event))
+	argv = append(argv, record, redisMillis(ttl), mode, redisMillis(noteTTL), len(args))
+	argv = append(argv, args...)
+	argv = append(argv, event...)
+	v, err := sm.s.run(ctx, "claim", script.script, all, argv...)
 	if err != nil {
 		return store.ClaimResult{}, Appended{}, err
 	}
