@@ -46,6 +46,30 @@ type InboxConfig struct {
 	// The number of deliveries in progress at once, per Caddy instance.
 	// Default: 4.
 	Concurrency int `json:"concurrency,omitempty"`
+
+	// Key sources (`header:<Name>`, `json:<path>`, `query:<name>`), tried
+	// in order, whose first value is an event's group, e.g.
+	// `json:data.object.id`. The events of one group are delivered one at
+	// a time, in the order they were accepted: while one waits for a
+	// retry, the later ones wait too, and other groups go on. An event
+	// with no group value is delivered unordered. Default: none (every
+	// event unordered).
+	OrderBy []string `json:"order_by,omitempty"`
+
+	// The most deliveries to deliver_to per second, minute or hour, as
+	// `<n>/<s|m|h>` (`10/s`, `600/m`): in total across every instance
+	// sharing the redis store, per instance on the file store. Events
+	// wait for their turn, none is dropped; a 429 without Retry-After
+	// slows the source down for a while (docs/inbox.md#rate). Default: no
+	// limit.
+	Rate string `json:"rate,omitempty"`
+
+	// The number of Redis streams the source's inbox is spread over, each
+	// under a hash tag of its own (`{<key_prefix>:<source>:<i>}`), so a
+	// busy source spreads over the nodes of a Redis Cluster; a group
+	// always goes to one. 1 to 64; the file store takes 1 only.
+	// Default: 1.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // Defaults of the inbox's options.
@@ -70,6 +94,9 @@ var defaultInboxRetries = []caddy.Duration{
 //		jitter      <percent>
 //		timeout     <duration>
 //		concurrency <n>
+//		order_by    <key source>...
+//		rate        <n>/<s|m|h>
+//		partitions  <n>
 //	}
 func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// made here, so that it names the line of `inbox`, not the end of its block
@@ -95,6 +122,7 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var inboxOptions = map[string]cfparse.Arity{
 	"deliver_to": cfparse.One, "respond": cfparse.One, "retries": cfparse.Some, "jitter": cfparse.One,
 	"timeout": cfparse.One, "concurrency": cfparse.One,
+	"order_by": cfparse.Some, "rate": cfparse.One, "partitions": cfparse.One,
 }
 
 // setOption applies a subdirective of the inbox block, its values checked
@@ -121,6 +149,14 @@ func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
 		ib.Timeout, err = cfparse.PositiveDuration("inbox timeout", v)
 	case "concurrency":
 		ib.Concurrency, err = checkConcurrency(v)
+	case "order_by":
+		ib.OrderBy = args
+		_, err = parseOrderBy(args)
+	case "rate":
+		ib.Rate = v
+		_, err = parseInboxRate(v)
+	case "partitions":
+		ib.Partitions, err = checkPartitions(v)
 	}
 	return err
 }
@@ -209,6 +245,24 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 	}
 	if _, err := checkConcurrency(strconv.Itoa(ic.Concurrency)); err != nil {
 		return inbox.Config{}, err
+	}
+	if len(cfg.OrderBy) > 0 {
+		sources, err := parseOrderBy(cfg.OrderBy)
+		if err != nil {
+			return inbox.Config{}, err
+		}
+		ic.OrderBy, ic.GroupOf = cfg.OrderBy, groupResolver(sources)
+	}
+	if cfg.Rate != "" {
+		if ic.Rate, err = parseInboxRate(cfg.Rate); err != nil {
+			return inbox.Config{}, err
+		}
+	}
+	ic.Partitions = 1
+	if cfg.Partitions != 0 {
+		if ic.Partitions, err = checkPartitions(strconv.Itoa(cfg.Partitions)); err != nil {
+			return inbox.Config{}, err
+		}
 	}
 	return ic, nil
 }
