@@ -267,7 +267,7 @@ func TestStoneSigner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := v.(signature.Opener).Open(r, body)
+	got, err := v.Open(r, body)
 	if err != nil || string(got) != sigtest.StoneEvent {
 		t.Fatalf("open: %q, %v", got, err)
 	}
