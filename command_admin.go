@@ -75,6 +75,12 @@ func sourcePath(source string, rest ...string) string {
 	return p
 }
 
+// keyPath is the admin API path of a key: in the query, where any key
+// fits (a path segment `.` or `..` would be cleaned away).
+func keyPath(source, key string) string {
+	return sourcePath(source, "keys") + "?" + url.Values{"key": {key}}.Encode()
+}
+
 // twoArgs reads the <source> <key> arguments.
 func twoArgs(fl caddycmd.Flags) (string, string, error) {
 	if fl.NArg() != 2 || fl.Arg(0) == "" || fl.Arg(1) == "" {
@@ -89,7 +95,7 @@ func cmdKey(fl caddycmd.Flags) (int, error) {
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
-	body, err := adminRequest(fl, http.MethodGet, sourcePath(source, "keys", url.PathEscape(key)))
+	body, err := adminRequest(fl, http.MethodGet, keyPath(source, key))
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
@@ -107,7 +113,7 @@ func cmdForget(fl caddycmd.Flags) (int, error) {
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
-	if _, err := adminRequest(fl, http.MethodDelete, sourcePath(source, "keys", url.PathEscape(key))); err != nil {
+	if _, err := adminRequest(fl, http.MethodDelete, keyPath(source, key)); err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
 	fmt.Printf("forgot key %s of source %s: the provider's next retry of it is processed\n", key, source)

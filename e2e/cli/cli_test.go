@@ -326,6 +326,16 @@ func TestKeyForgetTail(t *testing.T) {
 		t.Fatalf("after forget:\n%s", out)
 	}
 	app.WantCalls(t, 2)
+	// a key no URL path can carry
+	send("..", false)
+	if out := mustCLI(t, "webhook-idempotency", "key", "stripe", "..", "--address", admin); !strings.Contains(out, `"store_key": "idem:stripe:.."`) || !strings.Contains(out, `"state": "completed"`) {
+		t.Fatalf("key ..:\n%s", out)
+	}
+	mustCLI(t, "webhook-idempotency", "forget", "stripe", "..", "--address", admin)
+	if out := send("..", false); !strings.Contains(out, "not replayed: processed as a new delivery") {
+		t.Fatalf("after forgetting ..:\n%s", out)
+	}
+	app.WantCalls(t, 4)
 
 	// tail: new, replayed, new, oldest first
 	out = mustCLI(t, "webhook-idempotency", "tail", "stripe", "--address", admin, "--count", "10")
@@ -378,7 +388,7 @@ func TestKeyForgetTail(t *testing.T) {
 			}
 		}
 	}
-	want("the newest event", func(l string) bool { return strings.Contains(l, "evt_cli_1") })
+	want("the newest event", func(l string) bool { return strings.Contains(l, "POST /stripe  ..  ") })
 	send("evt_cli_2", true)
 	want("the new delivery", func(l string) bool { return strings.Contains(l, " new ") && strings.Contains(l, "evt_cli_2") })
 	want("its retry", func(l string) bool { return strings.Contains(l, " replayed ") && strings.Contains(l, "evt_cli_2") })
