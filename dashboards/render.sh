@@ -4,7 +4,7 @@
 # What it does, all on loopback:
 #   1. builds ./cmd/caddy and ./dashboards/gen into a temporary directory;
 #   2. starts the demo Caddy (Caddyfile.example: site :8080, app :9081,
-#      admin localhost:2019) — the ports must be free;
+#      admin localhost:2019, console localhost:2020) — the ports must be free;
 #   3. runs dashboards/gen, which drives a mix of webhook traffic for
 #      DURATION (new deliveries, redeliveries → replays, concurrent identical
 #      deliveries → conflicts, bodies over max_body → too_large, GETs →
@@ -78,7 +78,7 @@ log "building dashboards/gen"
 go build -o "$TMP/gen" ./dashboards/gen
 
 if [[ -z $FROM ]]; then
-	for port in 8080 9081 2019; do
+	for port in 8080 9081 2019 2020; do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			log "port $port is in use; stop whatever listens there first"
 			exit 1
