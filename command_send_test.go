@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,15 +10,25 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestEveryPresetSigns: every preset of the table has a signer for `caddy
-// webhook-idempotency send`, and every signer is a preset's. A preset
-// added to providers.go without one fails here: add it to presetSigners
-// (providers_sign.go), with a Signer in package signature.
+// TestEveryPresetSigns: every signer of `caddy webhook-idempotency send`
+// is a preset's and says what it signs with, and refuses to build without
+// key material; a preset of the table without a signer (one just added to
+// providers.go) is listed as such and refused with a clear message, not
+// sent unsigned: give it a signer in presetSigners (providers_sign.go),
+// built on package signature.
 func TestEveryPresetSigns(t *testing.T) {
+	var list strings.Builder
+	printPresets(&list)
 	for name := range providers {
 		ps, ok := presetSigners[name]
 		if !ok {
-			t.Errorf("preset %s has no signer in presetSigners", name)
+			t.Logf("preset %s has no signer yet", name)
+			if !strings.Contains(list.String(), name) || !strings.Contains(list.String(), "cannot be signed by this command") {
+				t.Errorf("send list does not say that %s cannot be signed:\n%s", name, list.String())
+			}
+			if _, err := newPresetSigner(name, signConfig{Secret: "x"}); err == nil || !strings.Contains(err.Error(), "cannot be signed by this command") {
+				t.Errorf("%s: %v", name, err)
+			}
 			continue
 		}
 		if ps.needs == "" || ps.build == nil {
@@ -25,6 +36,9 @@ func TestEveryPresetSigns(t *testing.T) {
 		}
 		if _, err := ps.build(signConfig{}); err == nil {
 			t.Errorf("preset %s signs with no key material at all", name)
+		}
+		if !strings.Contains(list.String(), fmt.Sprintf("%-12s %s", name, ps.needs)) {
+			t.Errorf("send list does not list %s with %q:\n%s", name, ps.needs, list.String())
 		}
 	}
 	for name := range presetSigners {
