@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -216,12 +217,17 @@ func (h *Handler) secretHeaders() []string {
 	return out
 }
 
-// redactor builds the route's redactor: its secret headers and rules
-// (`redact` entries, nil for none). The headers and query parameters the
-// route takes its key from are never redacted for their name alone: the
-// key is stored anyway (a key taken from a header redacted by name, in
+// redactor builds the route's redactor: its secret headers, the
+// credentials its preset's provider puts in bodies (providers.go) and its
+// rules (`redact` entries, nil for none). The headers and query parameters
+// the route takes its key from are never redacted for their name alone:
+// the key is stored anyway (a key taken from a header redacted by name, in
 // secretHeaders or a rule, is refused by the archive).
 func (h *Handler) redactor(rules []string) (*redact.Redactor, error) {
+	rules = append(slices.Clip(rules), providers[h.Provider].redact...)
+	if scheme := h.scheme(); scheme != h.Provider {
+		rules = append(rules, providers[scheme].redact...)
+	}
 	rd, err := redact.New(rules, h.secretHeaders()...)
 	if err != nil {
 		return nil, err
@@ -271,11 +277,15 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		BodyHash: rs.bodyHash,
 	}
 	if cfg.Bodies && result != resultReplayed {
-		body, changed, ok := cfg.Redact.Body(rs.body.buf)
+		body, changed, err := cfg.Redact.Body(rs.body.buf)
 		switch {
-		case !ok:
-			a.Warn("redacting an archived body failed; the event is archived without its body",
-				errors.New("a redacted JSON value was not where it was found"))
+		case errors.Is(err, redact.ErrNotStrictJSON):
+			// what a lenient parser reads, the rules cannot see: the event
+			// says why it has no body
+			e.Omitted = err.Error()
+		case err != nil:
+			e.Omitted = "redaction failed: " + err.Error()
+			a.Warn("redacting an archived body failed; the event is archived without its body", err)
 		case changed:
 			e.Body, e.HasBody, e.Redacted, e.BodyOwned = body, true, true, true
 		default:

@@ -57,6 +57,11 @@ type provider struct {
 	// bodyUnsigned marks a scheme that signs no body (a shared token sent
 	// as it is, or a signature over ids alone): no key of it is guarded.
 	bodyUnsigned bool
+
+	// redact are the credentials the provider puts in its bodies, as
+	// `redact` rules the archive always applies (docs/providers.md:
+	// Credentials in bodies).
+	redact []string
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -76,6 +81,8 @@ var providers = map[string]provider{
 		verifier:   withTolerance(signature.NewStripe),
 		volatile:   []string{"Stripe-Signature"},
 		ttl:        3 * day, // live mode retries for up to 3 days
+		// a PaymentIntent's, SetupIntent's or Checkout Session's client secret
+		redact: []string{"json:data.object.client_secret"},
 	},
 	"github": {
 		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
@@ -92,6 +99,8 @@ var providers = map[string]provider{
 		verifier:   withTolerance(signature.NewSlack),
 		volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
 		handshake:  &slackURLVerification,
+		// the verification token of every Events API delivery
+		redact: []string{"json:token"},
 	},
 	"standard": {
 		defaultKey: []string{"header:webhook-id", "body"},
@@ -169,6 +178,8 @@ var providers = map[string]provider{
 		options:    optHeader | optPrefix,
 		// a token, or a JWT over claims alone: no body is signed
 		bodyUnsigned: true,
+		// the instance's API key, in every delivery
+		redact: []string{"json:apikey"},
 	},
 	"asaas": {
 		defaultKey: []string{"json:id", "body"},
@@ -183,6 +194,8 @@ var providers = map[string]provider{
 		volatile:   []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
 		keys:       ed25519Keys,
 		handshake:  &discordPing,
+		// an interaction's token, which answers it for 15 minutes
+		redact: []string{"json:token"},
 	},
 	"twitch": {
 		defaultKey: []string{"header:Twitch-Eventsub-Message-Id", "body"},
@@ -197,6 +210,8 @@ var providers = map[string]provider{
 		verifier:   withTolerance(signature.NewZoom),
 		volatile:   []string{"x-zm-signature", "x-zm-request-timestamp"},
 		handshake:  &zoomURLValidation,
+		// recording.completed's download_token, valid for 24 hours
+		redact: []string{"json:download_token"},
 	},
 	"linear": {
 		defaultKey: []string{"header:Linear-Delivery", "body"},

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -249,5 +250,149 @@ func TestArchiveRetentionHoldsForReads(t *testing.T) {
 				t.Fatalf("archive size %v, want 1", st.Archive.Events)
 			}
 		})
+	}
+}
+
+// The credentials providers put in their bodies are archived redacted by
+// the presets, with the headers and query parameters named like a
+// credential: Stripe's client_secret, Slack's verification token,
+// Evolution API's instance apikey, a Discord interaction's token, Zoom's
+// download_token (docs/providers.md: Credentials in bodies).
+func TestArchivePresetsRedactCredentialsInBodies(t *testing.T) {
+	const headerSecret, querySecret = "hdr-secret-do-not-store", "query-secret-do-not-store"
+	cases := map[string]*sigtest.Case{}
+	for _, c := range sigtest.Cases() {
+		switch {
+		case c.Scheme == "evolution" && c.Header == "apikey", c.Scheme == "stripe", c.Scheme == "slack", c.Scheme == "discord", c.Scheme == "zoom":
+			cases[c.Scheme] = &c
+		}
+	}
+	deliveries := []struct {
+		preset, verify, body, secret string
+	}{
+		{"stripe", "secret %s", `{"id":"evt_cs","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent","client_secret":"pi_1_secret_stripe-client-secret"}}}`, "pi_1_secret_stripe-client-secret"},
+		{"slack", "secret %s", `{"token":"slack-verification-token","team_id":"T1","api_app_id":"A1","event":{"type":"app_mention"},"type":"event_callback","event_id":"Ev0CS","event_time":1}`, "slack-verification-token"},
+		{"evolution", "verify evolution {\n\t\t\theader apikey\n\t\t\tsecret %s\n\t\t}", `{"event":"messages.upsert","instance":"main","data":{"key":{"id":"3EB0"}},"destination":"https://app.example/hook","date_time":"2026-01-02T03:04:05.000Z","sender":"5511999999999@s.whatsapp.net","server_url":"https://evo.example","apikey":"evolution-instance-apikey"}`, "evolution-instance-apikey"},
+		{"discord", "public_key %s", `{"type":2,"id":"1077353146577514497","application_id":"11","token":"discord-interaction-token","data":{"name":"ping"}}`, "discord-interaction-token"},
+		{"zoom", "secret %s", `{"event":"recording.completed","event_ts":1626230691572,"payload":{"account_id":"AAAA","object":{"id":"1234567890"}},"download_token":"zoom-download-token"}`, "zoom-download-token"},
+	}
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	var routes strings.Builder
+	for _, d := range deliveries {
+		c := cases[d.preset]
+		if c == nil {
+			t.Fatalf("no sigtest case for %s", d.preset)
+		}
+		key := c.Secrets[0]
+		if c.Public != nil {
+			key = c.Public(key)
+		}
+		fmt.Fprintf(&routes, `
+	handle /%[1]s {
+		webhook_idempotency %[1]s {
+			%[2]s
+			store memory
+			archive
+		}
+		reverse_proxy %[3]s
+	}`, d.preset, fmt.Sprintf(d.verify, key), up.Addr())
+	}
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(":%d {%s\n}", port, routes.String()))
+	for _, d := range deliveries {
+		sc := cases[d.preset]
+		target := "/" + d.preset + "?auth_key=" + querySecret
+		dl := sigtest.NewDelivery(target, []byte(d.body), time.Now())
+		sc.Sign(t, sc.Secrets[0], dl)
+		req, err := http.NewRequest(http.MethodPost, testkit.SiteURL(port)+target, bytes.NewReader(dl.Body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = dl.Req.Header.Clone()
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Auth-Key", headerSecret)
+		resp, err := testkit.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s %s", d.preset, resp.Status, b)
+		}
+
+		_, export := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/"+d.preset+"/events/export"), nil)
+		var ev archivedEvent
+		if err := json.Unmarshal(export, &ev); err != nil {
+			t.Fatalf("%s export: %v: %s", d.preset, err, export)
+		}
+		for _, s := range []string{d.secret, headerSecret, querySecret} {
+			if strings.Contains(string(export), s) {
+				t.Errorf("%s: the archive holds %q: %s", d.preset, s, export)
+			}
+		}
+		if ev.Body == nil || !strings.Contains(*ev.Body, `"[redacted]"`) || !ev.BodyRedacted ||
+			ev.Headers["X-Auth-Key"][0] != "[redacted]" || !strings.Contains(ev.URI, "auth_key=[redacted]") {
+			t.Errorf("%s: event %+v", d.preset, ev)
+		}
+	}
+}
+
+// A route that redacts JSON values keeps no body it cannot read strictly:
+// a byte order mark, trailing data, NaN or a comment used to keep the body
+// whole, card number included (an application's lenient parser reads it);
+// now the event says why it has no body. A strict body is still kept,
+// redacted.
+func TestArchiveLenientJSONKeepsNoBody(t *testing.T) {
+	const secret, card = "lenient-hmac-secret", "4111111111111111"
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source lenient
+		verify hmac {
+			header X-Sig
+			secret %s
+		}
+		store memory
+		archive {
+			redact json:card.number
+		}
+	}
+	reverse_proxy %s
+}`, port, secret, up.Addr()))
+	strict := `{"card":{"number":"` + card + `"}}`
+	bodies := map[string]string{
+		"strict":          strict,
+		"byte order mark": "\ufeff" + strict,
+		"trailing data":   strict + `{"card":{"number":"` + card + `"}}`,
+		"NaN":             `{"amount":NaN,"card":{"number":"` + card + `"}}`,
+		"comment":         `{/* note */"card":{"number":"` + card + `"}}`,
+		"form":            `card[number]=` + card,
+	}
+	for name, body := range bodies {
+		key := "k_" + strings.ReplaceAll(name, " ", "_")
+		resp, b := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(body), "X-Sig", sigtest.HMACHex(secret, body), "Idempotency-Key", key)
+		testkit.WantNew(t, resp, b, http.StatusOK)
+		var l archivedList
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/lenient/events?key="+key, &l)
+		if len(l.Events) != 1 {
+			t.Fatalf("%s: %d events", name, len(l.Events))
+		}
+		var ev archivedEvent
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/lenient/events/"+l.Events[0].ID, &ev)
+		if name == "strict" {
+			if ev.Body == nil || *ev.Body != `{"card":{"number":"[redacted]"}}` {
+				t.Fatalf("strict: %+v", ev)
+			}
+			continue
+		}
+		if ev.Body != nil || ev.BodyStored || !strings.Contains(ev.BodyOmitted, "not strict JSON") {
+			t.Errorf("%s: body kept %v (stored %v), omitted %q", name, ev.Body != nil, ev.BodyStored, ev.BodyOmitted)
+		}
+	}
+	_, export := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/lenient/events/export"), nil)
+	if strings.Contains(string(export), card) || strings.Count(string(export), "\n") != len(bodies) {
+		t.Fatalf("export: %s", export)
 	}
 }

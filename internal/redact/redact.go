@@ -7,6 +7,7 @@ package redact
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -38,15 +39,17 @@ var SecretHeaders = []string{
 
 // credentialFragments mark a header or query parameter name as a
 // credential's when the name, in lower case without '-', '_' and '.',
-// contains one; credentialNames when it is one. Signature headers are not
+// contains one; credentialNames when it is one, with or without an `x`
+// before it (X-Auth, X-Key, X-Pass). Signature headers are not
 // credentials (they prove nothing without the secret, and an auditor
 // checks an event with them), but a signature or a code in a URL's query
 // is that URL's credential: queryFragments and queryNames add them for
 // query parameters.
 var (
 	credentialFragments = byteStrings("authorization", "cookie", "token", "secret", "password", "passwd",
-		"apikey", "accesskey", "privatekey", "credential", "session")
-	credentialNames = byteStrings("auth", "key", "pwd")
+		"apikey", "accesskey", "privatekey", "credential", "session", "authkey", "webhookkey", "signingkey",
+		"jwt", "bearer")
+	credentialNames = byteStrings("auth", "key", "pwd", "pass", "otp")
 	queryFragments  = byteStrings("signature")
 	queryNames      = byteStrings("sig", "code")
 )
@@ -81,8 +84,9 @@ func credentialName(name string, query bool) bool {
 				return true
 			}
 		}
+		bare := bytes.TrimPrefix(n, []byte("x"))
 		for _, w := range names {
-			if bytes.Equal(n, w) {
+			if bytes.Equal(n, w) || bytes.Equal(bare, w) {
 				return true
 			}
 		}
@@ -268,16 +272,33 @@ func SplitPath(p string) ([]string, error) {
 // HasPaths reports whether the redactor changes JSON bodies.
 func (rd *Redactor) HasPaths() bool { return rd != nil && len(rd.paths) > 0 }
 
-// body returns b with the value at every redacted JSON path replaced by
+// Why a body cannot be redacted with certainty (Body).
+var (
+	// ErrNotStrictJSON: the route redacts JSON values and the body is not
+	// strict JSON (RFC 8259): a byte order mark, a comment, NaN, trailing
+	// data, or no JSON at all. A lenient parser in the application may
+	// read values there that the rules never saw, so none of it is kept.
+	ErrNotStrictJSON = errors.New("the body is not strict JSON (RFC 8259), so the route's json redactions cannot be applied with certainty")
+	// ErrUncertain: a redacted value was not where it was found.
+	ErrUncertain = errors.New("a redacted JSON value was not where it was found")
+)
+
+// Body returns b with the value at every redacted JSON path replaced by
 // "[redacted]", and whether anything was replaced; b itself is never
 // modified. Every occurrence counts, including a key repeated in one
-// object, so no copy of a redacted value is left behind. ok is false when
-// the body could not be redacted with certainty: the caller must then
-// store none of it.
-func (rd *Redactor) Body(b []byte) (out []byte, changed, ok bool) {
-	if !rd.HasPaths() || !gjson.ValidBytes(b) {
-		// a body that is not JSON has no JSON path to redact
-		return b, false, true
+// object, so no copy of a redacted value is left behind. With JSON paths,
+// a body that is not strict JSON, or one the redactor cannot be sure it
+// redacted, is an error (ErrNotStrictJSON, ErrUncertain): the caller must
+// then store none of it. An empty body has nothing to redact.
+func (rd *Redactor) Body(b []byte) (out []byte, changed bool, err error) {
+	if !rd.HasPaths() || len(bytes.TrimLeft(b, " \t\r\n")) == 0 {
+		return b, false, nil
+	}
+	if !json.Valid(b) {
+		return nil, false, ErrNotStrictJSON
+	}
+	if !gjson.ValidBytes(b) {
+		return nil, false, ErrUncertain
 	}
 	var spans [][2]int
 	root := gjson.ParseBytes(b)
@@ -286,7 +307,7 @@ func (rd *Redactor) Body(b []byte) (out []byte, changed, ok bool) {
 		spans = jsonSpans(b, root, start, path, spans)
 	}
 	if len(spans) == 0 {
-		return b, false, true
+		return b, false, nil
 	}
 	slices.SortFunc(spans, func(x, y [2]int) int { return x[0] - y[0] })
 	out = make([]byte, 0, len(b))
@@ -296,14 +317,14 @@ func (rd *Redactor) Body(b []byte) (out []byte, changed, ok bool) {
 			continue // inside a value already redacted
 		}
 		if s[0] < 0 {
-			return nil, false, false
+			return nil, false, ErrUncertain
 		}
 		out = append(out, b[last:s[0]]...)
 		out = append(out, valueJSON...)
 		last = s[1]
 	}
 	out = append(out, b[last:]...)
-	return out, true, true
+	return out, true, nil
 }
 
 // jsonSpans appends the byte spans, in the body b, of the values at path

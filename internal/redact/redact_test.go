@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ func TestRedactorBody(t *testing.T) {
 		{"white space kept", []string{"json:b"}, " \n{ \"a\" : 1 , \"b\" : [ 1, 2 ] }\n", " \n{ \"a\" : 1 , \"b\" : \"[redacted]\" }\n"},
 		{"two paths, one inside the other", []string{"json:a", "json:a.b"}, `{"a":{"b":"x"},"c":1}`, `{"a":"[redacted]","c":1}`},
 		{"absent path", []string{"json:nope"}, `{"a":1}`, `{"a":1}`},
-		{"not JSON", []string{"json:a"}, `a=1&card=4242`, `a=1&card=4242`},
+		{"empty", []string{"json:a"}, ``, ``},
 		{"top-level array", []string{"json:#.secret"}, `[{"secret":"s1"},{"secret":"s2"}]`, `[{"secret":"[redacted]"},{"secret":"[redacted]"}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,9 +58,9 @@ func TestRedactorBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := []byte(tc.in)
-			out, changed, ok := rd.Body(in)
-			if !ok {
-				t.Fatalf("Body(%s) not ok", tc.in)
+			out, changed, err := rd.Body(in)
+			if err != nil {
+				t.Fatalf("Body(%s): %v", tc.in, err)
 			}
 			if string(out) != tc.want {
 				t.Fatalf("Body(%s)\n got %s\nwant %s", tc.in, out, tc.want)
@@ -71,6 +72,81 @@ func TestRedactorBody(t *testing.T) {
 				t.Fatalf("the input was modified: %s", in)
 			}
 		})
+	}
+}
+
+// TestRedactorBodyNotStrict: with JSON paths, a body that is not strict
+// JSON is refused whole, whatever a lenient parser would read in it (a
+// byte order mark, trailing data, NaN, comments, single quotes, a form); a
+// redactor of headers alone keeps such a body.
+func TestRedactorBodyNotStrict(t *testing.T) {
+	t.Parallel()
+	rd, err := redact.New([]string{"json:card.number"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headersOnly, err := redact.New([]string{"header:X-Card"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const card = `{"card":{"number":"4111111111111111"}}`
+	for name, body := range map[string]string{
+		"byte order mark": "\ufeff" + card,
+		"trailing data":   card + ` {"x":1}`,
+		"trailing text":   card + `garbage`,
+		"NaN":             `{"amount":NaN,"card":{"number":"4111111111111111"}}`,
+		"line comment":    "// note\n" + card,
+		"block comment":   `{/* c */"card":{"number":"4111111111111111"}}`,
+		"single quotes":   `{'card':{'number':'4111111111111111'}}`,
+		"trailing comma":  `{"card":{"number":"4111111111111111",}}`,
+		"form":            `card[number]=4111111111111111`,
+	} {
+		out, changed, err := rd.Body([]byte(body))
+		if !errors.Is(err, redact.ErrNotStrictJSON) || out != nil || changed {
+			t.Errorf("%s: Body = %q, %v, %v; want nothing and ErrNotStrictJSON", name, out, changed, err)
+		}
+		if out, changed, err := headersOnly.Body([]byte(body)); err != nil || changed || string(out) != body {
+			t.Errorf("%s, no JSON path: Body = %q, %v, %v; want it whole", name, out, changed, err)
+		}
+	}
+}
+
+// TestCredentialNames: headers and query parameters named like a
+// credential are redacted; others, signatures among them, are kept.
+func TestCredentialNames(t *testing.T) {
+	t.Parallel()
+	rd, err := redact.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{
+		"X-Auth-Key", "X-Auth", "X-Webhook-Key", "X-Signing-Key", "X-Jwt", "X-Bearer", "Jwt", "Bearer",
+		"X-Api-Key", "X-Auth-Token", "X-Webhook-Secret", "Auth", "Key", "X-Key", "Pass", "X-Pass", "Otp", "X-Otp",
+		"Auth-Key", "X-Client-Secret", "X-Access-Token",
+	} {
+		if !rd.RedactsHeader(name) {
+			t.Errorf("header %s is kept", name)
+		}
+	}
+	for _, name := range []string{
+		"Content-Type", "User-Agent", "X-Hub-Signature-256", "Stripe-Signature", "X-Github-Delivery",
+		"X-Request-Id", "Idempotency-Key", "X-Shopify-Hmac-Sha256", "X-Passenger", "X-Forwarded-For", "X-Keyword",
+	} {
+		if rd.RedactsHeader(name) {
+			t.Errorf("header %s is redacted", name)
+		}
+	}
+	for _, q := range []string{"jwt", "bearer", "pass", "auth_key", "otp", "authKey", "x-auth", "api_key", "token", "sig", "signature", "code"} {
+		uri := "/hook?a=1&" + q + "=s3cr3t"
+		if got := rd.URI(uri); got != "/hook?a=1&"+q+"=[redacted]" {
+			t.Errorf("query %s: %s", q, got)
+		}
+	}
+	for _, q := range []string{"id", "topic", "passage", "keyword", "event"} {
+		uri := "/hook?" + q + "=v"
+		if got := rd.URI(uri); got != uri {
+			t.Errorf("query %s redacted: %s", q, got)
+		}
 	}
 }
 
