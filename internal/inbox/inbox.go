@@ -125,6 +125,7 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 	}
 	if cfg.Rate.N > 0 {
 		ib.limit = ib.q.limiter(cfg.Rate)
+		ib.metrics.rate = metrics.InboxRate.WithLabelValues(cfg.Source)
 	}
 	ib.http = &http.Client{
 		Transport: &http.Transport{
@@ -270,13 +271,12 @@ type inboxMetrics struct {
 	delivered, retried, deadLettered prometheus.Counter
 	pending, scheduled, dead         prometheus.Gauge
 	lag                              prometheus.Observer
-	rate                             prometheus.Gauge
+	rate                             prometheus.Gauge // only with a rate
 }
 
 func newInboxMetrics(source string) *inboxMetrics {
 	return &inboxMetrics{
 		lag:          metrics.InboxDeliveryLag.WithLabelValues(source),
-		rate:         metrics.InboxRate.WithLabelValues(source),
 		delivered:    metrics.InboxDeliveries.WithLabelValues(source, "delivered"),
 		retried:      metrics.InboxDeliveries.WithLabelValues(source, "retried"),
 		deadLettered: metrics.InboxDeliveries.WithLabelValues(source, "dead_lettered"),
