@@ -29,15 +29,17 @@ import (
 // source, key, result, method, URI, headers, client address, body, the
 // answer's status and the handling time. With the file store the events
 // are a bucket per source in its file, kept across restarts; with the
-// redis store a Redis Stream per source, `{<key_prefix>:<source>}:archive`;
-// with the memory store, a ring per source that a restart empties.
+// redis store a Redis Stream per source, `{<key_prefix>:<source>}:archive`,
+// and their bodies in `{<key_prefix>:<source>}:archive:body`; with the
+// memory store, a ring per source that a restart empties.
 type ArchiveConfig struct {
 	// How long an event is kept. Default: 30d.
 	Retention caddy.Duration `json:"retention,omitempty"`
 
 	// The most events kept per source; older ones are dropped first.
-	// Default: 1000000 with the file and redis stores, 10000 with the
-	// memory store.
+	// Default: 1000000 with the file and redis stores (on Redis, about
+	// 250 bytes plus the headers plus 1.2 times the body each:
+	// docs/stores.md, Sizing), 10000 with the memory store.
 	MaxEvents int `json:"max_events,omitempty"`
 
 	// Whether request bodies are kept: `on` or `off` (only their SHA-256
