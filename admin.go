@@ -270,6 +270,10 @@ type sourceStatus struct {
 	// inbox or archive counts (in the list of every source, which lists
 	// the others as ever); those counts are then left out.
 	Unavailable string `json:"unavailable,omitempty"`
+	// AllowIPs are the address lists of the source's routes (allow_ips):
+	// where each comes from, its size, when it was last loaded and the
+	// error of its last attempt.
+	AllowIPs []allowListStatus `json:"allow_ips,omitempty"`
 }
 
 // archiveStatus is an archive as the admin API reports it.
@@ -298,6 +302,9 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 		}
 	}
 	var failed error // the first store error; the other counts are still read
+	for _, h := range s.handlers {
+		st.AllowIPs = append(st.AllowIPs, h.edgeStatus()...)
+	}
 	if ib, err := s.inbox(); err == nil {
 		st.Inbox = true
 		if c, err := ib.Counts(r.Context()); err != nil {

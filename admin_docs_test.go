@@ -57,7 +57,7 @@ func docShapes(t *testing.T) map[string]docShape {
 var mapFields = map[string]bool{"results": true, "headers": true}
 
 // listShapes are the fields that hold a list of another shape.
-var listShapes = map[string]string{"events": "event", "redelivered": "redelivery", "skipped": "redelivery"}
+var listShapes = map[string]string{"events": "event", "redelivered": "redelivery", "skipped": "redelivery", "allow_ips": "allow list"}
 
 // shapeChecker checks answers against the documented shapes and records
 // which documented fields were seen.
@@ -144,6 +144,10 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		if r.URL.Path == "/ips" {
+			fmt.Fprintln(w, "127.0.0.1")
+			return
+		}
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
 	port := testkit.FreePort(t)
@@ -154,6 +158,13 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 			archive {
 				redeliver_to %[2]s/again
 			}
+		}
+		reverse_proxy %[3]s
+	}
+	handle /allowed {
+		webhook_idempotency {
+			source docs_allowed
+			allow_ips 127.0.0.1 url %[2]s/ips
 		}
 		reverse_proxy %[3]s
 	}
@@ -190,7 +201,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	for _, s := range decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/", 200)) {
 		sc.check("source", "GET /", s)
 	}
-	for _, src := range []string{"docs_archive", "docs_inbox"} {
+	for _, src := range []string{"docs_archive", "docs_inbox", "docs_allowed"} {
 		sc.check("source", "GET /"+src, decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/"+src, 200)))
 		sc.check("minutes", "GET minutes", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/"+src+"/minutes", 200)))
 	}
@@ -240,6 +251,8 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		"source": {"unavailable"}, // a store that does not answer
 		"key":    {"lease_left_ms", "corrupt"},
 		"event":  {"body_omitted", "body_size", "body_redacted"},
+		// a list that failed to load (e2e/edge and allowips_test.go)
+		"allow list": {"last_error"},
 	}
 	for shape, doc := range sc.shapes {
 		for field := range doc {

@@ -86,6 +86,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		methods       <method>...
 //		fail          open | closed
 //		replay_guard  flag | reject | off
+//		allow_ips     <provider> | <cidr>... | url <url> | file <path> {
+//			refresh <duration>
+//		}
+//		client_cert   {
+//			ca      <pem file>...
+//			subject <pattern>...
+//		}
 //		store         file [<path>] {
 //			sync always | <interval>
 //		}
@@ -160,6 +167,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = h.Inbox.unmarshalCaddyfile(d)
 		case "archive":
 			err = h.parseArchive(d, false)
+		case "allow_ips":
+			err = h.parseAllowIPs(d)
+		case "client_cert":
+			err = h.parseClientCert(d)
 		default:
 			err = h.parseOption(d, name, d.RemainingArgs(), &keySet, &headerSet)
 		}
@@ -187,9 +198,9 @@ var lineOptions = map[string]cfparse.Arity{
 }
 
 // blockOptions are the subdirectives of the handler's block: the line
-// options, store, verify, inbox and archive.
+// options, store, verify, inbox, archive, allow_ips and client_cert.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true}
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true}
 	for name := range lineOptions {
 		m[name] = true
 	}

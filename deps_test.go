@@ -17,7 +17,7 @@ import (
 // purpose.
 func TestDependencyPolicy(t *testing.T) {
 	const mod = "github.com/webhookguard/caddy-webhook-idempotency"
-	leaves := []string{"internal/cfparse", "internal/event", "internal/metrics", "internal/query",
+	leaves := []string{"internal/cfparse", "internal/event", "internal/ipset", "internal/metrics", "internal/query",
 		"internal/record", "internal/redact", "internal/usage"}
 	backends := []string{"store/filestore", "store/memstore", "store/redisstore"}
 	// allowed lists, per package (a path pattern), the module's packages it
@@ -32,6 +32,7 @@ func TestDependencyPolicy(t *testing.T) {
 		{"internal/query", nil, "a leaf"},
 		{"internal/cfparse", nil, "a leaf"},
 		{"internal/usage", nil, "a leaf"},
+		{"internal/ipset", nil, "a leaf"},
 		{"internal/metrics", nil, "a leaf"},
 		{"internal/record", nil, "a leaf"},
 		{"internal/redact", nil, "a leaf"},

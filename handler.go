@@ -40,7 +40,7 @@ type Handler struct {
 	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
 	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
 	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
-	// `razorpay`, `woovi` or `hubspot`. It sets the source, the
+	// `razorpay`, `woovi`, `hubspot` or `efi`. It sets the source, the
 	// verification scheme and the default key, and for some providers the
 	// default ttl and in_flight mode. Default: none.
 	Provider string `json:"provider,omitempty"`
@@ -142,6 +142,21 @@ type Handler struct {
 	// Default: off (the next handler is called).
 	Inbox *InboxConfig `json:"inbox,omitempty"`
 
+	// Requests whose client address is in none of these lists are
+	// answered 403 before their body is read, and nothing is stored
+	// (docs/caddyfile.md: Addresses and client certificates): the
+	// published lists of providers, ranges written out, and lists fetched
+	// from URLs or read from files, refreshed in the background.
+	// Default: none (every address).
+	AllowIPs *AllowIPsConfig `json:"allow_ips,omitempty"`
+
+	// Requests that did not come over TLS with a client certificate Caddy
+	// verified (`client_auth`), whose chain ends in one of these CAs and
+	// whose subject matches, are answered 403 before their body is read,
+	// and nothing is stored. Default: none (no certificate needed;
+	// required by the `efi` preset unless it takes Efí's fallback).
+	ClientCert *ClientCertConfig `json:"client_cert,omitempty"`
+
 	// The archive (docs/archive.md): every delivery that passed
 	// verification and got a key is kept for audit and reprocessing, with
 	// the answer's status and the handling time, on the handler's store.
@@ -157,6 +172,7 @@ type Handler struct {
 	decrypt     bool             // hand the opened content on (stone's decrypt)
 	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
 	handshake   *handshakeState  // nil: none answered
+	edge        *edgeGuard       // allow_ips and client_cert; nil: neither (edge.go)
 	keys        []keySource
 	keyPrefix   string // "<key_prefix>:<source>:"
 	methods     []string
@@ -216,6 +232,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionHandshake(); err != nil {
+		return err
+	}
+	if err := h.provisionEdge(); err != nil {
 		return err
 	}
 	h.markUnsignedKeys()
@@ -362,6 +381,7 @@ func (h *Handler) Cleanup() error {
 		h.inbox.Stop()
 	}
 	h.releaseStoneKeys()
+	h.releaseEdge()
 	if h.archive != nil {
 		h.archive.Stop()
 	}
@@ -374,11 +394,14 @@ func (h *Handler) Cleanup() error {
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It reads as the path
-// of a delivery: methods, body, signature, key, claim, then what the claim
-// found decides the answer. A provider's handshake is answered on the way
-// (handshake.go).
+// of a delivery: the client's address and certificate (edge.go), methods,
+// body, signature, key, claim, then what the claim found decides the
+// answer. A provider's handshake is answered on the way (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	if answered, err := rs.edgeRefused(); answered {
+		return err
+	}
 	if answered, err := rs.queryHandshake(); answered {
 		return err
 	}

@@ -62,6 +62,16 @@ type provider struct {
 	// `redact` rules the archive always applies (docs/providers.md:
 	// Credentials in bodies).
 	redact []string
+
+	// addresses is where the provider publishes the addresses it sends
+	// from, in a form that can be fetched (`allow_ips <provider>`,
+	// allowips.go); nil when it publishes none (docs/providers.md:
+	// Published addresses).
+	addresses *publishedList
+
+	// edge checks the route's allow_ips and client_cert against what the
+	// provider needs (efi.go); nil for no rule.
+	edge func(*Handler) error
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
@@ -82,11 +92,14 @@ var providers = map[string]provider{
 		volatile:   []string{"Stripe-Signature"},
 		ttl:        3 * day, // live mode retries for up to 3 days
 		// a PaymentIntent's, SetupIntent's or Checkout Session's client secret
-		redact: []string{"json:data.object.client_secret"},
+		redact:    []string{"json:data.object.client_secret"},
+		addresses: &publishedList{url: "https://stripe.com/files/ips/ips_webhooks.json", field: "WEBHOOKS"},
 	},
 	"github": {
 		defaultKey: []string{"header:X-GitHub-Delivery", "body"},
 		verifier:   bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		// the meta API's hooks ranges
+		addresses: &publishedList{url: "https://api.github.com/meta", field: "hooks"},
 	},
 	"shopify": {
 		// webhooks send X-Shopify-*, Events deliveries shopify-* headers
@@ -116,6 +129,8 @@ var providers = map[string]provider{
 		ttl:        28 * time.Hour, // 8 attempts over 27h35m
 		keys:       standardKeys,
 		signed:     []string{"header:svix-id"},
+		// every region's addresses
+		addresses: &publishedList{url: "https://docs.svix.com/webhook-ips.json"},
 	},
 	"whatsapp": {
 		defaultKey: []string{"body"},
@@ -217,6 +232,7 @@ var providers = map[string]provider{
 		defaultKey: []string{"header:Linear-Delivery", "body"},
 		verifier:   withTolerance(signature.NewLinear),
 		// Linear-Delivery is outside the body's HMAC: that key is guarded
+		addresses: &publishedList{url: "https://linear.app/.well-known/appspecific/app.linear.ips.json", field: "ips"},
 	},
 	"razorpay": {
 		defaultKey: []string{"header:x-razorpay-event-id", "body"},
@@ -229,6 +245,19 @@ var providers = map[string]provider{
 		verifier:     newWooviVerifier,
 		keys:         rsaKeys,
 		keysOptional: true,
+	},
+	"efi": {
+		// Pix callbacks carry no id of their own: a callback is a batch
+		// (`pix` is an array), and a refund's callback repeats the
+		// endToEndId of the Pix it refunds (docs/providers.md: Efí)
+		defaultKey: []string{"body"},
+		verifier:   newEfiVerifier,
+		// the client certificate authenticates the delivery; a secret is
+		// the hmac token of Efí's fallback without mutual TLS
+		keysOptional: true,
+		ttl:          4 * day, // 10 retries, the last about 85 hours after the first failure
+		bodyUnsigned: true,
+		edge:         efiEdge,
 	},
 	"hubspot": {
 		defaultKey: []string{"body"},

@@ -136,6 +136,12 @@ var presetSigners = map[string]presetSigner{
 		}
 		return signature.NewWooviSigner(key), nil
 	}},
+	// Efí signs nothing: the skip-mTLS token goes in the URL's hmac
+	// parameter (with mutual TLS, the client certificate is the proof,
+	// which this command does not present)
+	"efi": {needs: needsSecret + " (the hmac token of Efí's fallback without mutual TLS)", build: func(cfg signConfig) (signature.Signer, error) {
+		return withSecret(cfg, func(s string) signature.Signer { return signature.NewQueryTokenSigner(efiHMACParam, s) })
+	}},
 	"hubspot": {needs: needsSecret, build: func(cfg signConfig) (signature.Signer, error) {
 		return withSecret(cfg, func(s string) signature.Signer { return signature.NewHubSpotSigner(s, cfg.PublicURL) })
 	}},

@@ -61,6 +61,7 @@ const (
 	resultUnavailable      = "unavailable"
 	resultSkipped          = "skipped"
 	resultHandshake        = "handshake"
+	resultForbidden        = "forbidden"
 )
 
 // Placeholder names.

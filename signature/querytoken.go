@@ -3,6 +3,7 @@ package signature
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
@@ -42,3 +43,15 @@ func (v *queryTokenVerifier) Verify(r *http.Request, _ []byte) error {
 }
 
 var _ Verifier = (*queryTokenVerifier)(nil)
+
+// NewQueryTokenSigner returns the signing side of NewQueryToken: it sets
+// param in the request URL's query to the token, as a provider that was
+// given the URL with its token sends it.
+func NewQueryTokenSigner(param, token string) Signer {
+	return SignerFunc(func(r *http.Request, body []byte, _ time.Time) ([]byte, error) {
+		q := r.URL.Query()
+		q.Set(param, token)
+		r.URL.RawQuery = q.Encode()
+		return body, nil
+	})
+}

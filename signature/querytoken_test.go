@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -37,6 +38,21 @@ func TestQueryToken(t *testing.T) {
 	}
 	if _, err := signature.NewQueryToken("hmac", nil); err == nil {
 		t.Error("a query token scheme without a token was built")
+	}
+}
+
+func TestQueryTokenSigner(t *testing.T) {
+	v, _ := signature.NewQueryToken("hmac", []string{"a b/+="})
+	r := httptest.NewRequest("POST", "/webhook?ignorar=", nil)
+	body, err := signature.NewQueryTokenSigner("hmac", "a b/+=").Sign(r, []byte(`{"pix":[]}`), time.Now())
+	if err != nil || string(body) != `{"pix":[]}` {
+		t.Fatalf("Sign: %q, %v", body, err)
+	}
+	if err := v.Verify(r, body); err != nil {
+		t.Fatalf("a signed request does not verify: %v (%s)", err, r.URL)
+	}
+	if r.URL.Query().Get("ignorar") != "" || !r.URL.Query().Has("ignorar") {
+		t.Fatalf("the query's other parameters were lost: %s", r.URL)
 	}
 }
 

@@ -145,6 +145,9 @@ func routeFor(t *testing.T, dir, preset string) presetRoute {
 				"--kid", "cli-kid",
 			},
 		}
+	case "efi":
+		// Efí's fallback without mutual TLS: the hmac token and its address
+		return presetRoute{fmt.Sprintf("webhook_idempotency efi {\n\tsecret %s\n\tallow_ips 127.0.0.1\n}", secret), []string{"--secret", secret}}
 	}
 	return presetRoute{fmt.Sprintf("webhook_idempotency %s {\n\tsecret %s\n}", preset, secret), []string{"--secret", secret}}
 }

@@ -73,12 +73,24 @@ var (
 	ArchiveDropped = newCounter("archive_dropped_total",
 		"Events not archived because the archive's background queue was full, by source.",
 		"source")
+
+	AllowListRanges = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "allow_list_ranges",
+		Help:      "Address ranges in use from each allow_ips list (a provider, a URL or a file).",
+	}, []string{"list"})
+
+	AllowListRefreshes = newCounter("allow_list_refreshes_total",
+		"Fetches and reads of allow_ips lists, by list and outcome (ok, failed: unreachable or malformed, the last good list kept).",
+		"list", "outcome")
 )
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
 	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	AllowListRanges, AllowListRefreshes,
 }
 
 // Register registers every collector in reg (a configuration's registry,

@@ -44,14 +44,15 @@ var SecretHeaders = []string{
 // credentials (they prove nothing without the secret, and an auditor
 // checks an event with them), but a signature or a code in a URL's query
 // is that URL's credential: queryFragments and queryNames add them for
-// query parameters.
+// query parameters (`hmac` is the token Efí's Pix webhooks carry in their
+// URL without mutual TLS).
 var (
 	credentialFragments = byteStrings("authorization", "cookie", "token", "secret", "password", "passwd",
 		"apikey", "accesskey", "privatekey", "credential", "session", "authkey", "webhookkey", "signingkey",
 		"jwt", "bearer")
 	credentialNames = byteStrings("auth", "key", "pwd", "pass", "otp")
 	queryFragments  = byteStrings("signature")
-	queryNames      = byteStrings("sig", "code")
+	queryNames      = byteStrings("sig", "code", "hmac")
 )
 
 func byteStrings(list ...string) [][]byte {

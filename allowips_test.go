@@ -1,0 +1,490 @@
+package webhookidempotency
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// listServer stands in for the endpoints providers publish their address
+// lists at: each path answers what the test last set for it.
+type listServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	answers map[string]listAnswer
+	gets    atomic.Int64
+}
+
+type listAnswer struct {
+	status int
+	body   string
+}
+
+func newListServer(t *testing.T) *listServer {
+	t.Helper()
+	s := &listServer{answers: map[string]listAnswer{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.gets.Add(1)
+		s.mu.Lock()
+		a, ok := s.answers[r.URL.Path]
+		s.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(a.status)
+		_, _ = w.Write([]byte(a.body))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// set makes path answer status and body.
+func (s *listServer) set(path string, status int, body string) {
+	s.mu.Lock()
+	s.answers[path] = listAnswer{status, body}
+	s.mu.Unlock()
+}
+
+// useListServer points every provider's list at the server, at
+// /<provider>, for the test.
+func useListServer(t *testing.T, s *listServer) {
+	t.Helper()
+	old := listURL
+	listURL = func(provider string, _ publishedList) string { return s.URL + "/" + provider }
+	t.Cleanup(func() { listURL = old })
+}
+
+// fastLists shortens the lists' timing for the test.
+func fastLists(t *testing.T) {
+	t.Helper()
+	oldMin, oldRetry := allowListMinRefresh, allowListRetry
+	allowListMinRefresh, allowListRetry = time.Millisecond, 50*time.Millisecond
+	t.Cleanup(func() { allowListMinRefresh, allowListRetry = oldMin, oldRetry })
+}
+
+// serveFrom drives ServeHTTP with a request whose client address, as
+// Caddy determines it, is addr.
+func serveFrom(h *Handler, addr string, r *http.Request, next caddyhttp.HandlerFunc) served {
+	w := httptest.NewRecorder()
+	repl := caddy.NewReplacer()
+	r = caddyhttp.PrepareRequest(r, repl, w, nil)
+	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, addr)
+	err := h.ServeHTTP(w, r, next)
+	res, _ := repl.GetString(placeholderResult)
+	key, _ := repl.GetString(placeholderKey)
+	return served{w: w, err: err, result: res, key: key}
+}
+
+func postFrom(h *Handler, addr, key string, next caddyhttp.HandlerFunc) served {
+	r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{"id":"`+key+`"}`))
+	r.Header.Set("Idempotency-Key", key)
+	return serveFrom(h, addr, r, next)
+}
+
+// wantVerdict posts from addr and checks the answer: 200 from the next
+// handler when allowed, else 403 (or 503) with nothing called.
+func wantVerdict(t *testing.T, h *Handler, addr string, want int) {
+	t.Helper()
+	var calls atomic.Int64
+	s := postFrom(h, addr, "k-"+addr+"-"+time.Now().Format("150405.000000000"), countingNext(&calls))
+	if s.w.Code != want {
+		t.Fatalf("from %s: status %d (%s), want %d", addr, s.w.Code, s.w.Body, want)
+	}
+	if want != http.StatusOK && calls.Load() != 0 {
+		t.Fatalf("from %s: refused, yet the next handler was called", addr)
+	}
+}
+
+func TestAllowIPsRanges(t *testing.T) {
+	h := newTestHandler(t, &Handler{Source: "ranges", AllowIPs: &AllowIPsConfig{Ranges: []string{"203.0.113.0/24", "2001:db8::1"}}})
+	var calls atomic.Int64
+	for addr, want := range map[string]int{
+		"203.0.113.9":        200,
+		"::ffff:203.0.113.9": 200,
+		"2001:db8::1":        200,
+		"203.0.114.1":        403,
+		"2001:db8::2":        403,
+		"not-an-address":     403,
+	} {
+		s := postFrom(h, addr, "k-"+addr+time.Now().Format(".000000000"), countingNext(&calls))
+		if s.w.Code != want {
+			t.Errorf("from %s: %d %s, want %d", addr, s.w.Code, s.w.Body, want)
+		}
+		if want == 403 {
+			if s.result != resultForbidden || s.key != "" {
+				t.Errorf("from %s: result %q key %q, want forbidden and no key", addr, s.result, s.key)
+			}
+			if got := s.w.Body.String(); got != `{"error":"address not allowed"}` || s.w.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("from %s: body %s", addr, got)
+			}
+		}
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("next handler called %d times, want 3", calls.Load())
+	}
+}
+
+// TestAllowIPsBeforeTheBody: a refused request's body is never read, and
+// no method escapes the check (a GET passed on to the application is
+// refused too).
+func TestAllowIPsBeforeTheBody(t *testing.T) {
+	h := newTestHandler(t, &Handler{Source: "nobody", AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
+	body := &countingReader{}
+	r := httptest.NewRequest(http.MethodPost, "/hook", body)
+	if s := serveFrom(h, "198.51.100.7", r, countingNext(new(atomic.Int64))); s.w.Code != 403 {
+		t.Fatalf("status %d", s.w.Code)
+	}
+	if body.reads.Load() != 0 {
+		t.Fatalf("the refused request's body was read %d times", body.reads.Load())
+	}
+	get := httptest.NewRequest(http.MethodGet, "/health", nil)
+	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != resultForbidden {
+		t.Fatalf("GET from outside: %d %q", s.w.Code, s.result)
+	}
+}
+
+type countingReader struct{ reads atomic.Int64 }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return 0, context.Canceled
+}
+
+// TestAllowIPsClientAddressIsCaddys: the address Caddy determined (with
+// trusted_proxies) decides, not the connection's peer.
+func TestAllowIPsClientAddressIsCaddys(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
+	r.RemoteAddr = "10.0.0.1:4444"
+	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), httptest.NewRecorder(), nil)
+	if got := clientAddr(r); got != netip.MustParseAddr("10.0.0.1") {
+		t.Fatalf("without client_ip: %v, want the peer", got)
+	}
+	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, "203.0.113.5")
+	if got := clientAddr(r); got != netip.MustParseAddr("203.0.113.5") {
+		t.Fatalf("with client_ip: %v", got)
+	}
+	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, "fe80::1%eth0")
+	if got := clientAddr(r); got != netip.MustParseAddr("fe80::1") {
+		t.Fatalf("with a zone: %v", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { clientAddr(r) }); n != 0 {
+		t.Fatalf("clientAddr allocates %.0f times", n)
+	}
+}
+
+// The shapes the providers publish their lists in, as served by them: the
+// other ranges and fields must not leak into the allow list.
+const (
+	githubMeta = `{"verifiable_password_authentication":false,"ssh_key_fingerprints":{"SHA256_ED25519":"+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"},
+		"hooks":["192.30.252.0/22","185.199.108.0/22","140.82.112.0/20","143.55.64.0/20","2a0a:a440::/29","2606:50c0::/32"],
+		"web":["20.201.28.151/32"],"api":["20.205.243.168/32"],"actions":["4.148.0.0/16","13.64.0.0/16"],"domains":{"website":["*.github.com"]}}`
+	stripeIPs = `{"WEBHOOKS":["3.18.12.63","3.130.192.231","13.235.14.237","54.187.174.169"]}`
+	svixIPs   = `{"us":["44.228.126.217","50.112.21.217","2600:1f24:64:8000::/56"],"eu":["52.215.16.239"],"ca":["52.60.44.49"]}`
+	linearIPs = `{"ips":["35.231.147.226","35.243.134.228"],"codingSessionIps":["34.1.2.3"]}`
+)
+
+func TestAllowIPsProvidersLists(t *testing.T) {
+	srv := newListServer(t)
+	useListServer(t, srv)
+	srv.set("/github", 200, githubMeta)
+	srv.set("/stripe", 200, stripeIPs)
+	srv.set("/svix", 200, svixIPs)
+	srv.set("/linear", 200, linearIPs)
+	for _, tc := range []struct {
+		provider     string
+		allowed, not []string
+	}{
+		{"github", []string{"140.82.115.7", "192.30.252.1", "2a0a:a440::1"}, []string{"20.201.28.151", "4.148.1.1", "13.64.0.1"}},
+		{"stripe", []string{"3.18.12.63", "54.187.174.169"}, []string{"3.18.12.64"}},
+		{"svix", []string{"44.228.126.217", "52.215.16.239", "52.60.44.49", "2600:1f24:64:8000::7"}, []string{"44.228.126.218"}},
+		{"linear", []string{"35.231.147.226", "35.243.134.228"}, []string{"34.1.2.3"}},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			h := newTestHandler(t, &Handler{Source: "lists-" + tc.provider, AllowIPs: &AllowIPsConfig{Providers: []string{tc.provider}}})
+			for _, a := range tc.allowed {
+				wantVerdict(t, h, a, 200)
+			}
+			for _, a := range tc.not {
+				wantVerdict(t, h, a, 403)
+			}
+			st := h.edgeStatus()
+			if len(st) != 1 || st[0].Source != tc.provider || st[0].Kind != "provider" || st[0].LoadedFrom != "fetch" || st[0].LastError != "" || st[0].LastRefresh == nil || st[0].Refresh != "1h0m0s" {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// TestAllowListRefreshedAndMalformedRefused: a list is refreshed in the
+// background; one that does not parse, an error answer or a list wider
+// than any provider's is refused, and the last good one kept.
+func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
+	fastLists(t)
+	srv := newListServer(t)
+	srv.set("/list", 200, "192.0.2.1\n")
+	h := newTestHandler(t, &Handler{Source: "refreshed", AllowIPs: &AllowIPsConfig{URLs: []string{srv.URL + "/list"}, Refresh: caddy.Duration(30 * time.Millisecond)}})
+	wantVerdict(t, h, "192.0.2.1", 200)
+	wantVerdict(t, h, "192.0.2.2", 403)
+
+	srv.set("/list", 200, `["192.0.2.2"]`)
+	testkit.Eventually(t, 5*time.Second, "the refreshed list in use", func() bool {
+		return h.edge.ips.check(netip.MustParseAddr("192.0.2.2")) == addrAllowed
+	})
+	wantVerdict(t, h, "192.0.2.1", 403)
+
+	for _, bad := range []listAnswer{
+		{200, "<html>maintenance</html>"},
+		{200, `{"WEBHOOKS":[]}`},
+		{200, "192.0.2.3\nnot-an-address\n"},
+		{200, "0.0.0.0/0\n"},
+		{503, "192.0.2.4\n"},
+	} {
+		before := h.edgeStatus()[0]
+		srv.set("/list", bad.status, bad.body)
+		testkit.WaitFor(t, 5*time.Second, "a failed refresh of "+bad.body, func() (bool, string) {
+			st := h.edgeStatus()[0]
+			return st.LastError != "" && st.LastAttempt.After(*before.LastAttempt), st.LastError
+		})
+		wantVerdict(t, h, "192.0.2.2", 200)
+		wantVerdict(t, h, "192.0.2.3", 403)
+		wantVerdict(t, h, "192.0.2.4", 403)
+		// a further failed attempt keeps the list loaded before
+		failed := h.edgeStatus()[0]
+		testkit.WaitFor(t, 5*time.Second, "another failed refresh", func() (bool, string) {
+			st := h.edgeStatus()[0]
+			return st.LastAttempt.After(*failed.LastAttempt), st.LastError
+		})
+		if st := h.edgeStatus()[0]; st.Ranges != 1 || st.LastError == "" || !st.LastRefresh.Equal(*failed.LastRefresh) {
+			t.Fatalf("after %q: status %+v, want the list loaded at %s kept", bad.body, st, failed.LastRefresh)
+		}
+	}
+	srv.set("/list", 200, "192.0.2.5\n")
+	testkit.WaitFor(t, 5*time.Second, "recovery", func() (bool, string) {
+		st := h.edgeStatus()[0]
+		return st.LastError == "" && h.edge.ips.check(netip.MustParseAddr("192.0.2.5")) == addrAllowed, st.LastError
+	})
+}
+
+// TestAllowListKeptOnDisk: a fetched list is kept in Caddy's data
+// directory; a list loaded again (a restart) while its URL is unreachable
+// uses that copy.
+func TestAllowListKeptOnDisk(t *testing.T) {
+	srv := newListServer(t)
+	useListServer(t, srv)
+	srv.set("/github", 200, githubMeta)
+	logger := zap.NewNop()
+	src := allowListSource{name: "github", kind: "provider", url: srv.URL + "/github", field: "hooks"}
+	l, ref, err := loadAllowList(logger, src, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.status().LoadedFrom != "fetch" {
+		t.Fatalf("status %+v", l.status())
+	}
+	data, err := os.ReadFile(l.cache)
+	if err != nil {
+		t.Fatalf("no copy on disk: %v", err)
+	}
+	if !strings.HasPrefix(l.cache, filepath.Join(caddy.AppDataDir(), "webhook_idempotency")) {
+		t.Fatalf("copy at %s, outside Caddy's data directory", l.cache)
+	}
+	var c allowCopy
+	if err := json.Unmarshal(data, &c); err != nil || c.Source != "github" || len(c.Ranges) != 6 {
+		t.Fatalf("copy %s: %v", data, err)
+	}
+	fetchedAt := *l.status().LastRefresh
+	_ = ref.Release() // the last user: the list is stopped, as at a restart
+
+	srv.Close() // the provider is unreachable now
+	l2, ref2, err := loadAllowList(logger, src, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref2.Release()
+	if l2 == l {
+		t.Fatal("the released list was not destroyed")
+	}
+	st := l2.status()
+	if st.LoadedFrom != "disk" || st.Ranges != 6 || st.LastError == "" || !st.LastRefresh.Equal(fetchedAt) {
+		t.Fatalf("status %+v", st)
+	}
+	if !l2.set.Load().Contains(netip.MustParseAddr("140.82.115.7")) {
+		t.Fatal("the copy on disk does not allow GitHub's range")
+	}
+
+	// a damaged copy is ignored, never trusted in part
+	if err := os.WriteFile(l.cache, []byte(`{"id":"`+src.id()+`","ranges":["140.82.112.0/20","x"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l3 := &allowList{src: src, cache: l.cache, logger: logger, ranges: l.ranges}
+	l3.loadCopy()
+	if l3.set.Load() != nil {
+		t.Fatal("a damaged copy was used")
+	}
+}
+
+// TestAllowListNeverLoaded: while a URL list has never loaded (no network,
+// no copy on disk) addresses no other list allows get 503, so the
+// provider retries, and the ranges written out still work.
+func TestAllowListNeverLoaded(t *testing.T) {
+	srv := newListServer(t) // answers 404 for every path
+	h := newTestHandler(t, &Handler{Source: "never", AllowIPs: &AllowIPsConfig{URLs: []string{srv.URL + "/none"}, Ranges: []string{"192.0.2.1"}}})
+	wantVerdict(t, h, "192.0.2.1", 200)
+	var calls atomic.Int64
+	s := postFrom(h, "192.0.2.9", "never-1", countingNext(&calls))
+	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != resultUnavailable || calls.Load() != 0 {
+		t.Fatalf("status %d %s result %q calls %d", s.w.Code, s.w.Body, s.result, calls.Load())
+	}
+	st := h.edgeStatus()
+	if len(st) != 2 || st[0].Kind != "inline" || st[1].Ranges != 0 || !strings.Contains(st[1].LastError, "status 404") {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestAllowIPsFileList(t *testing.T) {
+	fastLists(t)
+	path := filepath.Join(t.TempDir(), "ips.txt")
+	if err := os.WriteFile(path, []byte("# ours\n192.0.2.1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHandler(t, &Handler{Source: "file", AllowIPs: &AllowIPsConfig{Files: []string{path}, Refresh: caddy.Duration(20 * time.Millisecond)}})
+	wantVerdict(t, h, "192.0.2.1", 200)
+	if err := os.WriteFile(path, []byte("192.0.2.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the file read again", func() bool {
+		return h.edge.ips.check(netip.MustParseAddr("192.0.2.2")) == addrAllowed
+	})
+	if st := h.edgeStatus()[0]; st.LoadedFrom != "file" || st.Source != path {
+		t.Fatalf("status %+v", st)
+	}
+
+	// a file that does not parse at provision is a configuration error
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	_ = os.WriteFile(bad, []byte("192.0.2.1\nhooks\n"), 0o600)
+	ctx, cancel := testkit.NewContext(t)
+	defer cancel()
+	err := (&Handler{Source: "badfile", AllowIPs: &AllowIPsConfig{Files: []string{bad}}}).Provision(ctx)
+	if err == nil || !strings.Contains(err.Error(), "allow_ips file "+bad+": line 2") {
+		t.Fatalf("provision: %v", err)
+	}
+}
+
+func TestAllowIPsProvisionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  AllowIPsConfig
+		want string
+	}{
+		{AllowIPsConfig{}, "allow_ips lists nothing"},
+		{AllowIPsConfig{Ranges: []string{"203.0.113.0/33"}}, `allow_ips: "203.0.113.0/33" is not a CIDR range`},
+		{AllowIPsConfig{Providers: []string{"paddle"}}, "paddle publishes no address list that can be fetched"},
+		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (github, linear, stripe, svix)"},
+		{AllowIPsConfig{URLs: []string{"ftp://example.com/ips"}}, "invalid allow_ips url 'ftp://example.com/ips'"},
+		{AllowIPsConfig{Ranges: []string{"192.0.2.1"}, Refresh: caddy.Duration(time.Millisecond)}, "allow_ips refresh 1ms is shorter than 1s"},
+	} {
+		ctx, cancel := testkit.NewContext(t)
+		cfg := tc.cfg
+		err := (&Handler{Source: "errs", AllowIPs: &cfg}).Provision(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestAllowListDisplayURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://ips.example.com/list.txt":               "https://ips.example.com/list.txt",
+		"https://user:pass@ips.example.com/list?token=s": "https://user@ips.example.com/list?…",
+	} {
+		if got := displayURL(in); got != want {
+			t.Errorf("displayURL(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestAllowIPsWarnsOfSignedRefusals: a refused request that carries the
+// route's signature header is a WARN (the provider's list may have
+// changed), at most one every ten seconds; one without is not.
+func TestAllowIPsWarnsOfSignedRefusals(t *testing.T) {
+	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &VerifyConfig{Secrets: []string{"s3cr3t"}},
+		AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
+	core, logs := observer.New(zapcore.WarnLevel)
+	h.logger = zap.New(core)
+	post := func(signed bool) {
+		r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
+		r.Header.Set("X-GitHub-Delivery", "d1")
+		if signed {
+			r.Header.Set("X-Hub-Signature-256", "sha256=0123")
+		}
+		if s := serveFrom(h, "198.51.100.7", r, countingNext(new(atomic.Int64))); s.w.Code != 403 {
+			t.Fatalf("status %d", s.w.Code)
+		}
+	}
+	post(false)
+	if logs.Len() != 0 {
+		t.Fatalf("an unsigned refusal was logged: %v", logs.All())
+	}
+	post(true)
+	post(true)
+	post(true)
+	entries := logs.FilterMessageSnippet("carries a signature").All()
+	if len(entries) != 1 {
+		t.Fatalf("%d WARN lines, want 1: %v", len(entries), logs.All())
+	}
+	if f := entries[0].ContextMap(); f["client_ip"] != "198.51.100.7" {
+		t.Fatalf("fields %v", f)
+	}
+	if h.edge.quiet.Load() != 2 {
+		t.Fatalf("%d refusals counted as not logged, want 2", h.edge.quiet.Load())
+	}
+}
+
+// BenchmarkAllowIPs is the check on the request path: the client address
+// Caddy set, parsed and looked up in GitHub's hooks and Stripe's list.
+func BenchmarkAllowIPs(b *testing.B) {
+	ranges := []string{"192.30.252.0/22", "185.199.108.0/22", "140.82.112.0/20", "143.55.64.0/20", "2a0a:a440::/29", "2606:50c0::/32",
+		"3.18.12.63", "3.130.192.231", "13.235.14.237", "13.235.122.149", "18.211.135.69", "35.154.171.200", "35.157.207.129",
+		"52.15.183.38", "54.88.130.119", "54.88.130.237", "54.187.174.169", "54.187.205.235", "54.187.216.72"}
+	h := &Handler{Source: "bench", edge: &edgeGuard{}}
+	ips, err := newAllowIPs(&AllowIPsConfig{Ranges: ranges}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.edge.ips = ips
+	for _, addr := range []string{"140.82.115.7", "54.187.216.72", "203.0.113.9"} {
+		r := httptest.NewRequest(http.MethodPost, "/hook", nil)
+		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), httptest.NewRecorder(), nil)
+		caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, addr)
+		want := addrAllowed
+		if addr == "203.0.113.9" {
+			want = addrRefused
+		}
+		b.Run(addr, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if h.edge.ips.check(clientAddr(r)) != want {
+					b.Fatal("wrong verdict")
+				}
+			}
+		})
+	}
+}

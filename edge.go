@@ -1,0 +1,173 @@
+package webhookidempotency
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+// The protections only the edge can give (docs/caddyfile.md: Addresses and
+// client certificates): the client's address and its TLS client
+// certificate are checked before anything else, the body included, and a
+// request that fails either is answered 403 (result `forbidden`) with
+// nothing stored.
+
+// edgeGuard is a route's allow_ips and client_cert at run time; nil when
+// it has neither.
+type edgeGuard struct {
+	ips    *allowIPs        // nil: every address
+	cert   *clientCertCheck // nil: no certificate needed
+	warned atomic.Int64     // when the last refusal of a signed-looking request was logged (unix ns)
+	quiet  atomic.Int64     // such refusals not logged since
+}
+
+// Answers of the edge checks.
+const (
+	msgAddressRefused     = "address not allowed"
+	msgAllowListMissing   = "address allow list unavailable"
+	allowListRetryAfter   = "30"
+	signedRefusalLogEvery = 10 * time.Second
+)
+
+// provisionEdge builds the route's edge checks and applies its preset's
+// rules for them (efi.go).
+func (h *Handler) provisionEdge() error {
+	if rule := providers[h.Provider].edge; rule != nil {
+		if err := rule(h); err != nil {
+			return err
+		}
+	}
+	if h.AllowIPs == nil && h.ClientCert == nil {
+		return nil
+	}
+	g := &edgeGuard{}
+	if h.ClientCert != nil {
+		c, err := newClientCertCheck(h.ClientCert)
+		if err != nil {
+			return err
+		}
+		g.cert = c
+	}
+	if h.AllowIPs != nil {
+		a, err := newAllowIPs(h.AllowIPs, h.logger)
+		if err != nil {
+			return err
+		}
+		g.ips = a
+	}
+	h.edge = g
+	return nil
+}
+
+// releaseEdge gives the route's address lists back to the pool.
+func (h *Handler) releaseEdge() {
+	if h.edge != nil && h.edge.ips != nil {
+		h.edge.ips.release()
+	}
+}
+
+// edgeRefused checks the client's address and certificate; it reports
+// whether the request was answered (403, or 503 while an address list has
+// never loaded).
+func (rs *requestState) edgeRefused() (bool, error) {
+	g := rs.h.edge
+	if g == nil {
+		return false, nil
+	}
+	if g.ips != nil {
+		addr := clientAddr(rs.r)
+		switch g.ips.check(addr) {
+		case addrRefused:
+			rs.warnIfSigned(addr)
+			return true, rs.forbidden(msgAddressRefused, addr)
+		case addrUnavailable:
+			rs.setResult(resultUnavailable)
+			return true, writeError(rs.w, http.StatusServiceUnavailable, msgAllowListMissing, allowListRetryAfter)
+		}
+	}
+	if g.cert != nil {
+		if reason := g.cert.check(rs.r.TLS); reason != "" {
+			return true, rs.forbidden(reason, netip.Addr{})
+		}
+	}
+	return false, nil
+}
+
+// forbidden answers a refused request: 403, result forbidden.
+func (rs *requestState) forbidden(reason string, addr netip.Addr) error {
+	rs.setResult(resultForbidden)
+	if ce := rs.h.logger.Check(zap.DebugLevel, "refused request"); ce != nil {
+		ce.Write(zap.String("reason", reason), zap.Stringer("client_ip", addr))
+	}
+	return writeError(rs.w, http.StatusForbidden, reason, "")
+}
+
+// clientAddr is the client's address as Caddy determined it, with
+// trusted_proxies respected (the client_ip variable); without it, the
+// connection's peer. It allocates nothing; an address that does not parse
+// is the zero Addr, in no list.
+func clientAddr(r *http.Request) netip.Addr {
+	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if s == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			return netip.Addr{}
+		}
+		s = host
+	}
+	if i := strings.IndexByte(s, '%'); i >= 0 {
+		s = s[:i]
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return addr.Unmap()
+}
+
+// warnIfSigned logs a WARN when a request refused for its address carries
+// the route's signature header: most likely the provider sent it from an
+// address its published list does not have yet. The body is not read, so
+// the signature is only looked at, not verified. At most one such line is
+// written every ten seconds, with the number left out since.
+func (rs *requestState) warnIfSigned(addr netip.Addr) {
+	v := rs.h.verifier
+	if v == nil {
+		return
+	}
+	if err := v.Verify(rs.r, nil); errors.Is(err, signature.ErrMissing) || errors.Is(err, signature.ErrUnavailable) {
+		return
+	}
+	g := rs.h.edge
+	now := time.Now().UnixNano()
+	last := g.warned.Load()
+	if now-last < int64(signedRefusalLogEvery) || !g.warned.CompareAndSwap(last, now) {
+		g.quiet.Add(1)
+		return
+	}
+	fields := []zap.Field{
+		zap.Stringer("client_ip", addr),
+		zap.Int64("not_logged_since", g.quiet.Swap(0)),
+	}
+	if g.ips != nil {
+		fields = append(fields, zap.Any("allow_lists", g.ips.statuses()))
+	}
+	rs.h.logger.Warn("refused a request from an address outside allow_ips that carries a signature: the provider may send from addresses its list does not have yet", fields...)
+}
+
+// edgeStatus is a route's allow lists, as the admin API shows them.
+func (h *Handler) edgeStatus() []allowListStatus {
+	if h.edge == nil || h.edge.ips == nil {
+		return nil
+	}
+	return h.edge.ips.statuses()
+}
