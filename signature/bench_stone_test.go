@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -66,6 +67,45 @@ func BenchmarkStoneBaselineOAEP(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkStoneOpenLarge measures the memory one large Stone delivery
+// costs, genuine and forged (a JWE anyone can encrypt to the partner's
+// public key, around a JWS signed by another key): B/op over the body's
+// size is what a request costs beyond its buffered body.
+func BenchmarkStoneOpenLarge(b *testing.B) {
+	signer := sigtest.RSAKey("stone-signer")
+	forger := sigtest.RSAKey("stone-forger")
+	partner := sigtest.RSAKey("stone-partner")
+	v, err := signature.NewStone(partner, stoneKeys{"k": &signer.PublicKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	event := []byte(`{"id":"evt","pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+	for _, c := range []struct {
+		name string
+		by   *rsa.PrivateKey
+		want error
+	}{{"genuine", signer, nil}, {"forged", forger, signature.ErrInvalid}} {
+		b.Run(c.name, func(b *testing.B) {
+			body := sigtest.StoneDelivery(b, event, c.by, "k", &partner.PublicKey)
+			r := httptest.NewRequest("POST", "/stone", nil)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := v.Open(r, body); err != c.want {
+					b.Fatalf("Open: %v, want %v", err, c.want)
+				}
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&after)
+			perOp := float64(after.TotalAlloc-before.TotalAlloc) / float64(b.N)
+			b.ReportMetric(perOp/float64(len(body)), "alloc/body-byte")
 		})
 	}
 }

@@ -42,7 +42,7 @@ func FuzzStoneOpen(f *testing.F) {
 		if err == nil || payload != nil {
 			t.Fatalf("accepted %q", body)
 		}
-		if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrMissing) {
+		if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrMissing) && !errors.Is(err, ErrAmbiguous) {
 			t.Fatalf("error %v", err)
 		}
 	})

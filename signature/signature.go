@@ -12,8 +12,8 @@
 // (rotation), and allocate nothing per request, except Twilio's (which
 // parses the form body), Mercado Pago's (which reads the body's JSON), the
 // RSA schemes (whose arithmetic allocates), the JWT scheme (Evolution API)
-// and Stone's (JWE and JWS, with go-jose). Every failure is one of
-// ErrMissing, ErrInvalid, ErrTimestamp and ErrUnavailable, whose Reason can
+// and Stone's (JWE and JWS). Every failure is one of ErrMissing,
+// ErrInvalid, ErrTimestamp, ErrUnavailable and ErrAmbiguous, whose Reason can
 // be shown to the sender; no error ever contains a secret. Public keys are
 // parsed with ParseEd25519PublicKey and ParseRSAPublicKey.
 //
@@ -77,6 +77,12 @@ var (
 	// fetched). It is no verdict on the request, which the sender should
 	// retry later (the module answers 503 with Retry-After).
 	ErrUnavailable = &Error{Reason: "verification keys unavailable"}
+
+	// ErrAmbiguous means the body gives a JSON member the scheme reads
+	// more than once (Stone's envelope with two `encrypted_body`): one
+	// reader would take the first, another the last. No provider sends
+	// such a body (the module answers 400).
+	ErrAmbiguous = &Error{Reason: "ambiguous delivery: a JSON member the signature depends on appears more than once"}
 )
 
 // Opener is a Verifier of deliveries whose content is sealed (Stone's

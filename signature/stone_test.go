@@ -1,8 +1,13 @@
 package signature_test
 
 import (
+	"bytes"
+	"crypto"
 	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -106,6 +111,46 @@ func TestStoneOpen(t *testing.T) {
 			}
 		}
 	})
+	t.Run("two encrypted_body members", func(t *testing.T) {
+		// the first verifies; a reader that keeps the last member would
+		// decrypt the second, which anyone can encrypt to the partner
+		genuine := sigtest.StoneDelivery(t, event, stone, "stone-2024", &partner.PublicKey)
+		other := sigtest.StoneJWE(t, "anything", jose.RSA_OAEP_256, jose.A256GCM, &partner.PublicKey)
+		for _, second := range []string{`"encrypted_body"`, `"Encrypted_Body"`, `"encrypted\u005fbody"`} {
+			body := append(bytes.TrimSuffix(genuine, []byte("}")), []byte(`,`+second+`:"`+other+`"}`)...)
+			_, err := open(body)
+			sigtest.WantReason(t, err, signature.ErrAmbiguous)
+		}
+		// a member the scheme does not read may repeat
+		body := append(bytes.TrimSuffix(genuine, []byte("}")), []byte(`,"x":1,"x":2}`)...)
+		got, err := open(body)
+		sigtest.WantReason(t, err, nil)
+		if string(got) != string(event) {
+			t.Fatalf("payload %s", got)
+		}
+	})
+	t.Run("JWS header parameters", func(t *testing.T) {
+		for name, header := range map[string]string{
+			"critical":      `{"alg":"RS256","kid":"stone-2024","crit":["exp"],"exp":1}`,
+			"alg twice":     `{"alg":"HS256","kid":"stone-2024","alg":"RS256"}`,
+			"kid twice":     `{"alg":"RS256","kid":"stone-2024","kid":"other"}`,
+			"kid not text":  `{"alg":"RS256","kid":7}`,
+			"not an object": `["RS256"]`,
+		} {
+			jws := signJWS(t, header, event, stone)
+			_, err := open(sigtest.StoneBody(sigtest.StoneJWE(t, jws, jose.RSA_OAEP_256, jose.A256GCM, &partner.PublicKey)))
+			if err != signature.ErrInvalid {
+				t.Errorf("%s: %v, want invalid", name, err)
+			}
+		}
+		// the same, well formed, passes
+		jws := signJWS(t, `{"alg":"RS256","kid":"stone-2024","typ":"JWT"}`, event, stone)
+		got, err := open(sigtest.StoneBody(sigtest.StoneJWE(t, jws, jose.RSA_OAEP_256, jose.A256GCM, &partner.PublicKey)))
+		sigtest.WantReason(t, err, nil)
+		if string(got) != string(event) {
+			t.Fatalf("payload %s", got)
+		}
+	})
 	t.Run("no key set loaded", func(t *testing.T) {
 		none, err := signature.NewStone(partner, stoneKeys(nil))
 		if err != nil {
@@ -120,9 +165,8 @@ func TestStoneOpen(t *testing.T) {
 }
 
 // Downgrades: every JWE and JWS algorithm but Stone's is refused. The
-// JWE's alg and enc are refused while parsing (go-jose's
-// ParseEncryptedCompact takes the allowed algorithms), before the private
-// key is used.
+// JWE's alg and enc are checked in its protected header, before the
+// private key is used.
 func TestStoneAlgorithmDowngrades(t *testing.T) {
 	partner, stone, v := stoneFixture(t)
 	event := []byte(sigtest.StoneEvent)
@@ -176,6 +220,51 @@ func TestStoneAlgorithmDowngrades(t *testing.T) {
 		obj, _ := signer.Sign(event)
 		sigtest.WantReason(t, open(sigtest.StoneBody(sigtest.StoneJWE(t, obj.FullSerialize(), jose.RSA_OAEP_256, jose.A256GCM, &partner.PublicKey))), signature.ErrInvalid)
 	})
+}
+
+// signJWS signs payload under a protected header written out, RS256 as
+// Stone signs, so a test can give the header any shape.
+func signJWS(t *testing.T, header string, payload []byte, key *rsa.PrivateKey) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	input := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString(payload)
+	digest := sha256.Sum256([]byte(input))
+	sig, err := rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return input + "." + enc.EncodeToString(sig)
+}
+
+// A delivery costs little memory beyond its body, forged or genuine: the
+// envelope and the JWE are read where they are, the ciphertext decrypted
+// in place, and the payload decoded only once its signature holds (it
+// cost 7 times the body's size with go-jose).
+func TestStoneOpenMemory(t *testing.T) {
+	partner, stone, v := stoneFixture(t)
+	event := []byte(`{"id":"evt","pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+	for _, c := range []struct {
+		name string
+		by   *rsa.PrivateKey
+		want *signature.Error
+		most float64 // allocated bytes per body byte
+	}{
+		{"genuine", stone, nil, 1.5},
+		{"forged", sigtest.RSAKey("stone-forger"), signature.ErrInvalid, 0.9},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := sigtest.StoneDelivery(t, event, c.by, "stone-2024", &partner.PublicKey)
+			r := httptest.NewRequest("POST", "/stone", nil)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := v.Open(r, body)
+			runtime.ReadMemStats(&after)
+			sigtest.WantReason(t, err, c.want)
+			if per := float64(after.TotalAlloc-before.TotalAlloc) / float64(len(body)); per > c.most {
+				t.Fatalf("opening a %d-byte delivery allocated %.2f bytes per body byte, want at most %.2f", len(body), per, c.most)
+			}
+		})
+	}
 }
 
 func TestStoneConstructorErrors(t *testing.T) {
