@@ -170,8 +170,20 @@ func (s *Store) Validate() error {
 	if s.Timeout < 0 {
 		return fmt.Errorf("redis store: timeout must not be negative, got %s", time.Duration(s.Timeout))
 	}
-	if strings.ContainsAny(s.Prefix, " \t\r\n") {
-		return fmt.Errorf("redis store: key_prefix must not contain white space, got %q", s.Prefix)
+	if err := checkPrefix(s.Prefix); err != nil {
+		return fmt.Errorf("redis store: %v", err)
+	}
+	return nil
+}
+
+// checkPrefix is the rule of key_prefix. Keys are
+// `<key_prefix>:<source>:<value>` and a source's streams share the hash tag
+// `{<key_prefix>:<source>}`: a ':' in the prefix would let the keys of two
+// routes be the same string (`idem:a` with source `b` and `idem` with
+// source `a`, say), and a brace would move or break the hash tag.
+func checkPrefix(p string) error {
+	if strings.ContainsAny(p, ":{} \t\r\n") {
+		return fmt.Errorf("invalid key_prefix %q: it must not contain ':', '{', '}' or white space (keys are <key_prefix>:<source>:<value>; a ':' would let two routes' keys collide)", p)
 	}
 	return nil
 }
@@ -317,6 +329,9 @@ func (s *Store) setOption(name, v string, args []string) (err error) {
 	case "tls":
 		s.TLS = true
 	case "key_prefix":
+		if err := checkPrefix(v); err != nil {
+			return err
+		}
 		s.Prefix = v
 	case "timeout":
 		s.Timeout, err = cfparse.PositiveDuration("timeout", v)

@@ -531,6 +531,8 @@ func TestRedisStoreProvisionErrors(t *testing.T) {
 		`{"db":-1}`:                              "db must not be negative",
 		`{"pool_size":-1}`:                       "pool_size must not be negative",
 		`{"key_prefix":"a b"}`:                   "white space",
+		`{"key_prefix":"idem:a"}`:                `invalid key_prefix "idem:a": it must not contain ':'`,
+		`{"key_prefix":"{idem}"}`:                `invalid key_prefix "{idem}"`,
 		`{"url":"redis://:hunter2@x:1:2:3/abc"}`: "invalid url",
 	} {
 		s := new(Store)
