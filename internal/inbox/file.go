@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -333,63 +334,84 @@ func (q *fileQueue) refresh(context.Context) error { return nil }
 // touch does nothing: no other worker takes an event over.
 func (q *fileQueue) touch(context.Context, message) error { return nil }
 
-func (q *fileQueue) next(ctx context.Context, _ int, wait time.Duration) (message, bool, error) {
+func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) ([]message, error) {
 	fs := q.src
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var timer <-chan time.Time
+	if wait >= 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
 	for {
 		fs.mu.Lock()
 		if len(fs.ready) > 0 {
-			id := fs.ready[0]
-			fs.ready = fs.ready[1:]
-			fs.inDelivery[id] = true
+			ids := slices.Clone(fs.ready[:min(n, len(fs.ready))])
+			fs.ready = fs.ready[len(ids):]
+			for _, id := range ids {
+				fs.inDelivery[id] = true
+			}
 			fs.mu.Unlock()
-			m, ok, err := q.start(ctx, id)
-			if err != nil || !ok {
-				fs.done(id)
-				if err != nil {
+			msgs, err := q.start(ctx, ids)
+			if err != nil {
+				for _, id := range ids {
+					fs.done(id)
 					fs.push(id) // tried again
 				}
-				return m, false, err
+				return nil, err
 			}
-			return m, true, nil
+			return msgs, nil
 		}
 		fs.mu.Unlock()
+		if timer == nil {
+			return nil, nil
+		}
 		select {
 		case <-fs.notify:
-		case <-timer.C:
-			return message{}, false, nil
+		case <-timer:
+			return nil, nil
 		case <-ctx.Done():
-			return message{}, false, nil
+			return nil, nil
 		}
 	}
 }
 
-// start records that an attempt of the event begins (so that an attempt a
-// crash cuts short still counts) and returns it; false when the event is
-// gone.
-func (q *fileQueue) start(ctx context.Context, id string) (message, bool, error) {
+// start records that an attempt of each event begins (so that an attempt
+// a crash cuts short still counts), in one commit, and returns them; an
+// event that is gone is left out.
+func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) {
 	fs := q.src
-	sid, _ := event.ParseID(id)
-	var m message
-	found := false
+	var msgs []message
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+		msgs = msgs[:0]
 		b := tx.Bucket(fs.events)
-		v := b.Get(encodeID(sid))
-		if v == nil {
-			return nil
+		for _, id := range ids {
+			sid, _ := event.ParseID(id)
+			v := b.Get(encodeID(sid))
+			if v == nil {
+				continue
+			}
+			f, err := event.ReadFields(v)
+			if err != nil {
+				return err
+			}
+			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
+			started++
+			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
+			if err := b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+				return err
+			}
 		}
-		f, err := event.ReadFields(v)
-		if err != nil {
-			return err
-		}
-		started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
-		started++
-		m = message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started}
-		found = true
-		return b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0"))
+		return nil
 	})
-	return m, found, err
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if !slices.ContainsFunc(msgs, func(m message) bool { return m.id == id }) {
+			fs.done(id) // gone
+		}
+	}
+	return msgs, nil
 }
 
 // done ends an event's delivery.
@@ -399,9 +421,11 @@ func (fs *fileSource) done(id string) {
 	fs.mu.Unlock()
 }
 
-// reclaim finds nothing: the workers are this process's, and an event in
-// delivery when a process died is ready again when the queue opens.
-func (q *fileQueue) reclaim(context.Context, time.Duration) (message, bool, error) {
+// reclaimable finds nothing: the workers are this process's, and an event
+// in delivery when a process died is ready again when the queue opens.
+func (q *fileQueue) reclaimable(context.Context, time.Duration) ([]int, error) { return nil, nil }
+
+func (q *fileQueue) reclaim(context.Context, int, time.Duration) (message, bool, error) {
 	return message{}, false, nil
 }
 

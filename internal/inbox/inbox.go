@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +81,8 @@ type Inbox struct {
 	logger    *zap.Logger
 	metrics   *inboxMetrics
 	consumer  string
-	limit     limiter // nil without a rate
+	limit     limiter      // nil without a rate
+	readers   atomic.Int32 // the lanes read
 
 	mu      sync.Mutex
 	started bool

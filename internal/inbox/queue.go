@@ -27,12 +27,16 @@ type queue interface {
 	// refresh looks for lanes to read besides this configuration's (the
 	// partitions of another configuration, still holding events).
 	refresh(ctx context.Context) error
-	// next returns the next event of a lane to deliver, waiting up to wait
-	// for one; false when none came.
-	next(ctx context.Context, lane int, wait time.Duration) (message, bool, error)
-	// reclaim returns an event that has been in delivery for longer than
-	// minIdle (its worker died); false when there is none.
-	reclaim(ctx context.Context, minIdle time.Duration) (message, bool, error)
+	// next returns up to n events of a lane to deliver, in order, waiting
+	// up to wait for one (not at all when wait is negative); none when
+	// none came.
+	next(ctx context.Context, lane int, n int, wait time.Duration) ([]message, error)
+	// reclaimable returns the lanes holding an event that has been in
+	// delivery for longer than minIdle (its worker died).
+	reclaimable(ctx context.Context, minIdle time.Duration) ([]int, error)
+	// reclaim takes over an event of lane that has been in delivery for
+	// longer than minIdle; false when there is none.
+	reclaim(ctx context.Context, lane int, minIdle time.Duration) (message, bool, error)
 	// touch tells that the worker holding m is alive, so it is not
 	// reclaimed while it waits for the rate limit.
 	touch(ctx context.Context, m message) error

@@ -344,60 +344,65 @@ func (q *redisQueue) lanes() []int {
 // layout has drained); it may be read again if the layout comes back.
 func (q *redisQueue) retired(lane int) bool { return q.part(lane).retired.Load() }
 
-func (q *redisQueue) next(ctx context.Context, lane int, wait time.Duration) (message, bool, error) {
+func (q *redisQueue) next(ctx context.Context, lane int, n int, wait time.Duration) ([]message, error) {
 	p := q.part(lane)
 	if !p.grouped.Load() {
 		if err := q.ensureGroup(ctx, p); err != nil {
-			return message{}, false, err
+			return nil, err
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, wait+q.timeout)
+	block := time.Duration(-1) // no BLOCK
+	if wait >= 0 {
+		block = wait
+	}
+	rctx, cancel := context.WithTimeout(ctx, max(wait, 0)+q.timeout)
 	defer cancel()
 	streams, err := q.client.XReadGroup(rctx, &redis.XReadGroupArgs{
-		Group: group, Consumer: q.consumer, Streams: []string{p.stream(), ">"}, Count: 1, Block: wait,
+		Group: group, Consumer: q.consumer, Streams: []string{p.stream(), ">"}, Count: int64(n), Block: block,
 	}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return message{}, false, nil
+		return nil, nil
 	case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
 		p.grouped.Store(false) // the stream was deleted: made again next time
-		return message{}, false, nil
+		return nil, nil
 	case err != nil:
-		return message{}, false, err
-	case len(streams) == 0 || len(streams[0].Messages) == 0:
-		return message{}, false, nil
+		return nil, err
+	case len(streams) == 0:
+		return nil, nil
 	}
-	m := streams[0].Messages[0]
-	return message{lane: lane, id: m.ID, ev: fromMessage(m), deliveries: 1}, true, nil
+	msgs := make([]message, len(streams[0].Messages))
+	for i, m := range streams[0].Messages {
+		msgs[i] = message{lane: lane, id: m.ID, ev: fromMessage(m), deliveries: 1}
+	}
+	return msgs, nil
 }
 
-func (q *redisQueue) reclaim(ctx context.Context, minIdle time.Duration) (message, bool, error) {
+func (q *redisQueue) reclaimable(ctx context.Context, minIdle time.Duration) ([]int, error) {
 	parts := q.snapshot()
-	if len(parts) > 1 {
-		// the partitions with an entry idle long enough, in one round trip
-		rctx, cancel := q.call(ctx)
-		pipe := q.client.Pipeline()
-		cmds := make([]*redis.XPendingExtCmd, len(parts))
-		for i, p := range parts {
-			cmds[i] = pipe.XPendingExt(rctx, &redis.XPendingExtArgs{Stream: p.stream(), Group: group, Idle: minIdle, Start: "-", End: "+", Count: 1})
-		}
-		_, _ = pipe.Exec(rctx)
-		cancel()
-		var idle []*partition
-		for i, c := range cmds {
-			if pending, err := c.Result(); err == nil && len(pending) > 0 {
-				idle = append(idle, parts[i])
-			}
-		}
-		parts = idle
+	rctx, cancel := q.call(ctx)
+	defer cancel()
+	pipe := q.client.Pipeline()
+	cmds := make([]*redis.XPendingExtCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.XPendingExt(rctx, &redis.XPendingExtArgs{Stream: p.stream(), Group: group, Idle: minIdle, Start: "-", End: "+", Count: 1})
 	}
-	for _, p := range parts {
-		m, ok, err := q.reclaimFrom(ctx, p, minIdle)
-		if err != nil || ok {
-			return m, ok, err
+	_, _ = pipe.Exec(rctx) // a stream without its group yet holds nothing to reclaim
+	var lanes []int
+	for i, c := range cmds {
+		pending, err := c.Result()
+		switch {
+		case err == nil && len(pending) > 0:
+			lanes = append(lanes, parts[i].lane)
+		case err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "NOGROUP"):
+			return lanes, err
 		}
 	}
-	return message{}, false, nil
+	return lanes, nil
+}
+
+func (q *redisQueue) reclaim(ctx context.Context, lane int, minIdle time.Duration) (message, bool, error) {
+	return q.reclaimFrom(ctx, q.part(lane), minIdle)
 }
 
 // reclaimFrom takes over an entry of p idle for minIdle.

@@ -32,13 +32,21 @@ const OrderBrokenHeader = "Webhook-Order-Broken"
 // ib.mu held or from the scheduler.
 func (ib *Inbox) startReaders() {
 	for _, lane := range ib.q.lanes() {
+		ib.readers.Add(1)
 		ib.wg.Add(1)
 		go ib.readLoop(ib.ctx, lane)
 	}
 }
 
+// maxRead is the most events one read of a lane takes.
+const maxRead = 16
+
 // readLoop reads the new events of a lane, one per free delivery slot,
-// and starts each delivery once the rate limit lets it.
+// and starts each delivery once the rate limit lets it: as many events in
+// one read as slots are free. The one reader of a queue waits for events
+// holding those slots; one of several takes what it can without waiting,
+// and waits holding one slot only, so that an idle lane keeps no slot
+// from a busy one.
 func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 	defer ib.wg.Done()
 	for {
@@ -54,21 +62,67 @@ func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 		case <-ctx.Done():
 			return
 		}
-		m, ok, err := ib.q.next(ctx, lane, fetchBlock)
-		if err != nil || !ok {
-			<-ib.slots
-			if err != nil && ctx.Err() == nil {
-				ib.warn("reading the inbox queue failed; retrying", err)
-				sleepCtx(ctx, time.Second)
+		held := 1
+		for held < maxRead && ib.trySlot() {
+			held++
+		}
+		var msgs []message
+		var err error
+		if held > 1 && ib.readers.Load() == 1 {
+			msgs, err = ib.q.next(ctx, lane, held, fetchBlock)
+		} else if held > 1 {
+			if msgs, err = ib.q.next(ctx, lane, held, -1); err == nil && len(msgs) == 0 {
+				ib.releaseSlots(held - 1)
+				held = 1
 			}
-			continue
 		}
-		if !ib.pace(ctx, m) {
-			<-ib.slots
-			return
+		if held == 1 && err == nil && len(msgs) == 0 {
+			msgs, err = ib.q.next(ctx, lane, 1, fetchBlock)
 		}
-		ib.wg.Add(1)
-		go ib.deliver(m)
+		ib.releaseSlots(held - len(msgs))
+		if err != nil && ctx.Err() == nil {
+			ib.warn("reading the inbox queue failed; retrying", err)
+			sleepCtx(ctx, time.Second)
+		}
+		for i, m := range msgs {
+			if !ib.pace(ctx, m) {
+				// the inbox stops: what is left goes back, unattempted
+				for _, rest := range msgs[i+1:] {
+					ib.putBack(rest)
+				}
+				ib.releaseSlots(len(msgs) - i)
+				return
+			}
+			ib.wg.Add(1)
+			go ib.deliver(m)
+		}
+	}
+}
+
+// trySlot takes a delivery slot if one is free.
+func (ib *Inbox) trySlot() bool {
+	select {
+	case ib.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseSlots gives n delivery slots back.
+func (ib *Inbox) releaseSlots(n int) {
+	for range n {
+		<-ib.slots
+	}
+}
+
+// putBack returns an event read but not attempted to the queue, at once,
+// as it was (the hand-outs to workers that died before count).
+func (ib *Inbox) putBack(m message) {
+	bg, cancel := ib.bg()
+	defer cancel()
+	if err := ib.q.schedule(bg, m, m.ev.Attempts+int(max(m.deliveries, 1))-1, m.ev.LastStatus, m.ev.LastError, time.Now()); err != nil {
+		ib.logger.Warn("putting an inbox event back failed; it will be reclaimed", zap.String("id", m.id), zap.Error(err))
 	}
 }
 
@@ -107,17 +161,11 @@ func (ib *Inbox) sleepHolding(ctx context.Context, m message, d time.Duration) b
 			return true
 		}
 		sleepCtx(ctx, min(left, ib.cfg.Timeout))
-		bg, cancel := ib.bg()
 		if ctx.Err() != nil {
-			// not attempted: back into the queue, at once, as it was (the
-			// hand-outs to workers that died before count)
-			err := ib.q.schedule(bg, m, m.ev.Attempts+int(max(m.deliveries, 1))-1, m.ev.LastStatus, m.ev.LastError, time.Now())
-			cancel()
-			if err != nil {
-				ib.logger.Warn("putting an inbox event back failed; it will be reclaimed", zap.String("id", m.id), zap.Error(err))
-			}
+			ib.putBack(m) // not attempted
 			return false
 		}
+		bg, cancel := ib.bg()
 		if time.Until(deadline) > 0 {
 			if err := ib.q.touch(bg, m); err != nil {
 				ib.warn("renewing a held inbox event failed; another worker may take it over", err)
@@ -194,32 +242,55 @@ func (ib *Inbox) pollInterval() time.Duration {
 }
 
 // reclaim takes over events that have stayed in delivery for several
-// delivery timeouts: their worker died. One event per free slot.
+// delivery timeouts: their worker died. Each waits for a free slot (a
+// reader may hold the free ones while it waits for new events, and gives
+// them back within a read's wait).
 func (ib *Inbox) reclaim(ctx context.Context) {
 	minIdle := time.Duration(reclaimAfter) * ib.cfg.Timeout
-	for ctx.Err() == nil {
-		select {
-		case ib.slots <- struct{}{}:
-		default:
-			return
-		}
-		bg, cancel := ib.bg()
-		m, ok, err := ib.q.reclaim(bg, minIdle)
-		cancel()
-		if err != nil || !ok {
-			<-ib.slots
-			if err != nil {
-				ib.warn("reclaiming inbox events failed; retrying", err)
+	bg, cancel := ib.bg()
+	lanes, err := ib.q.reclaimable(bg, minIdle)
+	cancel()
+	if err != nil {
+		ib.warn("reclaiming inbox events failed; retrying", err)
+		return
+	}
+	for _, lane := range lanes {
+		for ctx.Err() == nil {
+			if !ib.waitSlot(ctx, 2*fetchBlock) {
+				return
 			}
-			return
+			bg, cancel := ib.bg()
+			m, ok, err := ib.q.reclaim(bg, lane, minIdle)
+			cancel()
+			if err != nil || !ok {
+				<-ib.slots
+				if err != nil {
+					ib.warn("reclaiming inbox events failed; retrying", err)
+				}
+				break
+			}
+			ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
+			if !ib.pace(ctx, m) {
+				<-ib.slots
+				return
+			}
+			ib.wg.Add(1)
+			go ib.deliver(m)
 		}
-		ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
-		if !ib.pace(ctx, m) {
-			<-ib.slots
-			return
-		}
-		ib.wg.Add(1)
-		go ib.deliver(m)
+	}
+}
+
+// waitSlot takes a delivery slot, waiting up to d for one.
+func (ib *Inbox) waitSlot(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case ib.slots <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 
