@@ -227,6 +227,7 @@ type redeliveryOutcome struct {
 type redeliveryTarget struct {
 	inbox *inbox.Inbox
 	url   string
+	via   string // the route's key namespace, for Webhook-Via
 }
 
 // target returns where the source redelivers, or a 409.
@@ -235,7 +236,7 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 		return redeliveryTarget{inbox: ib}, nil
 	}
 	if a, err := s.archive(); err == nil && a.Config().RedeliverTo != "" {
-		return redeliveryTarget{url: a.Config().RedeliverTo}, nil
+		return redeliveryTarget{url: a.Config().RedeliverTo, via: s.handlers[0].namespace()}, nil
 	}
 	return redeliveryTarget{}, apiError(http.StatusConflict, fmt.Errorf("source %q has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to", s.name))
 }
@@ -289,6 +290,9 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 		out.Error = err.Error()
 		return out
 	}
+	// a redeliver_to that leads back to this route answers 508
+	// (docs/archive.md: Redelivery)
+	event.AddVia(hr.Header, t.via)
 	resp, err := redeliverClient.Do(hr)
 	if err != nil {
 		out.Error = err.Error()

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -24,6 +25,14 @@ type App struct {
 	// The default store of every handler that configures none. Default:
 	// each handler uses the file store at its default path.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.webhook_idempotency.stores inline_key=module"`
+
+	// The most memory, in bytes, that the request bodies every
+	// webhook_idempotency handler of the process is reading or handling
+	// may take together. A request whose body would take them past it
+	// is answered 503 with Retry-After (body_timeout) before more of it
+	// is read; providers retry. -1 sets no bound (docs/caddyfile.md:
+	// Memory). Default: 256MiB.
+	BodyBudget int64 `json:"body_budget,omitempty"`
 
 	store store.Store
 
@@ -42,8 +51,28 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// defaultBodyBudget is the default of BodyBudget: room for 51 bodies of
+// the default max_body, or thousands of the few kilobytes most webhooks
+// are, at once.
+const defaultBodyBudget = 256 << 20
+
+// bodyBudget is the budget of the handlers of this configuration: 0 for
+// none.
+func (a *App) bodyBudget() int64 {
+	switch {
+	case a.BodyBudget == 0:
+		return defaultBodyBudget
+	case a.BodyBudget < 0:
+		return 0
+	}
+	return a.BodyBudget
+}
+
 // Provision loads the default store.
 func (a *App) Provision(ctx caddy.Context) error {
+	if a.BodyBudget < -1 {
+		return fmt.Errorf("invalid body_budget %d: want a size in bytes, or -1 for none", a.BodyBudget)
+	}
 	if a.StoreRaw != nil {
 		var err error
 		a.store, err = loadStore(ctx, a, "StoreRaw")
@@ -156,7 +185,8 @@ func (a *App) claimPresetSource(preset string) error {
 //
 //	{
 //		webhook_idempotency {
-//			store file [<path>] | memory | redis [<redis url>] { ... }
+//			store       file [<path>] | memory | redis [<redis url>] { ... }
+//			body_budget <size> | off
 //		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
@@ -173,6 +203,20 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 				return nil, err
 			}
 			app.StoreRaw = raw
+		case "body_budget":
+			v, err := cfparse.OneValue(d, "body_budget", d.RemainingArgs())
+			if err != nil {
+				return nil, err
+			}
+			if v == "off" {
+				app.BodyBudget = -1
+				break
+			}
+			size, err := parseSize(v)
+			if err != nil {
+				return nil, d.Errf("invalid body_budget '%s': %v (or off)", v, err)
+			}
+			app.BodyBudget = size
 		default:
 			return nil, d.Errf("unrecognized global webhook_idempotency option '%s'", d.Val())
 		}

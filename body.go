@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 )
 
 // The request body: read once, bounded by max_body, into a pooled buffer
@@ -30,17 +32,43 @@ var bodyPool = sync.Pool{New: func() any { return new(pooledBody) }}
 const maxPooledBody = 4 << 20
 
 // bodyChunk is the most memory a body's buffer takes ahead of the bytes
-// that have arrived: a buffer starts with room for the announced
-// Content-Length up to bodyChunk, and doubles as it fills, so a client that
-// announces a large body and sends little of it costs little.
+// that have arrived, at first: a buffer starts with room for the announced
+// Content-Length up to bodyChunk, and doubles as it fills (never more than
+// twice what has arrived), so a client that announces a large body and
+// sends little of it costs little.
 const bodyChunk = 32 << 10
 
 // errBodyTimeout is the error of a body that did not arrive within
 // body_timeout.
 var errBodyTimeout = errors.New("request body not received within body_timeout")
 
+// errOverBudget is the error of a body that would take the bodies being
+// buffered past the process's body_budget.
+var errOverBudget = errors.New("too many request bodies are being received at once; retry later")
+
+// The body budget (the global option's body_budget, docs/caddyfile.md:
+// Memory): every handler of the process counts, in metrics.BufferedBodies,
+// the bytes its buffers may hold for the requests it is reading or
+// handling, and a body that would take the count past the budget is
+// refused before more of it is read. A buffer is counted as it fills (the
+// window it reads into: bodyChunk, then twice as much each time it is
+// full), not by the length a client announces: a client that announces
+// much and sends little costs the budget little.
+
+// reserve counts n more bytes of this request's buffer against the
+// budget, or reports that the budget has no room for them.
+func (rs *requestState) reserve(n int64) bool {
+	total := metrics.BufferedBodies.Add(n)
+	if budget := rs.h.bodyBudget; budget > 0 && total > budget {
+		metrics.BufferedBodies.Add(-n)
+		return false
+	}
+	rs.reserved += n
+	return true
+}
+
 // readBody reads the whole body, up to max_body and within body_timeout,
-// into rs.body.
+// into rs.body, within the process's body budget.
 func (rs *requestState) readBody() error {
 	r := rs.r
 	limit := rs.h.MaxBody
@@ -64,12 +92,25 @@ func (rs *requestState) readBody() error {
 			// or a slow application would find its request cancelled
 			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 		}
+		// the body is read into a window that starts at bodyChunk (or
+		// less, when less is announced) and doubles each time it is
+		// full: a fresh buffer grows to each window in turn, a pooled
+		// one is used as far as the window goes, and the budget counts
+		// the window
+		var end int64
 		for {
-			if len(buf) == cap(buf) {
-				buf = growBody(buf, most)
+			if int64(len(buf)) == end {
+				end = min(max(2*end, bodyChunk), most)
+				if !rs.reserve(end - rs.reserved) {
+					err = errOverBudget
+					break
+				}
+				if int64(cap(buf)) < end {
+					buf = growBody(buf, end)
+				}
 			}
 			var n int
-			n, err = r.Body.Read(buf[len(buf):cap(buf)])
+			n, err = r.Body.Read(buf[len(buf):end])
 			buf = buf[:len(buf)+n]
 			if int64(len(buf)) > limit {
 				err = errBodyTooLarge
@@ -117,14 +158,8 @@ func (rs *requestState) bodyDeadline() time.Time {
 	return time.Now().Add(d)
 }
 
-// growBody returns buf with room for more bytes: twice its capacity (at
-// least bodyChunk/64), but never more than most.
-func growBody(buf []byte, most int64) []byte {
-	size := int64(max(2*cap(buf), bodyChunk/64))
-	if cap(buf) == 0 {
-		size = bodyChunk
-	}
-	size = min(size, most)
+// growBody returns buf in a new buffer of capacity size.
+func growBody(buf []byte, size int64) []byte {
 	grown := make([]byte, len(buf), size)
 	copy(grown, buf)
 	return grown
@@ -144,8 +179,13 @@ func (rs *requestState) handOn() {
 	rs.r.GetBody = pb.getBody
 }
 
-// releaseBody returns the body buffer to the pool when nothing reads it.
+// releaseBody gives back what the body counted against the budget, and
+// returns its buffer to the pool when nothing reads it.
 func (rs *requestState) releaseBody() {
+	if rs.reserved != 0 {
+		metrics.BufferedBodies.Add(-rs.reserved)
+		rs.reserved = 0
+	}
 	pb := rs.body
 	if pb == nil || pb.open.Load() != 0 || cap(pb.buf) > maxPooledBody {
 		return

@@ -258,8 +258,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, name string, args []string
 func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bool) error {
 	switch name {
 	case "source":
-		if strings.ContainsAny(v, ":{}") {
-			return fmt.Errorf("invalid source '%s': it must not contain ':', '{' or '}'", v)
+		if err := checkSource(v); err != nil {
+			return err
 		}
 		h.Source = v
 	case "provider":

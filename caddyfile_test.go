@@ -463,6 +463,8 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 		{"empty", "webhook_idempotency {\n}", `{}`},
 		{"memory", "webhook_idempotency {\n\tstore memory\n}", `{"store":{"module":"memory"}}`},
 		{"memory with options", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 50\n\t}\n}", `{"store":{"module":"memory","max_entries":50}}`},
+		{"body budget", "webhook_idempotency {\n\tbody_budget 64MiB\n}", `{"body_budget":67108864}`},
+		{"no body budget", "webhook_idempotency {\n\tbody_budget off\n}", `{"body_budget":-1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := parseGlobalOption(caddyfile.NewTestDispenser(tc.input), nil)
@@ -489,6 +491,9 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 		{"store missing type", "webhook_idempotency {\n\tstore\n}", "store needs a type: file, memory or redis, at Testfile:2"},
 		{"store unknown", "webhook_idempotency {\n\tstore disk\n}", "unknown store 'disk': want file, memory or redis, at Testfile:2"},
 		{"store bad option", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries -1\n\t}\n}", "invalid max_entries '-1': want a positive integer, at Testfile:3"},
+		{"body budget not a size", "webhook_idempotency {\n\tbody_budget lots\n}", "invalid body_budget 'lots': strconv.ParseFloat: parsing \"\": invalid syntax (or off), at Testfile:2"},
+		{"body budget without a value", "webhook_idempotency {\n\tbody_budget\n}", "body_budget takes exactly one value, got 0, at Testfile:2"},
+		{"redis key_prefix with a colon", "webhook_idempotency {\n\tstore redis {\n\t\tkey_prefix idem:a\n\t}\n}", "invalid key_prefix \"idem:a\": it must not contain ':', '{', '}' or white space (keys are <key_prefix>:<source>:<value>; a ':' would let two routes' keys collide), at Testfile:3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseGlobalOption(caddyfile.NewTestDispenser(tc.input), nil)

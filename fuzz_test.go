@@ -3,12 +3,14 @@ package webhookidempotency
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/tidwall/gjson"
 )
 
 // FuzzCaddyfile feeds arbitrary text after `webhook_idempotency` to the
@@ -95,9 +97,27 @@ func FuzzJSONKey(f *testing.F) {
 		sources := []keySource{ks, {kind: keyQuery, arg: path}}
 		r := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/", RawQuery: query}, Header: http.Header{}}
 		sum := sha256.Sum256(body)
-		v1, from := resolveKey(sources, r, body, &sum)
+		v1, from, err1 := resolveKey(sources, r, body, &sum)
 		fromBody := from.kind == keyBody
-		v2, _ := resolveKey(sources, r, body, &sum)
+		v2, _, err2 := resolveKey(sources, r, body, &sum)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("resolveKey not deterministic: error %v then %v", err1, err2)
+		}
+		if err1 != nil {
+			// an ambiguous body: refused, no key
+			var amb *ambiguousError
+			if !errors.As(err1, &amb) || v1 != "" {
+				t.Fatalf("resolveKey error %v with key %q", err1, v1)
+			}
+			return
+		}
+		// on JSON that gives no member twice, the path reads what gjson
+		// reads
+		if res, ambiguous := jsonMember(body, path); ambiguous == "" && gjson.ValidBytes(body) {
+			if want := gjson.GetBytes(body, path); res.Type != want.Type || res.Raw != want.Raw || res.Str != want.Str {
+				t.Fatalf("jsonMember(%q) = %s %q, gjson reads %s %q", path, res.Type, res.Raw, want.Type, want.Raw)
+			}
+		}
 		if v1 != v2 {
 			t.Fatalf("resolveKey not deterministic: %q then %q", v1, v2)
 		}

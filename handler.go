@@ -100,7 +100,7 @@ type Handler struct {
 	Mismatch string `json:"mismatch,omitempty"`
 
 	// The largest request body accepted, in bytes; larger gets 413.
-	// Default: 5MiB.
+	// Default: 5MiB; 1MiB for `stone` (docs/providers.md: Stone).
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	// How long the request body may take to arrive, from the moment the
@@ -185,6 +185,7 @@ type Handler struct {
 	metrics     *handlerMetrics
 	sourceValue any           // Source, boxed once for the replacer
 	bodyWait    *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
+	bodyBudget  int64         // the process's body budget, the app's; 0 for none (body.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -244,6 +245,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	h.bodyBudget = app.bodyBudget()
 	if presetSource {
 		if err := app.claimPresetSource(h.Provider); err != nil {
 			return err
@@ -292,8 +294,20 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 			h.InFlight = p.inFlight
 		}
 	}
+	if h.MaxBody == 0 {
+		// the default of the scheme that verifies (a preset's, or the
+		// verify scheme of that name)
+		scheme := h.Provider
+		if h.Verify != nil && h.Verify.Scheme != "" {
+			scheme = h.Verify.Scheme
+		}
+		h.MaxBody = providers[scheme].maxBody
+	}
 	if h.Source == "" {
 		return false, errors.New("source is required (or a provider preset that supplies it)")
+	}
+	if err := checkSource(h.Source); err != nil {
+		return false, err
 	}
 	if len(h.Key) == 0 {
 		h.Key = defaultKey
@@ -408,6 +422,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !slices.Contains(h.methods, r.Method) {
 		return rs.skip()
 	}
+	if rs.looped() {
+		return rs.loop()
+	}
 	err := rs.readBody()
 	defer rs.releaseBody()
 	if err != nil {
@@ -419,7 +436,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if answered, err := rs.bodyHandshake(); answered {
 		return err
 	}
-	rs.resolveKey()
+	if err := rs.resolveKey(); err != nil {
+		return rs.ambiguous(err)
+	}
 	if h.archive != nil {
 		// every outcome from here on is archived
 		rs.trackStatus()

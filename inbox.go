@@ -195,6 +195,7 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 		Timeout:     time.Duration(cfg.Timeout),
 		Concurrency: cfg.Concurrency,
 		TTL:         time.Duration(h.TTL),
+		Namespace:   h.namespace(),
 		Logger:      h.logger,
 	}
 	if ic.DeliverTo == "" {

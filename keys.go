@@ -127,9 +127,15 @@ func parseKeySources(list []string) ([]keySource, error) {
 // non-empty value, and that source (bodySource for the body hash). The body
 // source is `sha256:<hex>` of the body; a value that is too long, not
 // printable ASCII or itself starts with a hash prefix becomes
-// `key-sha256:<hex>` of the value. A list that yields nothing falls back to
-// the body hash, so every request has a key.
-func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, from keySource) {
+// `key-sha256:<hex>` of the value, except a value that is the body's own
+// `sha256:<hex>` (what an inbox or a redelivery sends as Idempotency-Key
+// for a body-keyed event), which is the body's key (isBodyKey), though
+// from still names the source it came from (a guard or note of an unsigned
+// source still applies). A list that yields nothing falls back to the body
+// hash, so every request has a key. A JSON
+// member on a key path that appears twice in its object is an ambiguous
+// delivery: resolveKey returns an *ambiguousError.
+func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32]byte) (value string, from keySource, err error) {
 	for _, ks := range sources {
 		var v string
 		switch ks.kind {
@@ -138,7 +144,10 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 				v = strings.TrimSpace(vs[0])
 			}
 		case keyJSON:
-			res := gjson.GetBytes(body, ks.arg)
+			res, ambiguous := jsonMember(body, ks.arg)
+			if ambiguous != "" {
+				return "", ks, &ambiguousError{path: ks.arg, member: ambiguous}
+			}
 			switch res.Type {
 			case gjson.String:
 				v = res.Str
@@ -148,22 +157,52 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 				// an object or array as the id is unusual but stable
 				v = res.Raw
 			}
+			if v != "" {
+				// v may be a view of the body, whose buffer is reused
+				// once the request is done
+				if s := sanitizeKeyValue(v, bodyHash); s != v {
+					return s, ks, nil
+				}
+				return strings.Clone(v), ks, nil
+			}
 		case keyQuery:
 			v = query.Value(r.URL.RawQuery, ks.arg)
 		case keyBody:
-			return hashKey(bodyHash), bodySource
+			return hashKey(bodyHash), bodySource, nil
 		}
 		if v != "" {
-			return sanitizeKeyValue(v), ks
+			return sanitizeKeyValue(v, bodyHash), ks, nil
 		}
 	}
-	return hashKey(bodyHash), bodySource
+	return hashKey(bodyHash), bodySource, nil
+}
+
+// isBodyKey reports whether a resolved key value is the body's hash: no
+// other value starts with its prefix (sanitizeKeyValue).
+func isBodyKey(value string) bool { return strings.HasPrefix(value, bodyHashPrefix) }
+
+// ambiguousError is a delivery whose key path reads a JSON member that
+// appears more than once in its object: the handler would read one value
+// and an application another (many parsers keep the last), so the
+// delivery is refused (docs/caddyfile.md: Keys).
+type ambiguousError struct {
+	path   string // the key path
+	member string // the member that appears more than once
+}
+
+func (e *ambiguousError) Error() string {
+	return "ambiguous delivery: the JSON member \"" + e.member + "\" of key json:" + e.path + " appears more than once"
 }
 
 // sanitizeKeyValue returns v if it is short printable ASCII that does not
 // start with a hash prefix (a body's, a hashed value's or a note's), else
-// `key-sha256:<hex>` of v.
-func sanitizeKeyValue(v string) string {
+// `key-sha256:<hex>` of v. A value that is this body's own hash,
+// `sha256:<hex>`, is returned as the body's key: it names the delivery it
+// comes with, no other (docs/inbox.md: Delivery).
+func sanitizeKeyValue(v string, bodyHash *[32]byte) string {
+	if strings.HasPrefix(v, bodyHashPrefix) && isBodyHash(v, bodyHash) {
+		return hashKey(bodyHash)
+	}
 	if len(v) > maxKeyValueLen || strings.HasPrefix(v, bodyHashPrefix) || strings.HasPrefix(v, valueHashPrefix) || strings.HasPrefix(v, notePrefix) {
 		return hashValue(v)
 	}
@@ -173,6 +212,18 @@ func sanitizeKeyValue(v string) string {
 		}
 	}
 	return v
+}
+
+// isBodyHash reports whether v is `sha256:<hex>` of the body, hex in
+// lower case as hashKey writes it.
+func isBodyHash(v string, bodyHash *[32]byte) bool {
+	if len(v) != len(bodyHashPrefix)+hex.EncodedLen(len(bodyHash)) {
+		return false
+	}
+	var b [len(bodyHashPrefix) + 64]byte
+	copy(b[:], bodyHashPrefix)
+	hex.Encode(b[len(bodyHashPrefix):], bodyHash[:])
+	return string(b[:]) == v
 }
 
 // hashValue formats the SHA-256 of a key value as `key-sha256:<hex>`.

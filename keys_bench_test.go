@@ -132,7 +132,7 @@ func BenchmarkResolveKey(b *testing.B) {
 			if want == "" {
 				want = hashKey(&hash)
 			}
-			if got, _ := resolveKey(sources, r, c.body, &hash); got != want {
+			if got, _, _ := resolveKey(sources, r, c.body, &hash); got != want {
 				b.Fatalf("resolveKey = %q, want %q", got, want)
 			}
 			if sources[0].kind != keyHeader {
@@ -144,7 +144,7 @@ func BenchmarkResolveKey(b *testing.B) {
 				if c.hashInLoop {
 					hash = sha256.Sum256(c.body)
 				}
-				if v, _ := resolveKey(sources, r, c.body, &hash); len(v) == 0 {
+				if v, _, _ := resolveKey(sources, r, c.body, &hash); len(v) == 0 {
 					b.Fatal("empty key")
 				}
 			}

@@ -116,7 +116,10 @@ func resolve(t *testing.T, keys []string, target string, header http.Header, bod
 		r.Header[k] = vs
 	}
 	sum := sha256.Sum256([]byte(body))
-	v, from := resolveKey(sources, r, []byte(body), &sum)
+	v, from, err := resolveKey(sources, r, []byte(body), &sum)
+	if err != nil {
+		t.Fatalf("resolveKey(%q): %v", keys, err)
+	}
 	return v, from.kind == keyBody
 }
 
@@ -266,8 +269,18 @@ func TestResolveKey(t *testing.T) {
 			body: `{"id":"a\nb"}`, want: keySHA256("a\nb"),
 		},
 		{
-			name: "a value spelling out a body hash is hashed", keys: []string{"header:X-Id", "body"},
-			header: http.Header{"X-Id": {sha256Key("b")}}, body: "b", want: keySHA256(sha256Key("b")),
+			name: "a value spelling out another body's hash is hashed", keys: []string{"header:X-Id", "body"},
+			header: http.Header{"X-Id": {sha256Key("c")}}, body: "b", want: keySHA256(sha256Key("c")),
+		},
+		{
+			// what an inbox or a redelivery sends for a body-keyed event:
+			// the same key at every hop (issue 22)
+			name: "a value spelling out this body's hash is the body's key", keys: []string{"header:X-Id", "body"},
+			header: http.Header{"X-Id": {sha256Key("b")}}, body: "b", want: sha256Key("b"),
+		},
+		{
+			name: "a body hash spelled in upper case is hashed", keys: []string{"header:X-Id", "body"},
+			header: http.Header{"X-Id": {strings.ToUpper(sha256Key("b"))}}, body: "b", want: strings.ToUpper(sha256Key("b")),
 		},
 		{
 			name: "a value spelling out a hashed value is hashed", keys: []string{"json:id"},
@@ -361,11 +374,58 @@ func TestKeyStoreLayout(t *testing.T) {
 				r.Header[k] = vs
 			}
 			sum := sha256.Sum256([]byte(tc.body))
-			v, _ := resolveKey(h.keys, r, []byte(tc.body), &sum)
+			v, _, err := resolveKey(h.keys, r, []byte(tc.body), &sum)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got := h.keyPrefix + v; got != tc.wantKey {
 				t.Errorf("store key = %q, want %q", got, tc.wantKey)
 			}
 		})
+	}
+}
+
+// A source with ':' (or a brace) would let the store keys of two routes be
+// the same string; JSON refuses it as the Caddyfile does.
+func TestKeySourceNamespaceInJSON(t *testing.T) {
+	for _, source := range []string{"a:b", "{a}", "a}"} {
+		ctx, cancel := testkit.NewContext(t)
+		h := Handler{Source: source}
+		err := h.Provision(ctx)
+		cancel()
+		if err == nil || err.Error() != "invalid source '"+source+"': it must not contain ':', '{' or '}'" {
+			t.Errorf("source %q: provision error %v", source, err)
+		}
+	}
+}
+
+// jsonMember reads what gjson reads, and finds a member given twice on the
+// path: in any object on the way, in any case, escaped or not; members
+// given twice elsewhere are not its concern.
+func TestJSONMember(t *testing.T) {
+	for _, tc := range []struct {
+		body, path, want, ambiguous string
+	}{
+		{`{"id":"a"}`, "id", `"a"`, ""},
+		{`{"id":"a","id":"b"}`, "id", "", "id"},
+		{`{"id":"a","Id":"b"}`, "id", "", "id"},
+		{`{"Id":"b"}`, "id", "", ""},
+		{`{"\u0069d":"b","id":"a"}`, "id", "", "id"},
+		{`{"data":{"id":"a"},"data":{"id":"b"}}`, "data.id", "", "data"},
+		{`{"data":{"id":"a","x":1,"x":2},"y":[1,1]}`, "data.id", `"a"`, ""},
+		{`{"data":{"id":"a"},"other":{"id":"b","id":"c"}}`, "data.id", `"a"`, ""},
+		{`{"e":[{"id":"a"},{"id":"b","id":"c"}]}`, "e.0.id", `"a"`, ""},
+		{`{"e":[{"id":"a"},{"id":"b","id":"c"}]}`, "e.1.id", "", "id"},
+		{`{"e":[{"id":"a"}]}`, "e.5.id", "", ""},
+		{`{"e":{"0":"x"}}`, "e.0", `"x"`, ""},
+		{`{"a.b":"x","a.b":"y"}`, `a\.b`, "", "a.b"},
+		{`{"a":"x"}`, "a.b", "", ""},
+		{`[{"id":1}]`, "0.id", "1", ""},
+	} {
+		res, ambiguous := jsonMember([]byte(tc.body), tc.path)
+		if res.Raw != tc.want || ambiguous != tc.ambiguous {
+			t.Errorf("jsonMember(%s, %q) = %q, ambiguous %q; want %q, %q", tc.body, tc.path, res.Raw, ambiguous, tc.want, tc.ambiguous)
+		}
 	}
 }
 

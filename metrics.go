@@ -32,6 +32,7 @@ func (op storeOp) String() string { return storeOpNames[op] }
 var allResults = [...]string{
 	resultNew, resultReplayed, resultConflict, resultMismatch, resultInvalidSignature,
 	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped, resultHandshake,
+	resultAmbiguous, resultLoop, resultOverBudget,
 	resultForbidden,
 }
 

@@ -167,6 +167,28 @@ func storeModuleName(raw json.RawMessage) string {
 	return m.Module
 }
 
+// checkSource is the rule of `source`. Store keys are
+// `<key_prefix>:<source>:<value>` and the redis store's streams carry the
+// hash tag `{<key_prefix>:<source>}`: a ':' in a source would let two
+// routes' keys be the same string (source `a` with key `b:k1` and source
+// `a:b` with key `k1`), and a brace would move or break the hash tag
+// (docs/caddyfile.md: Keys).
+func checkSource(v string) error {
+	if strings.ContainsAny(v, ":{}") {
+		return fmt.Errorf("invalid source '%s': it must not contain ':', '{' or '}'", v)
+	}
+	return nil
+}
+
+// checkKeyPrefix is the rule of a store's key_prefix, for a store module
+// that does not check its own: as checkSource, and no white space.
+func checkKeyPrefix(p string) error {
+	if strings.ContainsAny(p, ":{} \t\r\n") {
+		return fmt.Errorf("invalid key_prefix '%s': it must not contain ':', '{', '}' or white space", p)
+	}
+	return nil
+}
+
 // presetSourceConflict is the error for two handlers that take the same
 // source from a preset (README: Keys): where says where they are.
 func presetSourceConflict(preset, where string) error {

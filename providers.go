@@ -39,6 +39,10 @@ type provider struct {
 
 	// inFlight is the default in_flight mode; empty keeps the handler's.
 	inFlight string
+
+	// maxBody is the default max_body when the provider's deliveries are
+	// known to be far smaller than the handler's default; zero keeps it.
+	maxBody int64
 	// keys is the key material the scheme verifies with (zero: secrets);
 	// keysOptional, that the scheme works without any.
 	keys         keyMaterial
@@ -186,6 +190,12 @@ var providers = map[string]provider{
 		ttl:        2 * day, // 50 attempts over the day, at no fixed times
 		// the JWS signs the event (the body key's bytes) but not the
 		// event id header: that key is guarded
+		// an event is one resource's JSON, a few KB, wrapped in a JWS
+		// and a JWE (about 1.8 times its size): 1MiB holds events of
+		// 550 KB, and bounds what a forged delivery (anyone can encrypt
+		// to the partner's key) costs to decrypt (docs/providers.md:
+		// Stone)
+		maxBody: 1 << 20,
 	},
 	"evolution": {
 		defaultKey: []string{"body"},

@@ -33,6 +33,7 @@ type requestState struct {
 	extra *caddyhttp.ExtraLogFields
 
 	body        *pooledBody // see body.go
+	reserved    int64       // what body counts against the body budget (body.go)
 	event       []byte      // the verified content of a sealed delivery (stone.go)
 	bodyHash    [32]byte
 	keyValue    string // the resolved key value, as in the key placeholder
@@ -61,6 +62,9 @@ const (
 	resultUnavailable      = "unavailable"
 	resultSkipped          = "skipped"
 	resultHandshake        = "handshake"
+	resultAmbiguous        = "ambiguous"   // a JSON member read twice (keys.go)
+	resultLoop             = "loop"        // sent back by this route's own inbox or archive
+	resultOverBudget       = "over_budget" // the process's body budget is spent (body.go)
 	resultForbidden        = "forbidden"
 )
 
@@ -116,22 +120,50 @@ func (rs *requestState) setResult(result string) {
 	}
 }
 
-// skip passes a request whose method is not processed on untouched.
+// skip passes a request whose method is not processed on untouched. The
+// key placeholder is set, empty, so a header_up that sends it sends
+// nothing rather than the placeholder's text.
 func (rs *requestState) skip() error {
+	if rs.repl != nil {
+		rs.repl.Set(placeholderKey, "")
+	}
 	rs.setResult(resultSkipped)
 	return rs.next.ServeHTTP(rs.w, rs.r)
 }
 
+// looped reports whether the request was sent by this route's own inbox or
+// archive, or came through this route before: its Webhook-Via names the
+// route's key namespace (docs/inbox.md: Loops).
+func (rs *requestState) looped() bool {
+	return len(rs.r.Header[event.ViaHeader]) > 0 && event.HasVia(rs.r.Header, rs.h.namespace())
+}
+
+// loop answers a request that came back to the route it went through:
+// 508, before its body is read. An inbox dead-letters the event at once.
+func (rs *requestState) loop() error {
+	rs.setResult(resultLoop)
+	rs.h.logger.Warn("request sent back to the route it came through (Webhook-Via names this route); answering 508: deliver_to and redeliver_to must lead to the application, not to this route",
+		zap.Strings("webhook_via", rs.r.Header[event.ViaHeader]))
+	return writeError(rs.w, http.StatusLoopDetected, msgLoop, "")
+}
+
 // bodyFailed answers a body that could not be read: 413 when it is too
-// large, 408 when it did not arrive within body_timeout (the connection,
-// whose body is half read, is then closed), the error of an earlier
-// handler (such as request_body's 413) as it is, else 400. A body that
-// never arrived has no result: it is not a delivery.
+// large; 503 with Retry-After when the body budget has no room for it;
+// 408 when it did not arrive within body_timeout (the connection, whose
+// body is half read, is then closed); the error of an earlier handler
+// (such as request_body's 413) as it is; else 400. A body that never
+// arrived has no result: it is not a delivery.
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(resultTooLarge)
 		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+	}
+	if errors.Is(err, errOverBudget) {
+		// the rest of the body stays unread: the connection goes
+		rs.setResult(resultOverBudget)
+		rs.w.Header().Set("Connection", "close")
+		return writeError(rs.w, http.StatusServiceUnavailable, errOverBudget.Error(), budgetRetryAfter(rs.h))
 	}
 	if errors.Is(err, errBodyTimeout) {
 		if ce := rs.h.logger.Check(zap.DebugLevel, "request body not received in time"); ce != nil {
@@ -164,6 +196,9 @@ func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
 		return rs.stoneUnavailable()
 	}
+	if errors.Is(err, signature.ErrAmbiguous) {
+		return rs.ambiguous(err)
+	}
 	rs.setResult(resultInvalidSignature)
 	reason := signature.ErrInvalid.Reason
 	var ve *signature.Error
@@ -176,24 +211,43 @@ func (rs *requestState) unauthorized(err error) error {
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
-// resolveKey resolves the key (see keys.go) and sets its placeholder.
-func (rs *requestState) resolveKey() {
+// resolveKey resolves the key (see keys.go) and sets its placeholder. A
+// key path that reads a JSON member given twice is an ambiguous delivery:
+// the error is an *ambiguousError, and nothing is set.
+func (rs *requestState) resolveKey() error {
 	h := rs.h
 	rs.bodyHash = sha256.Sum256(rs.content())
 	var from keySource
-	rs.keyValue, from = resolveKey(h.keys, rs.r, rs.content(), &rs.bodyHash)
-	rs.keyFromBody = from.kind == keyBody
+	var err error
+	if rs.keyValue, from, err = resolveKey(h.keys, rs.r, rs.content(), &rs.bodyHash); err != nil {
+		return err
+	}
+	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
 	rs.set(placeholderKey, rs.keyValue)
 	rs.key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
-		switch h.guardMode {
-		case guardReject:
+		switch {
+		case h.guardMode == guardReject && !rs.keyFromBody:
+			// (a key that is the body hash is its own guard)
 			rs.guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
-		case guardFlag:
+		case h.guardMode == guardFlag:
 			rs.guard, rs.noted = h.guardKey(notePrefix, &rs.bodyHash), true
 		}
 	}
 	rs.owner = store.NewOwner()
+	return nil
+}
+
+// ambiguous answers a delivery whose JSON gives a member the handler reads
+// twice (a key path's, or Stone's envelope's): 400, before any store
+// access. One reader of the body would take the first, another the last;
+// such a delivery is no provider's (docs/caddyfile.md: Keys).
+func (rs *requestState) ambiguous(err error) error {
+	rs.setResult(resultAmbiguous)
+	if ce := rs.h.logger.Check(zap.DebugLevel, "refused ambiguous delivery"); ce != nil {
+		ce.Write(zap.Error(err))
+	}
+	return writeError(rs.w, http.StatusBadRequest, err.Error(), "")
 }
 
 // claim claims the key in one store round trip, or in inbox mode accepts
@@ -447,6 +501,7 @@ const (
 	msgInFlight    = "a delivery with this idempotency key is being processed"
 	msgMismatch    = "idempotency key reused with a different body"
 	msgUnavailable = "idempotency store unavailable"
+	msgLoop        = "delivery loop: this request was sent by this route's own inbox or redelivery (Webhook-Via); deliver_to and redeliver_to must lead to the application"
 )
 
 // writeError answers with a JSON error body.
@@ -463,6 +518,13 @@ func writeError(w http.ResponseWriter, status int, msg, retryAfter string) error
 		return caddyhttp.Error(status, err)
 	}
 	return nil
+}
+
+// budgetRetryAfter is the Retry-After of a body refused for the budget:
+// body_timeout, by when every body being read now has arrived or been
+// given up.
+func budgetRetryAfter(h *Handler) string {
+	return retryAfterSeconds(time.Duration(h.BodyTimeout), time.Second)
 }
 
 // retryAfterSeconds is the time left on the lease, rounded up to whole

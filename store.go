@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -73,6 +74,10 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	if p, ok := s.(store.Prefixer); ok {
 		prefix = p.KeyPrefix()
 	}
+	if err := checkKeyPrefix(prefix); err != nil {
+		// a store module of another namespace that does not check its own
+		return fmt.Errorf("store %s: %v", moduleName(s), err)
+	}
 	h.keyPrefix = prefix + ":" + h.Source + ":"
 	h.store = &meteredStore{backend: s, m: h.metrics}
 	h.store.guarded, _ = s.(store.GuardedStore)
@@ -83,6 +88,11 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	}
 	return nil
 }
+
+// namespace is the handler's key namespace, `<key_prefix>:<source>`: what
+// its store keys start with, and what Webhook-Via names for the requests
+// its inbox and archive send (internal/event, ViaHeader).
+func (h *Handler) namespace() string { return strings.TrimSuffix(h.keyPrefix, ":") }
 
 // meteredStore is a handler's store with every call timed and its failures
 // counted: the one place that observes store calls. Its methods take the

@@ -180,6 +180,32 @@ func (e *Request) NewRequest(ctx context.Context, target string) (*http.Request,
 	return req, nil
 }
 
+// ViaHeader names, on every request the module sends itself (an inbox's
+// delivery, an archive's redelivery), the key namespace of each route that
+// sent it on its way, `<key_prefix>:<source>`, one per hop in the order of
+// the hops, as HTTP's Via does for proxies (docs/inbox.md: Loops). A route
+// that finds its own namespace there answers 508: the request came back to
+// it, and processing it again would start a loop.
+const ViaHeader = "Webhook-Via"
+
+// AddVia adds namespace as the last hop of h's Webhook-Via.
+func AddVia(h http.Header, namespace string) {
+	h.Add(ViaHeader, namespace)
+}
+
+// HasVia reports whether h's Webhook-Via names namespace among its hops,
+// in any of its lines.
+func HasVia(h http.Header, namespace string) bool {
+	for _, line := range h[ViaHeader] {
+		for hop := range strings.SplitSeq(line, ",") {
+			if strings.TrimSpace(hop) == namespace {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // RetryAfter reads a Retry-After value, seconds or an HTTP date, as the
 // wait from t it asks for; 0 when it is absent or unreadable.
 func RetryAfter(v string, t time.Time) time.Duration {

@@ -43,6 +43,9 @@ type Config struct {
 	Timeout     time.Duration   // the bound of one delivery attempt
 	Concurrency int             // deliveries in progress at once
 	TTL         time.Duration   // how long a delivered event's key answers duplicates
+	// Namespace is the route's key namespace, `<key_prefix>:<source>`,
+	// added to every delivery's Webhook-Via (event.ViaHeader).
+	Namespace string
 	// OrderBy are the key sources of an event's group, as configured (the
 	// admin API shows them); GroupOf resolves them on an event, "" for no
 	// group. Events of one group are delivered one at a time, in

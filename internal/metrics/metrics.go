@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -86,10 +87,24 @@ var (
 		"list", "outcome")
 )
 
+// BufferedBodies is the number of bytes the request bodies being read or
+// handled take now, across the process: the handlers count their body
+// buffers here, against the global option's body_budget.
+var BufferedBodies atomic.Int64
+
+// BufferedBodyBytes reports BufferedBodies.
+var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	Namespace: "caddy",
+	Subsystem: "webhook_idempotency",
+	Name:      "buffered_body_bytes",
+	Help:      "Bytes the request bodies being read or handled take now, across the process (counted against body_budget).",
+}, func() float64 { return float64(BufferedBodies.Load()) })
+
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
 	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
 }
 
