@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 )
@@ -134,7 +135,11 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
 	if ev.BodyStored && ev.bodyRead {
-		s := string(ev.body)
+		// a view of the body, not a copy: an export of large bodies would
+		// otherwise leave one copy of each behind it. The body is never
+		// written once read: a backend's copy, or an event of the memory
+		// ring, which no one changes after its append.
+		s := unsafe.String(unsafe.SliceData(ev.body), len(ev.body))
 		if !utf8.ValidString(s) {
 			s, ev.BodyEncoding = base64.StdEncoding.EncodeToString(ev.body), "base64"
 		}
