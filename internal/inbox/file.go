@@ -332,7 +332,7 @@ func (q *fileQueue) retired(int) bool { return false }
 func (q *fileQueue) refresh(context.Context) error { return nil }
 
 // touch does nothing: no other worker takes an event over.
-func (q *fileQueue) touch(context.Context, message) error { return nil }
+func (q *fileQueue) touch(context.Context, []message) error { return nil }
 
 func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) ([]message, error) {
 	fs := q.src

@@ -37,9 +37,9 @@ type queue interface {
 	// reclaim takes over an event of lane that has been in delivery for
 	// longer than minIdle; false when there is none.
 	reclaim(ctx context.Context, lane int, minIdle time.Duration) (message, bool, error)
-	// touch tells that the worker holding m is alive, so it is not
-	// reclaimed while it waits for the rate limit.
-	touch(ctx context.Context, m message) error
+	// touch tells that the worker holding msgs (read from one lane) is
+	// alive, so they are not reclaimed while they wait for the rate limit.
+	touch(ctx context.Context, msgs []message) error
 	// moveDue makes the retries due by now deliverable again.
 	moveDue(ctx context.Context, now time.Time) error
 	// delivered removes a delivered event and shortens its key to ttl: its

@@ -73,9 +73,9 @@ func (r Rate) perSecond(level int) float64 {
 
 // limiter paces the deliveries of a source.
 type limiter interface {
-	// reserve takes the next delivery moment and returns how long from
-	// now it is.
-	reserve(ctx context.Context) (time.Duration, error)
+	// reserve takes the next n delivery moments and returns how long from
+	// now the first is, and the time from each to the next.
+	reserve(ctx context.Context, n int) (wait, step time.Duration, err error)
 	// slowDown applies the slow-down rule after a 429 without
 	// Retry-After.
 	slowDown(ctx context.Context) error
@@ -128,13 +128,14 @@ func (g *gcra) settle(now int64) {
 	}
 }
 
-// reserve takes the next moment at interval iv (full rate) and returns
-// the wait from now.
-func (g *gcra) reserve(now, iv int64) int64 {
+// reserve takes the next n moments at interval iv (full rate) and returns
+// the wait from now to the first, and the step between them.
+func (g *gcra) reserve(now, iv int64, n int) (wait, step int64) {
 	g.settle(now)
 	start := max(g.tat, now)
-	g.tat = start + iv<<g.level
-	return start - now
+	step = iv << g.level
+	g.tat = start + step*int64(n)
+	return start - now, step
 }
 
 // slowDown halves the rate unless it was halved less than slowEvery ago.
@@ -175,10 +176,11 @@ type localLimiter struct {
 	cell *gcraCell
 }
 
-func (l *localLimiter) reserve(context.Context) (time.Duration, error) {
+func (l *localLimiter) reserve(_ context.Context, n int) (time.Duration, time.Duration, error) {
 	l.cell.mu.Lock()
 	defer l.cell.mu.Unlock()
-	return time.Duration(l.cell.g.reserve(time.Now().UnixMicro(), l.rate.interval().Microseconds())) * time.Microsecond, nil
+	wait, step := l.cell.g.reserve(time.Now().UnixMicro(), l.rate.interval().Microseconds(), n)
+	return time.Duration(wait) * time.Microsecond, time.Duration(step) * time.Microsecond, nil
 }
 
 func (l *localLimiter) slowDown(context.Context) error {

@@ -36,16 +36,23 @@ func TestGCRA(t *testing.T) {
 	now := int64(1_000_000_000) * ms
 	// evenly spaced: each reservation one interval after the one before
 	for i := range 5 {
-		if w := g.reserve(now, iv); w != int64(i)*iv {
-			t.Fatalf("reservation %d waits %dµs, want %dµs", i, w, int64(i)*iv)
+		if w, step := g.reserve(now, iv, 1); w != int64(i)*iv || step != iv {
+			t.Fatalf("reservation %d waits %dµs (step %d), want %dµs", i, w, step, int64(i)*iv)
 		}
+	}
+	// several at once: the first moment, and the step to each next one
+	if w, step := g.reserve(now, iv, 3); w != 5*iv || step != iv {
+		t.Fatalf("three moments: wait %d, step %d", w, step)
+	}
+	if w, _ := g.reserve(now, iv, 1); w != 8*iv {
+		t.Fatalf("after three moments: wait %d, want %d", w, 8*iv)
 	}
 	// idle long enough, the next one goes at once: no burst is saved up
 	now += 10_000 * ms
-	if w := g.reserve(now, iv); w != 0 {
+	if w, _ := g.reserve(now, iv, 1); w != 0 {
 		t.Fatalf("after idling: wait %d", w)
 	}
-	if w := g.reserve(now, iv); w != iv {
+	if w, _ := g.reserve(now, iv, 1); w != iv {
 		t.Fatalf("right after: wait %d, want one interval", w)
 	}
 
@@ -56,9 +63,9 @@ func TestGCRA(t *testing.T) {
 	if g.level != 1 {
 		t.Fatalf("level %d after two 429s half a second apart, want 1", g.level)
 	}
-	g.reserve(now+600*ms, iv)
-	if w := g.reserve(now+600*ms, iv); w != 2*iv {
-		t.Fatalf("slowed once: spacing %d, want twice the interval", w)
+	g.reserve(now+600*ms, iv, 1)
+	if w, step := g.reserve(now+600*ms, iv, 1); w != 2*iv || step != 2*iv {
+		t.Fatalf("slowed once: spacing %d (step %d), want twice the interval", w, step)
 	}
 	// one more a second later halves it again, down to 1/16 at most
 	for i := range 6 {

@@ -431,13 +431,20 @@ func (q *redisQueue) reclaimFrom(ctx context.Context, p *partition, minIdle time
 	return message{lane: p.lane, id: msgs[0].ID, ev: fromMessage(msgs[0]), deliveries: deliveries}, true, nil
 }
 
-// touch keeps an event this worker holds from looking abandoned: its idle
+// touch keeps events this worker holds from looking abandoned: their idle
 // time starts again (the delivery count stays).
-func (q *redisQueue) touch(ctx context.Context, m message) error {
+func (q *redisQueue) touch(ctx context.Context, msgs []message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
 	ctx, cancel := q.call(ctx)
 	defer cancel()
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.id
+	}
 	return q.client.XClaimJustID(ctx, &redis.XClaimArgs{
-		Stream: q.part(m.lane).stream(), Group: group, Consumer: q.consumer, Messages: []string{m.id},
+		Stream: q.part(msgs[0].lane).stream(), Group: group, Consumer: q.consumer, Messages: ids,
 	}).Err()
 }
 
@@ -880,29 +887,30 @@ type redisLimiter struct {
 	rate Rate
 }
 
-func (l *redisLimiter) run(ctx context.Context, op string) ([]any, error) {
+func (l *redisLimiter) run(ctx context.Context, op string, n int) ([]any, error) {
 	ctx, cancel := l.q.call(ctx)
 	defer cancel()
 	return rateScript.Run(ctx, l.q.client, []string{l.q.rateKey}, op, l.rate.interval().Microseconds(),
-		slowEvery.Microseconds(), slowStep.Microseconds(), maxSlowLevel).Slice()
+		slowEvery.Microseconds(), slowStep.Microseconds(), maxSlowLevel, n).Slice()
 }
 
-func (l *redisLimiter) reserve(ctx context.Context) (time.Duration, error) {
-	v, err := l.run(ctx, "reserve")
-	if err != nil {
-		return 0, err
+func (l *redisLimiter) reserve(ctx context.Context, n int) (time.Duration, time.Duration, error) {
+	v, err := l.run(ctx, "reserve", n)
+	if err != nil || len(v) != 3 {
+		return 0, 0, cmp.Or(err, errors.New("rate: unexpected reply"))
 	}
 	wait, _ := v[0].(int64)
-	return time.Duration(wait) * time.Microsecond, nil
+	step, _ := v[2].(int64)
+	return time.Duration(wait) * time.Microsecond, time.Duration(step) * time.Microsecond, nil
 }
 
 func (l *redisLimiter) slowDown(ctx context.Context) error {
-	_, err := l.run(ctx, "slow")
+	_, err := l.run(ctx, "slow", 0)
 	return err
 }
 
 func (l *redisLimiter) state(ctx context.Context) (RateState, error) {
-	v, err := l.run(ctx, "read")
+	v, err := l.run(ctx, "read", 0)
 	if err != nil || len(v) != 4 {
 		return RateState{}, cmp.Or(err, errors.New("rate: unexpected reply"))
 	}

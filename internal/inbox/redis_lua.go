@@ -323,9 +323,11 @@ return {redis.call('ZCARD', KEYS[7]), redis.call('XLEN', KEYS[4]), out}
 
 	// KEYS: the source's rate hash. ARGV: 'reserve', 'slow' or 'read',
 	// the interval at the full rate, slowEvery, slowStep (microseconds),
-	// maxSlowLevel. The GCRA of rate.go on Redis's clock: reserve returns
-	// {wait, level}, slow {0, level}, read {tat, level, at, now}
-	// (microseconds). The hash expires once it no longer matters.
+	// maxSlowLevel, the number of moments to reserve. The GCRA of rate.go
+	// on Redis's clock: reserve returns {the wait for the first moment,
+	// level, the step to each next one}, slow {0, level, 0}, read {tat,
+	// level, at, now} (microseconds). The hash expires once it no longer
+	// matters.
 	rateScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -343,16 +345,17 @@ end
 if ARGV[1] == 'read' then
 	return {string.format('%d', tat), level, string.format('%d', at), string.format('%d', now)}
 end
-local wait = 0
+local wait, step = 0, 0
 if ARGV[1] == 'reserve' then
 	local start = math.max(tat, now)
-	tat = start + iv * 2 ^ level
+	step = iv * 2 ^ level
+	tat = start + step * tonumber(ARGV[6])
 	wait = start - now
 elseif level == 0 or now - at >= every then
 	level, at = math.min(level + 1, maxl), now
 end
 redis.call('HSET', KEYS[1], 'tat', string.format('%d', tat), 'level', level, 'at', string.format('%d', at))
 redis.call('PEXPIRE', KEYS[1], math.floor((math.max(tat - now, 0) + (level + 1) * step) / 1000) + 1000)
-return {wait, level}
+return {wait, level, step}
 `)
 )

@@ -84,17 +84,9 @@ func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 			ib.warn("reading the inbox queue failed; retrying", err)
 			sleepCtx(ctx, time.Second)
 		}
-		for i, m := range msgs {
-			if !ib.pace(ctx, m) {
-				// the inbox stops: what is left goes back, unattempted
-				for _, rest := range msgs[i+1:] {
-					ib.putBack(rest)
-				}
-				ib.releaseSlots(len(msgs) - i)
-				return
-			}
-			ib.wg.Add(1)
-			go ib.deliver(m)
+		if n := ib.pace(ctx, msgs, func(m message) { ib.wg.Add(1); go ib.deliver(m) }); n < len(msgs) {
+			ib.releaseSlots(len(msgs) - n) // the inbox stops: the rest went back
+			return
 		}
 	}
 }
@@ -126,34 +118,46 @@ func (ib *Inbox) putBack(m message) {
 	}
 }
 
-// pace waits until the rate limit lets m be delivered, telling the queue
-// that its worker is alive every timeout meanwhile, so that no other worker
-// reclaims it. When the inbox stops first, m goes back into the queue, its
-// attempt not made, and pace returns false.
-func (ib *Inbox) pace(ctx context.Context, m message) bool {
+// pace starts the delivery of each of msgs (read together from one lane)
+// once the rate limit lets it: one reservation takes a moment for each,
+// and the events not started yet are held meanwhile, the queue told every
+// timeout that their worker is alive, so that no other worker reclaims
+// them. It returns how many it started: when the inbox stops first, the
+// rest go back into the queue, their attempts not made.
+func (ib *Inbox) pace(ctx context.Context, msgs []message, start func(message)) int {
 	if ib.limit == nil {
-		return true
+		for _, m := range msgs {
+			start(m)
+		}
+		return len(msgs)
 	}
-	var wait time.Duration
+	var wait, step time.Duration
 	for {
 		bg, cancel := ib.bg()
-		w, err := ib.limit.reserve(bg)
+		w, s, err := ib.limit.reserve(bg, len(msgs))
 		cancel()
 		if err == nil {
-			wait = w
+			wait, step = w, s
 			break
 		}
 		ib.warn("reading the inbox rate limit failed; retrying", err)
-		if !ib.sleepHolding(ctx, m, time.Second) {
-			return false
+		if !ib.sleepHolding(ctx, msgs, time.Second) {
+			return 0
 		}
 	}
-	return ib.sleepHolding(ctx, m, wait)
+	at := time.Now().Add(wait)
+	for i, m := range msgs {
+		if !ib.sleepHolding(ctx, msgs[i:], time.Until(at.Add(time.Duration(i)*step))) {
+			return i
+		}
+		start(m)
+	}
+	return len(msgs)
 }
 
-// sleepHolding waits d while m is held, touching it every timeout; false
-// when the inbox stopped first, m then put back.
-func (ib *Inbox) sleepHolding(ctx context.Context, m message, d time.Duration) bool {
+// sleepHolding waits d while msgs are held, touching them every timeout;
+// false when the inbox stopped first, msgs then put back.
+func (ib *Inbox) sleepHolding(ctx context.Context, msgs []message, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		left := time.Until(deadline)
@@ -162,12 +166,14 @@ func (ib *Inbox) sleepHolding(ctx context.Context, m message, d time.Duration) b
 		}
 		sleepCtx(ctx, min(left, ib.cfg.Timeout))
 		if ctx.Err() != nil {
-			ib.putBack(m) // not attempted
+			for _, m := range msgs {
+				ib.putBack(m) // not attempted
+			}
 			return false
 		}
 		bg, cancel := ib.bg()
 		if time.Until(deadline) > 0 {
-			if err := ib.q.touch(bg, m); err != nil {
+			if err := ib.q.touch(bg, msgs); err != nil {
 				ib.warn("renewing a held inbox event failed; another worker may take it over", err)
 			}
 		}
@@ -270,12 +276,10 @@ func (ib *Inbox) reclaim(ctx context.Context) {
 				break
 			}
 			ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
-			if !ib.pace(ctx, m) {
+			if ib.pace(ctx, []message{m}, func(m message) { ib.wg.Add(1); go ib.deliver(m) }) == 0 {
 				<-ib.slots
 				return
 			}
-			ib.wg.Add(1)
-			go ib.deliver(m)
 		}
 	}
 }
@@ -324,11 +328,6 @@ func (ib *Inbox) deliver(m message) {
 			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
 		}
-	case derr == nil && status == http.StatusLoopDetected:
-		err = ib.deadLetter(bg, m, attempt, status, "delivery loop: HTTP 508 from deliver_to, which leads back to a route this event came through; point deliver_to at the application")
-		if err == nil {
-			logger.Warn("inbox event dead-lettered: deliver_to leads back to a route the event came through (HTTP 508)", zap.String("deliver_to", ib.cfg.DeliverTo))
-		}
 	case derr == nil && permanentFailure(status):
 		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
 		if err == nil {
@@ -374,14 +373,9 @@ func (ib *Inbox) deadLetter(ctx context.Context, m message, attempts, status int
 	return err
 }
 
-// permanentFailure reports whether a status means the event cannot be
-// delivered for good: a 4xx other than 408, 425 and 429 (the application
-// refuses it), or 508 (deliver_to leads back to this route, or to another
-// that sent it here: retrying would only go round the loop again).
+// permanentFailure reports whether a status means the application refuses
+// the event for good: a 4xx other than 408, 425 and 429.
 func permanentFailure(status int) bool {
-	if status == http.StatusLoopDetected {
-		return true
-	}
 	return status >= 400 && status <= 499 && status != http.StatusRequestTimeout &&
 		status != http.StatusTooEarly && status != http.StatusTooManyRequests
 }
@@ -396,9 +390,6 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 		return 0, 0, err
 	}
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
-	if ib.cfg.Namespace != "" {
-		event.AddVia(req.Header, ib.cfg.Namespace)
-	}
 	if ev.Suspected != "" {
 		req.Header.Set(SuspectedHeader, strings.TrimPrefix(ev.Suspected, strings.TrimSuffix(ev.StoreKey, ev.Key)))
 	}
