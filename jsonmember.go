@@ -30,7 +30,7 @@ func jsonMember(body []byte, path string) (res gjson.Result, ambiguous string) {
 		sc.space()
 	}
 	start, end, ambiguous := sc.member(path)
-	if ambiguous != "" || start < 0 {
+	if ambiguous != "" || start < 0 || sc.bad {
 		return gjson.Result{}, ambiguous
 	}
 	return gjson.Parse(bytesView(body[start:end])), ""
@@ -41,8 +41,9 @@ var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 // jsonScanner reads JSON forward from i.
 type jsonScanner struct {
-	b []byte
-	i int
+	b   []byte
+	i   int
+	bad bool // what was read is not JSON
 }
 
 // member reads the container at i (an object or an array) to its end and
@@ -59,7 +60,9 @@ func (sc *jsonScanner) member(path string) (start, end int, ambiguous string) {
 	case '[':
 		return sc.arrayMember(seg, rest)
 	}
-	sc.skipValue()
+	if !sc.skipValue() {
+		return sc.fail()
+	}
 	return -1, -1, ""
 }
 
@@ -69,19 +72,19 @@ func (sc *jsonScanner) objectMember(seg, rest string) (start, end int, ambiguous
 	start, end = -1, -1
 	matches := 0
 	sc.i++ // {
+	sc.space()
+	if sc.i < len(sc.b) && sc.b[sc.i] == '}' {
+		sc.i++
+		return start, end, ""
+	}
 	for {
-		sc.space()
-		if sc.i >= len(sc.b) || sc.b[sc.i] == '}' {
-			sc.i++
-			return start, end, ""
-		}
-		if sc.b[sc.i] != '"' {
-			return -1, -1, ""
+		if sc.i >= len(sc.b) || sc.b[sc.i] != '"' {
+			return sc.fail()
 		}
 		keyStart := sc.i + 1
 		escaped, ok := sc.skipString()
 		if !ok {
-			return -1, -1, ""
+			return sc.fail()
 		}
 		key := bytesView(sc.b[keyStart : sc.i-1])
 		if escaped {
@@ -89,13 +92,13 @@ func (sc *jsonScanner) objectMember(seg, rest string) (start, end int, ambiguous
 		}
 		sc.space()
 		if sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
-			return -1, -1, ""
+			return sc.fail()
 		}
 		sc.i++
 		sc.space()
 		if !strings.EqualFold(key, seg) {
 			if !sc.skipValue() {
-				return -1, -1, ""
+				return sc.fail()
 			}
 		} else {
 			matches++
@@ -105,24 +108,25 @@ func (sc *jsonScanner) objectMember(seg, rest string) (start, end int, ambiguous
 			case key != seg:
 				// a name in another case: counted, not taken
 				if !sc.skipValue() {
-					return -1, -1, ""
+					return sc.fail()
 				}
 			case rest != "":
 				var amb string
-				if start, end, amb = sc.member(rest); amb != "" {
+				if start, end, amb = sc.member(rest); amb != "" || sc.bad {
 					return -1, -1, amb
 				}
 			default:
 				start = sc.i
 				if !sc.skipValue() {
-					return -1, -1, ""
+					return sc.fail()
 				}
 				end = sc.i
 			}
 		}
-		sc.space()
-		if sc.i < len(sc.b) && sc.b[sc.i] == ',' {
-			sc.i++
+		if done, ok := sc.next('}'); !ok {
+			return sc.fail()
+		} else if done {
+			return start, end, ""
 		}
 	}
 }
@@ -133,117 +137,159 @@ func (sc *jsonScanner) arrayMember(seg, rest string) (start, end int, ambiguous 
 	start, end = -1, -1
 	want, isIndex := arrayIndex(seg)
 	sc.i++ // [
+	sc.space()
+	if sc.i < len(sc.b) && sc.b[sc.i] == ']' {
+		sc.i++
+		return start, end, ""
+	}
 	for n := 0; ; n++ {
-		sc.space()
-		if sc.i >= len(sc.b) || sc.b[sc.i] == ']' {
-			sc.i++
-			return start, end, ""
-		}
 		switch {
 		case !isIndex || n != want:
 			if !sc.skipValue() {
-				return -1, -1, ""
+				return sc.fail()
 			}
 		case rest != "":
 			var amb string
-			if start, end, amb = sc.member(rest); amb != "" {
+			if start, end, amb = sc.member(rest); amb != "" || sc.bad {
 				return -1, -1, amb
 			}
 		default:
 			start = sc.i
 			if !sc.skipValue() {
-				return -1, -1, ""
+				return sc.fail()
 			}
 			end = sc.i
 		}
-		sc.space()
-		if sc.i < len(sc.b) && sc.b[sc.i] == ',' {
-			sc.i++
+		if done, ok := sc.next(']'); !ok {
+			return sc.fail()
+		} else if done {
+			return start, end, ""
 		}
 	}
 }
 
-// space skips white space.
-func (sc *jsonScanner) space() {
-	for sc.i < len(sc.b) {
-		switch sc.b[sc.i] {
-		case ' ', '\t', '\n', '\r':
-			sc.i++
-		default:
-			return
-		}
+// next reads what follows a member or element: a ',' (another follows) or
+// closing (the container is done). Anything else is not JSON.
+func (sc *jsonScanner) next(closing byte) (done, ok bool) {
+	sc.space()
+	if sc.i >= len(sc.b) {
+		return false, false
 	}
+	switch sc.b[sc.i] {
+	case ',':
+		sc.i++
+		sc.space()
+		return false, true
+	case closing:
+		sc.i++
+		return true, true
+	}
+	return false, false
+}
+
+// fail marks the body as not JSON: nothing is read from it.
+func (sc *jsonScanner) fail() (start, end int, ambiguous string) {
+	sc.bad = true
+	sc.i = len(sc.b)
+	return -1, -1, ""
+}
+
+// space skips white space (and, leniently, any other control byte).
+func (sc *jsonScanner) space() {
+	i := sc.i
+	for i < len(sc.b) && sc.b[i] <= ' ' {
+		i++
+	}
+	sc.i = i
 }
 
 // skipString skips the string at i (its opening quote) and reports
 // whether it has escapes; ok is false when it does not end.
 func (sc *jsonScanner) skipString() (escaped, ok bool) {
-	i := sc.i + 1
-	for {
-		j := bytes.IndexByte(sc.b[i:], '"')
-		if j < 0 {
-			sc.i = len(sc.b)
-			return escaped, false
-		}
-		q := i + j
-		if !escaped && bytes.IndexByte(sc.b[i:q], '\\') >= 0 {
+	b := sc.b
+	for i := sc.i + 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
 			escaped = true
-		}
-		// the quote ends the string unless an odd number of
-		// backslashes escape it
-		k := q
-		for k > sc.i+1 && sc.b[k-1] == '\\' {
-			k--
-		}
-		if (q-k)%2 == 0 {
-			sc.i = q + 1
+			i++
+		case '"':
+			sc.i = i + 1
 			return escaped, true
 		}
-		i = q + 1
 	}
+	sc.i = len(b)
+	return escaped, false
 }
 
 // skipValue skips the value at i: a string, an object or array (strings
 // in it skipped as strings), or a literal up to the next delimiter. It
 // reports false at a string that does not end.
 func (sc *jsonScanner) skipValue() bool {
-	if sc.i >= len(sc.b) {
+	b, i := sc.b, sc.i
+	if i >= len(b) {
 		return true
 	}
-	switch sc.b[sc.i] {
+	switch b[i] {
 	case '"':
-		_, ok := sc.skipString()
-		return ok
+		if i = stringEnd(b, i); i < 0 {
+			sc.i = len(b)
+			return false
+		}
+		sc.i = i + 1
+		return true
 	case '{', '[':
+		// one byte at a time, i kept local: values off the path are
+		// most of what a key path reads
 		depth := 0
-		for sc.i < len(sc.b) {
-			switch sc.b[sc.i] {
+		for ; i < len(b); i++ {
+			switch b[i] {
 			case '"':
-				if _, ok := sc.skipString(); !ok {
+				if i = stringEnd(b, i); i < 0 {
+					sc.i = len(b)
 					return false
 				}
-				continue
 			case '{', '[':
 				depth++
 			case '}', ']':
-				depth--
-				if depth == 0 {
-					sc.i++
+				if depth--; depth == 0 {
+					sc.i = i + 1
 					return true
 				}
 			}
-			sc.i++
 		}
+		sc.i = i
 		return true
 	}
-	for sc.i < len(sc.b) {
-		switch sc.b[sc.i] {
+	for ; i < len(b); i++ {
+		switch b[i] {
 		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			sc.i = i
 			return true
 		}
-		sc.i++
 	}
+	sc.i = i
 	return true
+}
+
+// stringEnd returns the index of the quote that ends the string whose
+// opening quote is at i, -1 when none does.
+func stringEnd(b []byte, i int) int {
+	for i++; ; {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return -1
+		}
+		q := i + j
+		// escaped by an odd number of backslashes, it ends nothing
+		k := q
+		for b[k-1] == '\\' {
+			k--
+		}
+		if (q-k)%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
 }
 
 // nextSegment splits the first segment off a plain path, `\` escapes

@@ -421,6 +421,13 @@ func TestJSONMember(t *testing.T) {
 		{`{"a.b":"x","a.b":"y"}`, `a\.b`, "", "a.b"},
 		{`{"a":"x"}`, "a.b", "", ""},
 		{`[{"id":1}]`, "0.id", "1", ""},
+		{"\ufeff{\"id\":\"a\"}", "id", `"a"`, ""},
+		// not JSON: nothing is read from it
+		{`{"id":"a",}`, "id", "", ""},
+		{`{"id":"a"`, "id", "", ""},
+		{`{"id":"a" "x":1}`, "id", "", ""},
+		{`{"entry":["changes":[{"value":{"messages":[{"id":"wamid.1"}]}}]}]}`, "entry.0.chapges.0.value.messages.0.id", "", ""},
+		{`[,,]`, "0", "", ""},
 	} {
 		res, ambiguous := jsonMember([]byte(tc.body), tc.path)
 		if res.Raw != tc.want || ambiguous != tc.ambiguous {
