@@ -75,9 +75,10 @@ func startReloadTraffic(url string, workers int, duplicate bool) *reloadTraffic 
 
 // send posts key once, as a provider would: a request that gets no HTTP
 // answer at all (a connection reset while Caddy hands its listener over)
-// is sent again. The first attempt may have reached Caddy and still be in
-// flight, so the retry may get a 409; the provider then retries again
-// later.
+// is sent again, until it gets one. The first attempt may have reached
+// Caddy and still be in flight, so a retry may get a 409; the provider
+// then retries again later. Only an answer that is not 200 in the end is
+// a failure.
 func (tr *reloadTraffic) send(url, key string) {
 	post := func() (*http.Response, error) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(key))
@@ -88,13 +89,18 @@ func (tr *reloadTraffic) send(url, key string) {
 	tr.sent.Add(1)
 	if err != nil {
 		tr.resets.Add(1)
+		// a provider retries until it gets an answer: another reset (the
+		// next reload) or a 409 (the first attempt still in flight) is
+		// retried after a pause
 		for range 50 {
 			resp, err = post()
-			if err != nil || resp.StatusCode != http.StatusConflict {
+			if err == nil && resp.StatusCode != http.StatusConflict {
 				break
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
