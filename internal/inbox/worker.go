@@ -328,6 +328,11 @@ func (ib *Inbox) deliver(m message) {
 			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
 		}
+	case derr == nil && status == http.StatusLoopDetected:
+		err = ib.deadLetter(bg, m, attempt, status, "delivery loop: HTTP 508 from deliver_to, which leads back to a route this event came through; point deliver_to at the application")
+		if err == nil {
+			logger.Warn("inbox event dead-lettered: deliver_to leads back to a route the event came through (HTTP 508)", zap.String("deliver_to", ib.cfg.DeliverTo))
+		}
 	case derr == nil && permanentFailure(status):
 		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
 		if err == nil {
@@ -373,9 +378,14 @@ func (ib *Inbox) deadLetter(ctx context.Context, m message, attempts, status int
 	return err
 }
 
-// permanentFailure reports whether a status means the application refuses
-// the event for good: a 4xx other than 408, 425 and 429.
+// permanentFailure reports whether a status means the event cannot be
+// delivered for good: a 4xx other than 408, 425 and 429 (the application
+// refuses it), or 508 (deliver_to leads back to this route, or to another
+// that sent it here: retrying would only go round the loop again).
 func permanentFailure(status int) bool {
+	if status == http.StatusLoopDetected {
+		return true
+	}
 	return status >= 400 && status <= 499 && status != http.StatusRequestTimeout &&
 		status != http.StatusTooEarly && status != http.StatusTooManyRequests
 }
@@ -390,6 +400,9 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 		return 0, 0, err
 	}
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
+	if ib.cfg.Namespace != "" {
+		event.AddVia(req.Header, ib.cfg.Namespace)
+	}
 	if ev.Suspected != "" {
 		req.Header.Set(SuspectedHeader, strings.TrimPrefix(ev.Suspected, strings.TrimSuffix(ev.StoreKey, ev.Key)))
 	}
