@@ -63,7 +63,7 @@ func statusUpstream(t *testing.T) *testkit.Upstream {
 	})
 }
 
-// wantRejected checks a 401 with its JSON reason (SPEC §3.3).
+// wantRejected checks a 401 with its JSON reason (docs/caddyfile.md).
 func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string) {
 	t.Helper()
 	if resp.StatusCode != http.StatusUnauthorized {

@@ -16,7 +16,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
-// The replay guard (SPEC §3.4.1, docs/caddyfile.md: Replays under a new
+// The replay guard (docs/caddyfile.md: Replays under a new
 // id). With `replay_guard reject`, a captured signed delivery re-sent with
 // its unsigned id header changed must not be executed again within ttl:
 // one signed GitHub delivery re-sent with X-GitHub-Delivery d1, d1, d2,

@@ -658,7 +658,7 @@ func TestInboxRedisDownAtAcceptIs503(t *testing.T) {
 }
 
 // Inbox mode refuses `fail open` and the memory store at load time; it
-// runs on the redis store and on the file store, the default (SPEC §7).
+// runs on the redis store and on the file store, the default.
 func TestInboxConfigErrors(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	for _, tc := range []struct {

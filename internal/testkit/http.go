@@ -16,7 +16,7 @@ import (
 // front of an Upstream.
 
 // ReplayedHeader is the header every replayed response carries, with the
-// value "true" (SPEC §3.6).
+// value "true".
 const ReplayedHeader = "Idempotent-Replayed"
 
 // ProxySite is a site on port that runs directive (a whole
