@@ -125,8 +125,8 @@ func PostChunked(t testing.TB, url string, body []byte, header ...string) Reply 
 // opaqueReader hides a reader's length, as a chunked request body does.
 type opaqueReader struct{ io.Reader }
 
-// SHA256Key is the key value of a body hash, `sha256:<hex>` of s (SPEC
-// §3.4).
+// SHA256Key is the key value of a body hash, `sha256:<hex>` of s
+// (docs/caddyfile.md).
 func SHA256Key(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return "sha256:" + hex.EncodeToString(sum[:])
