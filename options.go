@@ -180,15 +180,6 @@ func checkSource(v string) error {
 	return nil
 }
 
-// checkKeyPrefix is the rule of a store's key_prefix, for a store module
-// that does not check its own: as checkSource, and no white space.
-func checkKeyPrefix(p string) error {
-	if strings.ContainsAny(p, ":{} \t\r\n") {
-		return fmt.Errorf("invalid key_prefix '%s': it must not contain ':', '{', '}' or white space", p)
-	}
-	return nil
-}
-
 // presetSourceConflict is the error for two handlers that take the same
 // source from a preset (README: Keys): where says where they are.
 func presetSourceConflict(preset, where string) error {

@@ -74,7 +74,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	if p, ok := s.(store.Prefixer); ok {
 		prefix = p.KeyPrefix()
 	}
-	if err := checkKeyPrefix(prefix); err != nil {
+	if err := store.CheckKeyPrefix(prefix); err != nil {
 		// a store module of another namespace that does not check its own
 		return fmt.Errorf("store %s: %v", moduleName(s), err)
 	}

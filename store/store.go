@@ -20,7 +20,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -165,9 +167,22 @@ type KeyInfo struct {
 }
 
 // Prefixer is implemented by a store whose keys start with a configured
-// prefix (`key_prefix`) rather than `idem`.
+// prefix (`key_prefix`) rather than `idem`. The prefix must pass
+// CheckKeyPrefix.
 type Prefixer interface {
 	KeyPrefix() string
+}
+
+// CheckKeyPrefix is the rule of a key prefix. Keys are
+// `<key_prefix>:<source>:<value>` and a source's streams share the hash
+// tag `{<key_prefix>:<source>}`: a ':' in the prefix would let the keys of
+// two routes be the same string (`idem:a` with source `b` and `idem` with
+// source `a`, say), and a brace would move or break the hash tag.
+func CheckKeyPrefix(p string) error {
+	if strings.ContainsAny(p, ":{} \t\r\n") {
+		return fmt.Errorf("invalid key_prefix %q: it must not contain ':', '{', '}' or white space (keys are <key_prefix>:<source>:<value>; a ':' would let two routes' keys collide)", p)
+	}
+	return nil
 }
 
 // RecentRecords is implemented by a store that keeps a local copy of the

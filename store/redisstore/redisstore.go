@@ -170,20 +170,8 @@ func (s *Store) Validate() error {
 	if s.Timeout < 0 {
 		return fmt.Errorf("redis store: timeout must not be negative, got %s", time.Duration(s.Timeout))
 	}
-	if err := checkPrefix(s.Prefix); err != nil {
+	if err := store.CheckKeyPrefix(s.Prefix); err != nil {
 		return fmt.Errorf("redis store: %v", err)
-	}
-	return nil
-}
-
-// checkPrefix is the rule of key_prefix. Keys are
-// `<key_prefix>:<source>:<value>` and a source's streams share the hash tag
-// `{<key_prefix>:<source>}`: a ':' in the prefix would let the keys of two
-// routes be the same string (`idem:a` with source `b` and `idem` with
-// source `a`, say), and a brace would move or break the hash tag.
-func checkPrefix(p string) error {
-	if strings.ContainsAny(p, ":{} \t\r\n") {
-		return fmt.Errorf("invalid key_prefix %q: it must not contain ':', '{', '}' or white space (keys are <key_prefix>:<source>:<value>; a ':' would let two routes' keys collide)", p)
 	}
 	return nil
 }
@@ -329,7 +317,7 @@ func (s *Store) setOption(name, v string, args []string) (err error) {
 	case "tls":
 		s.TLS = true
 	case "key_prefix":
-		if err := checkPrefix(v); err != nil {
+		if err := store.CheckKeyPrefix(v); err != nil {
 			return err
 		}
 		s.Prefix = v
