@@ -144,13 +144,13 @@ http://127.0.0.1:%d {
 	}()
 	var inflight adminKeyJSON
 	testkit.Eventually(t, 10*time.Second, "k3 in flight", func() bool {
-		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k3", &inflight)
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/keys/k3", &inflight)
 		return inflight.State == "in_flight"
 	})
 	if inflight.LeaseLeftMs == nil || *inflight.LeaseLeftMs <= 0 || *inflight.LeaseLeftMs > 30000 || inflight.StoreKey != "idem:adm:k3" {
 		t.Fatalf("in flight: %+v", inflight)
 	}
-	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k3", http.StatusConflict)
+	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k3", http.StatusConflict)
 	close(release)
 	<-slowDone
 	if slowErr != nil {
@@ -159,7 +159,7 @@ http://127.0.0.1:%d {
 
 	// sources
 	var all []adminSourceJSON
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/", &all)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/", &all)
 	if len(all) != 3 || all[0].Source != "adm" || all[1].Source != "adm_noredo" || all[2].Source != "adm_plain" {
 		t.Fatalf("sources: %+v", all)
 	}
@@ -173,48 +173,48 @@ http://127.0.0.1:%d {
 		t.Fatalf("adm_plain: %+v", all[2])
 	}
 	var one adminSourceJSON
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm", &one)
 	if one.Source != "adm" || one.Archive == nil {
 		t.Fatalf("one source: %+v", one)
 	}
 	testkit.Eventually(t, 10*time.Second, "four archived events", func() bool {
-		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm", &one)
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm", &one)
 		return one.Archive.Events == 4
 	})
 
 	// keys
 	var k adminKeyJSON
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k1", &k)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/keys/k1", &k)
 	if k.State != "completed" || k.Status != 200 || k.RecordedAt == nil || k.ExpiresAt == nil ||
 		time.Since(*k.RecordedAt) > time.Minute || time.Since(*k.RecordedAt) < -time.Second ||
 		k.ExpiresAt.Sub(*k.RecordedAt) != 24*time.Hour {
 		t.Fatalf("completed key: %+v", k)
 	}
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/k2", &k)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/keys/k2", &k)
 	if k.State != "absent" || k.Key != "k2" {
 		t.Fatalf("released key: %+v", k)
 	}
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm_plain/keys/p1", &k)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm_plain/keys/p1", &k)
 	if k.State != "completed" || k.Status != 200 {
 		t.Fatalf("memory key: %+v", k)
 	}
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/keys/"+url.PathEscape("a/b c"), &k)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/keys/"+url.PathEscape("a/b c"), &k)
 	if k.State != "absent" || k.Key != "a/b c" || k.StoreKey != "idem:adm:a/b c" {
 		t.Fatalf("escaped key: %+v", k)
 	}
 	// forget: the next retry is processed
 	calls := app.Calls.Load()
-	archiveAdminForget(t, c, "adm", "k1")
-	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusNotFound)
+	c.Forget(t, "adm", "k1")
+	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusNotFound)
 	if resp := send("/hook", "k1", `{"n":1}`); resp.Header.Get(record.ReplayedHeader) != "" || app.Calls.Load() != calls+1 {
 		t.Fatalf("the retry after forget was not processed: %v, %d calls", resp.Header, app.Calls.Load()-calls)
 	}
-	archiveAdminForget(t, c, "adm_plain", "p1") // on the memory store
+	c.Forget(t, "adm_plain", "p1") // on the memory store
 
 	// the archive, newest first
 	var list adminEventsJSON
 	testkit.Eventually(t, 10*time.Second, "five archived events", func() bool {
-		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events", &list)
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/events", &list)
 		return len(list.Events) == 5
 	})
 	if got := eventKeys(list.Events); got != "k1/new k3/new k2/new k1/replayed k1/new" || list.Cursor != "" {
@@ -234,7 +234,7 @@ http://127.0.0.1:%d {
 		"key=nope": "",
 	} {
 		var l adminEventsJSON
-		archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events?"+q, &l)
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/events?"+q, &l)
 		if got := eventKeys(l.Events); got != want {
 			t.Errorf("?%s: %s, want %s", q, got, want)
 		}
@@ -243,7 +243,7 @@ http://127.0.0.1:%d {
 	var page adminEventsJSON
 	var paged []archive.Event
 	for path := "/webhook_idempotency/adm/events?count=2"; ; {
-		archiveAdminJSON(t, c, http.MethodGet, path, &page)
+		c.AdminJSON(t, http.MethodGet, path, &page)
 		paged = append(paged, page.Events...)
 		if page.Cursor == "" {
 			break
@@ -256,12 +256,12 @@ http://127.0.0.1:%d {
 	// one event, whole
 	first := list.Events[len(list.Events)-1]
 	var ev archive.Event
-	archiveAdminJSON(t, c, http.MethodGet, "/webhook_idempotency/adm/events/"+first.ID, &ev)
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/adm/events/"+first.ID, &ev)
 	if ev.Body == nil || *ev.Body != `{"n":1}` || ev.Headers["X-Trace"][0] != "t-k1" || ev.Status != 200 || ev.URI != "/hook" {
 		t.Fatalf("event: %+v", ev)
 	}
 	// export
-	resp, b := archiveAdminCall(t, c, http.MethodGet, "/webhook_idempotency/adm/events/export?key=k1")
+	resp, b := adminCall(t, c, http.MethodGet, "/webhook_idempotency/adm/events/export?key=k1")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("export: %s %v", resp.Status, resp.Header)
 	}
@@ -280,7 +280,7 @@ http://127.0.0.1:%d {
 
 	// redeliver one to redeliver_to
 	var out redeliveryOutcome
-	archiveAdminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+first.ID+"/redeliver", &out)
+	c.AdminJSON(t, http.MethodPost, "/webhook_idempotency/adm/events/"+first.ID+"/redeliver", &out)
 	if !out.Delivered || out.Status != http.StatusAccepted || out.ID != first.ID {
 		t.Fatalf("redeliver: %+v", out)
 	}
@@ -290,13 +290,13 @@ http://127.0.0.1:%d {
 		t.Fatalf("redelivered request: %+v", got)
 	}
 	// a replay has no body to redeliver
-	archiveAdminError(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+list.Events[3].ID+"/redeliver", http.StatusConflict)
+	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/adm/events/"+list.Events[3].ID+"/redeliver", http.StatusConflict)
 	// a filtered set: one per key, oldest first
 	var set struct {
 		Redelivered []redeliveryOutcome `json:"redelivered"`
 		Skipped     []redeliveryOutcome `json:"skipped"`
 	}
-	archiveAdminJSON(t, c, http.MethodPost, "/webhook_idempotency/adm/events/redeliver?since=1h", &set)
+	c.AdminJSON(t, http.MethodPost, "/webhook_idempotency/adm/events/redeliver?since=1h", &set)
 	if len(set.Redelivered) != 3 || len(set.Skipped) != 2 || set.Redelivered[0].Key != "k2" || set.Redelivered[2].Key != "k1" {
 		t.Fatalf("redelivered set: %+v", set)
 	}
@@ -336,7 +336,7 @@ http://127.0.0.1:%d {
 		{http.MethodDelete, "/webhook_idempotency/adm/events/" + first.ID, 405},
 		{http.MethodPost, "/webhook_idempotency/console", 405},
 	} {
-		resp := archiveAdminError(t, c, tc.method, tc.path, tc.status)
+		resp := adminExpectError(t, c, tc.method, tc.path, tc.status)
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%s %s: Content-Type %q", tc.method, tc.path, ct)
 		}
@@ -344,7 +344,7 @@ http://127.0.0.1:%d {
 			t.Errorf("%s %s: no Allow", tc.method, tc.path)
 		}
 	}
-	if resp := archiveAdminError(t, c, http.MethodPatch, "/webhook_idempotency/adm/keys/k1", 405); resp.Header.Get("Allow") != "DELETE, GET" {
+	if resp := adminExpectError(t, c, http.MethodPatch, "/webhook_idempotency/adm/keys/k1", 405); resp.Header.Get("Allow") != "DELETE, GET" {
 		t.Errorf("Allow %q", resp.Header.Get("Allow"))
 	}
 
@@ -353,9 +353,9 @@ http://127.0.0.1:%d {
 	srv.Kill()
 	for _, p := range []string{"/webhook_idempotency/adm", "/webhook_idempotency/adm/keys/k1",
 		"/webhook_idempotency/adm/events", "/webhook_idempotency/adm/events/" + first.ID} {
-		archiveAdminError(t, c, http.MethodGet, p, http.StatusServiceUnavailable)
+		adminExpectError(t, c, http.MethodGet, p, http.StatusServiceUnavailable)
 	}
-	archiveAdminError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusServiceUnavailable)
+	adminExpectError(t, c, http.MethodDelete, "/webhook_idempotency/adm/keys/k1", http.StatusServiceUnavailable)
 }
 
 // TestAdminArchiveToInboxAndDeadLetters: on an inbox route, an archived
@@ -366,9 +366,9 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	var fixed atomic.Bool
 	fixed.Store(true)
-	app := archiveFixableApp(t, &fixed)
+	app := fixableApp(t, &fixed)
 	port := testkit.FreePort(t)
-	site := strings.Replace(archiveInboxSite(port, source, srv.Addr(), app.URL+"/in", "200ms"),
+	site := strings.Replace(adminInboxSite(port, source, srv.Addr(), app.URL+"/in", "200ms"),
 		"\t\tinbox {", "\t\tarchive {\n\t\t\tredact header:X-Secret\n\t\t}\n\t\tinbox {", 1)
 	c := testkit.StartCaddy(t, "", site)
 	base := "/webhook_idempotency/" + source
@@ -379,14 +379,14 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the delivery", func() bool { return app.Calls.Load() == 1 })
 	var list adminEventsJSON
 	testkit.Eventually(t, 10*time.Second, "the archived event", func() bool {
-		archiveAdminJSON(t, c, http.MethodGet, base+"/events", &list)
+		c.AdminJSON(t, http.MethodGet, base+"/events", &list)
 		return len(list.Events) == 1
 	})
 	if ev := list.Events[0]; ev.Result != resultNew || ev.Status != http.StatusAccepted || ev.Key != "i1" {
 		t.Fatalf("archived: %+v", ev)
 	}
 	var out redeliveryOutcome
-	archiveAdminJSON(t, c, http.MethodPost, base+"/events/"+list.Events[0].ID+"/redeliver", &out)
+	c.AdminJSON(t, http.MethodPost, base+"/events/"+list.Events[0].ID+"/redeliver", &out)
 	if !out.Delivered || out.InboxID == "" {
 		t.Fatalf("redeliver: %+v", out)
 	}
@@ -405,28 +405,28 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 			t.Fatalf("accept %s: %s", key, resp.Status)
 		}
 	}
-	var dead []archiveDeadJSON
+	var dead []adminDead
 	testkit.Eventually(t, 10*time.Second, "three dead letters", func() bool {
-		archiveAdminJSON(t, c, http.MethodGet, base+"/dead", &dead)
+		c.AdminJSON(t, http.MethodGet, base+"/dead", &dead)
 		return len(dead) == 3
 	})
-	if resp, b := archiveAdminCall(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID); resp.StatusCode != http.StatusNoContent {
+	if resp, b := adminCall(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("discard: %s %s", resp.Status, b)
 	}
 	discarded := dead[0].Key // the inbox fails the three side by side: any may be first
-	archiveAdminError(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID, http.StatusNotFound)
-	archiveAdminError(t, c, http.MethodDelete, base+"/dead/123", http.StatusNotFound)
+	adminExpectError(t, c, http.MethodDelete, base+"/dead/"+dead[0].ID, http.StatusNotFound)
+	adminExpectError(t, c, http.MethodDelete, base+"/dead/123", http.StatusNotFound)
 	fixed.Store(true)
 	calls := app.Calls.Load()
 	var all struct {
 		Redelivered int `json:"redelivered"`
 	}
-	archiveAdminJSON(t, c, http.MethodPost, base+"/dead/redeliver", &all)
+	c.AdminJSON(t, http.MethodPost, base+"/dead/redeliver", &all)
 	if all.Redelivered != 2 {
 		t.Fatalf("redelivered %d", all.Redelivered)
 	}
 	testkit.Eventually(t, 10*time.Second, "two redeliveries", func() bool { return app.Calls.Load() == calls+2 })
-	archiveAdminJSON(t, c, http.MethodGet, base+"/dead", &dead)
+	c.AdminJSON(t, http.MethodGet, base+"/dead", &dead)
 	if len(dead) != 0 {
 		t.Fatalf("dead after redeliver all: %+v", dead)
 	}
@@ -438,101 +438,4 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 		}
 		redelivered[k] = true
 	}
-}
-
-// archiveAdminCall sends a request to the admin API and returns the
-// response and its body.
-func archiveAdminCall(t *testing.T, c *testkit.Caddy, method, path string) (*http.Response, []byte) {
-	t.Helper()
-	return testkit.Do(t, method, c.AdminURL(path), nil)
-}
-
-// archiveAdminJSON sends a request that must answer 200 with JSON, and
-// decodes the body into v.
-func archiveAdminJSON(t *testing.T, c *testkit.Caddy, method, path string, v any) {
-	t.Helper()
-	resp, body := archiveAdminCall(t, c, method, path)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %s: %s", method, path, resp.Status, body)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("%s %s: Content-Type %q", method, path, ct)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("%s %s: decoding %s: %v", method, path, body, err)
-	}
-}
-
-// archiveAdminError checks that a request answers status with Caddy's
-// JSON error body.
-func archiveAdminError(t *testing.T, c *testkit.Caddy, method, path string, status int) *http.Response {
-	t.Helper()
-	resp, body := archiveAdminCall(t, c, method, path)
-	if resp.StatusCode != status {
-		t.Fatalf("%s %s: got %s, want %d: %s", method, path, resp.Status, status, body)
-	}
-	var e struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
-		t.Fatalf("%s %s: want a JSON error, got %q (%v)", method, path, body, err)
-	}
-	return resp
-}
-
-// archiveAdminForget forgets key of source through the admin API, which
-// must answer 204.
-func archiveAdminForget(t *testing.T, c *testkit.Caddy, source, key string) {
-	t.Helper()
-	path := "/webhook_idempotency/" + source + "/keys/" + key
-	resp, body := archiveAdminCall(t, c, http.MethodDelete, path)
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("forget %s of %s: %s: %s", key, source, resp.Status, body)
-	}
-}
-
-// archiveInboxSite is a site whose handler has an inbox for source on
-// Redis, delivering to deliverTo, with a short retry schedule.
-func archiveInboxSite(port int, source, redisAddr, deliverTo, retries string) string {
-	return fmt.Sprintf(`
-http://127.0.0.1:%d {
-	webhook_idempotency {
-		source %s
-		store redis redis://%s {
-			timeout 300ms
-		}
-		inbox {
-			deliver_to %s
-			retries %s
-			jitter 0%%
-			timeout 1s
-		}
-	}
-}`, port, source, redisAddr, deliverTo, retries)
-}
-
-// archiveFixableApp is an application that answers 400 (a refusal the
-// inbox dead-letters) while fixed is false, and 200 once it is true.
-func archiveFixableApp(t *testing.T, fixed *atomic.Bool) *testkit.Upstream {
-	return testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
-		if !fixed.Load() {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-}
-
-// archiveDeadJSON is the JSON of one dead-lettered event as the README
-// documents it.
-type archiveDeadJSON struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`
-	Method     string    `json:"method"`
-	URI        string    `json:"uri"`
-	Attempts   int       `json:"attempts"`
-	LastStatus int       `json:"last_status"`
-	LastError  string    `json:"last_error"`
-	Received   time.Time `json:"received"`
-	Failed     time.Time `json:"failed"`
 }

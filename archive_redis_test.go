@@ -3,7 +3,6 @@ package webhookidempotency
 import (
 	"fmt"
 	"net/http"
-	"runtime"
 	"testing"
 	"time"
 
@@ -79,7 +78,7 @@ func TestArchiveRedisReloads(t *testing.T) {
 }`, port, ttl, srv.Addr(), up.Addr())
 	}
 	url := testkit.SiteURL(port) + "/hook"
-	before := archiveSettledGoroutines(up, 0, 500*time.Millisecond)
+	before := testkit.SettledGoroutines(up, 0, 500*time.Millisecond)
 	c := testkit.StartCaddy(t, "", site("1h"))
 	sent := 0
 	for i := range 6 {
@@ -104,27 +103,7 @@ func TestArchiveRedisReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	const slack = 8
-	if after := archiveSettledGoroutines(up, before+slack, 10*time.Second); after > before+slack {
+	if after := testkit.SettledGoroutines(up, before+slack, 10*time.Second); after > before+slack {
 		t.Fatalf("goroutines grew from %d to %d over 6 reloads with an archive", before, after)
-	}
-}
-
-// archiveSettledGoroutines waits for the goroutine count to drop to at
-// most limit, and returns the last count. Keep-alive connections, to Caddy
-// and from old configurations' proxies to the upstream, are closed first:
-// they are not ours to count.
-func archiveSettledGoroutines(up *testkit.Upstream, limit int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		testkit.Client.CloseIdleConnections()
-		if up != nil {
-			up.CloseClientConnections()
-		}
-		runtime.GC()
-		n := runtime.NumGoroutine()
-		if n <= limit || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -111,7 +111,7 @@ http://127.0.0.1:%d {
 	}
 	var raw []byte
 	testkit.Eventually(t, 10*time.Second, "the event to be dead-lettered", func() bool {
-		_, raw = archiveAdminCall(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead")
+		_, raw = adminCall(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead")
 		return strings.HasPrefix(strings.TrimSpace(string(raw)), `[{`)
 	})
 	for _, s := range secrets {

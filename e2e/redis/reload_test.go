@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,26 +55,6 @@ func redisStoreClientIDs(t *testing.T, rc *redis.Client) []string {
 	return ids
 }
 
-// settledGoroutines waits for the goroutine count to drop to at most
-// limit, and returns the last count. Keep-alive connections, to Caddy and
-// from old configurations' proxies to the upstream, are closed first: they
-// are not ours to count.
-func settledGoroutines(up *testkit.Upstream, limit int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		testkit.Client.CloseIdleConnections()
-		if up != nil {
-			up.CloseClientConnections()
-		}
-		runtime.GC()
-		n := runtime.NumGoroutine()
-		if n <= limit || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // 20 reloads through the admin API under traffic: no failed request, no
 // new Redis connection, no goroutine left behind.
 func TestRedisReloadsUnderTraffic(t *testing.T) {
@@ -97,7 +76,7 @@ func TestRedisReloadsUnderTraffic(t *testing.T) {
 	}
 	testkit.Post(t, url, []byte("kept"), "Idempotency-Key", "evt_kept")
 	idsBefore := redisStoreClientIDs(t, rc)
-	goroutinesBefore := settledGoroutines(up, 0, time.Second)
+	goroutinesBefore := testkit.SettledGoroutines(up, 0, time.Second)
 
 	traffic := startRedisTraffic(t, url, 4, true)
 	for i := range 20 {
@@ -124,7 +103,7 @@ func TestRedisReloadsUnderTraffic(t *testing.T) {
 
 	wantFewNewRedisClients(t, rc, idsBefore)
 	const slack = 8
-	if after := settledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
+	if after := testkit.SettledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
 		t.Fatalf("goroutines grew from %d to %d over 20 reloads", goroutinesBefore, after)
 	}
 }
@@ -159,7 +138,7 @@ func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := settledGoroutines(nil, 0, time.Second)
+		before := testkit.SettledGoroutines(nil, 0, time.Second)
 		start := time.Now()
 		if err := caddy.Validate(cfg); err != nil {
 			t.Fatalf("validate with the store at %s: %v", addr, err)
@@ -167,7 +146,7 @@ func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("validate took %v", d)
 		}
-		if after := settledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+		if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
 			t.Fatalf("goroutines grew from %d to %d after validate", before, after)
 		}
 	}
