@@ -11,7 +11,6 @@ package edge
 
 import (
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -141,12 +140,4 @@ func (e *listEndpoint) set(status int, body string) {
 	e.mu.Lock()
 	e.status, e.body = status, body
 	e.mu.Unlock()
-}
-
-// decode is json.Unmarshal that fails the test.
-func decode(t *testing.T, s string, v any) {
-	t.Helper()
-	if err := json.Unmarshal([]byte(s), v); err != nil {
-		t.Fatalf("decoding %s: %v", s, err)
-	}
 }

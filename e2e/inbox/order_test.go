@@ -354,13 +354,19 @@ func TestInboxPartitionsSpreadHotSourceOverCluster(t *testing.T) {
 func nodeOfSlot(t *testing.T, c *testkit.Cluster, slot int64) string {
 	t.Helper()
 	for _, node := range c.Nodes {
-		shards, err := node.Client(t).ClusterSlots(context.Background()).Result()
+		shards, err := node.Client(t).ClusterShards(context.Background()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range shards {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
+			for _, r := range s.Slots {
+				if r.Start <= slot && slot <= r.End {
+					for _, n := range s.Nodes {
+						if n.Role == "master" {
+							return fmt.Sprintf("%s:%d", n.IP, n.Port)
+						}
+					}
+				}
 			}
 		}
 	}
