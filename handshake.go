@@ -145,10 +145,12 @@ func eventString(body []byte, marker, typeField, eventType, path string) (string
 // (docs/providers.md: Discord): an interaction always carries its
 // continuation `token` and has `type` 1 (PING) to 5; a webhook event,
 // `{"version":1,"application_id":…,"type":0|1,"event":{…}}`, never carries
-// a token, and its `type` 1 is an event the application must process. So
-// `"type":1` is a PING only with a token, and `"type":0` only without:
-// anything else is a delivery. Taking an event for a PING would drop it;
-// taking a PING for a delivery only passes it on.
+// a token, and its `type` 1 carries the `event` the application must
+// process. So `"type":1` is a PING unless it carries an event without a
+// token (a bare `{"type":1}` is the interactions PING, as
+// discord-interactions' verifyKeyMiddleware answers it), and `"type":0`
+// only without a token: anything else is a delivery. Taking an event for
+// a PING would drop it; taking a PING for a delivery only passes it on.
 func answerDiscordPing(_ *handshakeState, _ *http.Request, body []byte) (handshakeAnswer, bool) {
 	t := gjson.GetBytes(body, "type")
 	if t.Type != gjson.Number || (t.Raw != "0" && t.Raw != "1") {
@@ -159,7 +161,7 @@ func answerDiscordPing(_ *handshakeState, _ *http.Request, body []byte) (handsha
 	// beside the Ed25519 verification every delivery has just passed
 	interaction := gjson.GetBytes(body, "token").Type == gjson.String
 	switch {
-	case t.Raw == "1" && interaction:
+	case t.Raw == "1" && (interaction || !gjson.Get(bytesView(body), "event").Exists()):
 		return handshakeAnswer{status: http.StatusOK, contentType: "application/json", body: `{"type":1}`}, true
 	case t.Raw == "0" && !interaction:
 		// as discord-interactions' verifyWebhookEventMiddleware answers

@@ -227,11 +227,10 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 			}
 		})
 	}
-	// a webhook event is never a PING, whatever else it carries; an
-	// interaction without its token is no interaction PING either
+	// a webhook event is never a PING, whatever else it carries, and an
+	// interaction (it has a token) never has type 0
 	for _, body := range []string{
 		`{"version":1,"application_id":"1","type":1,"event":{"type":"APPLICATION_DEAUTHORIZED","timestamp":"2024-10-18T14:42:53.064834","data":{"user":{"id":"5"}}}}`,
-		`{"type":1}`,
 		`{"type":0,"token":"aW50"}`,
 	} {
 		var calls atomic.Int64
@@ -239,6 +238,12 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 			t.Fatalf("%s: result %q, %d calls, want passed on", body, got.result, calls.Load())
 		}
 	}
+	// a bare `{"type":1}`, with neither a token nor an event, is the
+	// interactions PING (discord-interactions answers it so)
+	var calls atomic.Int64
+	bare := []byte(`{"type":1}`)
+	got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", bare), countingNext(&calls))
+	wantHandshake(t, h, got, &calls, bare, http.StatusOK, "application/json", `{"type":1}`)
 }
 
 // A Discord webhook event carries no id: its key is its body (json:id
