@@ -1,0 +1,105 @@
+package filestore_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
+)
+
+// provisionAt provisions a file store at path as a configuration would;
+// the caller cleans it up, as Caddy cleans up an old configuration.
+func provisionAt(t *testing.T, path string) *filestore.Store {
+	t.Helper()
+	ctx, cancel := testkit.NewContext(t)
+	t.Cleanup(cancel)
+	s := &filestore.Store{Path: path}
+	if err := s.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fileHeld reports whether this process still holds path open: bbolt's
+// lock is per open file, so a second open waits for it while it is held.
+func fileHeld(t *testing.T, path string) bool {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 300 * time.Millisecond})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return true
+	}
+	if err != nil {
+		t.Fatalf("opening %s: %v", path, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
+// A reload provisions the new configuration before it cleans up the old
+// one: an unchanged path shares the open file (the old configuration's
+// cleanup closes nothing the new one uses), and a changed path opens the
+// new file and closes the old one once nothing uses it.
+func TestReloadSharesTheFileAndAChangedPathClosesTheOld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.db"), filepath.Join(dir, "second.db")
+
+	old := provisionAt(t, first)
+	owner := store.NewOwner()
+	if _, err := old.Claim(t.Context(), "reload:k", owner, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Complete(t.Context(), "reload:k", owner, recordOf("reload:k"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// an unchanged reload: the new configuration first, then the old one's cleanup
+	same := provisionAt(t, first)
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("the old configuration's cleanup closed the file the new one uses")
+	}
+	res, err := same.Claim(t.Context(), "reload:k", store.NewOwner(), time.Minute)
+	if err != nil || res.State != store.StateCompleted {
+		t.Fatalf("a record after an unchanged reload: %s, %v; want completed", res.State, err)
+	}
+
+	// a reload that changes the path
+	moved := provisionAt(t, second)
+	t.Cleanup(func() { _ = moved.Cleanup() })
+	if !fileHeld(t, first) {
+		t.Fatal("the first file was closed while the old configuration still used it")
+	}
+	if err := same.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if fileHeld(t, first) {
+		t.Fatal("the first file is still open after the last configuration using it was cleaned up")
+	}
+	if !fileHeld(t, second) {
+		t.Fatal("the second file is not open")
+	}
+	res, err = moved.Claim(t.Context(), "reload:k", store.NewOwner(), time.Minute)
+	if err != nil || res.State != store.StateClaimed {
+		t.Fatalf("the new file holds the old file's record: %s, %v", res.State, err)
+	}
+
+	// the first file kept its record when it was closed
+	reopened := provisionAt(t, first)
+	t.Cleanup(func() { _ = reopened.Cleanup() })
+	res, err = reopened.Claim(t.Context(), "reload:k", store.NewOwner(), time.Minute)
+	if err != nil || res.State != store.StateCompleted {
+		t.Fatalf("the first file reopened: %s, %v; want its record", res.State, err)
+	}
+}
