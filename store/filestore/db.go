@@ -80,8 +80,15 @@ type db struct {
 	shards [shards]shard
 
 	writes chan *write // the committer's queue
+	log    *wal        // the committer's (nil: none)
+	logged []put       // the committer's, reused
+	ap     *applier
 	stop   chan struct{}
 	done   sync.WaitGroup
+
+	// what the disk was asked for so far: records written to the log
+	// (one fdatasync each) and commits of the tree (two each, when synced)
+	logWrites, treeCommits atomic.Uint64
 
 	syncMu    sync.Mutex
 	syncs     map[*Store]time.Duration // the sync setting of every store in use
@@ -91,10 +98,11 @@ type db struct {
 
 // shard is one part of the in-memory state, under one lock.
 type shard struct {
-	mu     sync.Mutex
-	claims map[string]*claim
-	cache  map[string]cached
-	_      [40]byte // keep shards on separate cache lines
+	mu      sync.Mutex
+	claims  map[string]*claim
+	cache   map[string]cached
+	pending map[string]pending // in the log, not in the tree yet (commit.go)
+	_       [32]byte           // keep shards on separate cache lines
 }
 
 // claim is a key in flight.
@@ -157,28 +165,52 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		_ = b.Close()
 		return nil, corrupt(path, err)
 	}
+	var applied uint64
 	if err := b.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRecords, bucketExpiry} {
+		for _, name := range [][]byte{bucketRecords, bucketExpiry, bucketLog} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
+		}
+		if v := tx.Bucket(bucketLog).Get(keyApplied); len(v) == 8 {
+			applied = binary.BigEndian.Uint64(v)
 		}
 		return nil
 	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("file store: preparing %s: %v", path, err)
 	}
+	log, recovered, err := openLog(path, applied)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("file store: %s: %v", path, err)
+	}
+	if log == nil {
+		logger.Warn("file store: no room for its log beside the file: each completion is a commit of the file, two fdatasyncs instead of one", zap.String("path", path))
+	}
 	d := &db{
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
-		writes: make(chan *write, 4096), stop: make(chan struct{}),
+		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
 		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
 	}
+	d.ap = newApplier(d, applied)
 	for i := range d.shards {
 		d.shards[i].claims = make(map[string]*claim)
 		d.shards[i].cache = make(map[string]cached)
+		d.shards[i].pending = make(map[string]pending)
 	}
-	d.done.Add(3)
+	// what the log holds and the tree does not: answered before the
+	// process ended, so kept as if just written
+	for _, r := range recovered {
+		d.keepPending(r.puts, r.seq)
+		d.ap.add([]applyItem{{puts: r.puts, seq: r.seq}})
+	}
+	d.done.Add(4)
 	go d.commitLoop()
+	go func() {
+		defer d.done.Done()
+		d.ap.loop()
+	}()
 	go d.sweepLoop()
 	go d.syncLoop()
 	return d, nil
@@ -196,6 +228,12 @@ func (d *db) Destruct() error {
 	d.done.Wait()
 	if d.syncEvery.Load() > 0 {
 		_ = d.bolt.Sync()
+	}
+	if d.log != nil {
+		if d.log.dirty.Load() {
+			_ = d.log.sync()
+		}
+		_ = d.log.f.Close()
 	}
 	return d.bolt.Close()
 }
@@ -260,6 +298,11 @@ func (d *db) syncLoop() {
 			if err := d.bolt.Sync(); err != nil {
 				d.logger.Warn("file store: syncing the file failed", zap.String("path", d.path), zap.Error(err))
 			}
+			if d.log != nil && d.log.dirty.Load() {
+				if err := d.log.sync(); err != nil {
+					d.logger.Warn("file store: syncing the file's log failed", zap.String("path", d.path), zap.Error(err))
+				}
+			}
 		}
 	}
 }
@@ -296,6 +339,10 @@ func (d *db) lockShards(a, b string) func() {
 // lookup returns key's live value, from the cache or the file. Called with
 // the key's shard locked.
 func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
+	if p, ok := s.pending[key]; ok {
+		// newer than what the cache or the tree may hold
+		return p.c, p.c.expires > nowNano, nil
+	}
 	if c, ok := s.cache[key]; ok {
 		if c.expires > nowNano {
 			return c, true, nil
@@ -464,30 +511,35 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 	unlock()
 
 	expires := nowNano + int64(ttl)
-	err := d.commit(ctx, func(tx *bolt.Tx) error {
-		if more != nil && more.before != nil {
-			if err := more.before(tx); err != nil {
+	rec := string(record) // kept by the cache, and by the log's pending values
+	puts := make([]put, 1, 3)
+	puts[0] = put{key: key, kind: kindRecord, payload: rec, expires: expires}
+	if gc != nil {
+		puts = append(puts, put{key: guard, kind: kindRecord, payload: rec, expires: expires})
+	}
+	if c.note != "" {
+		puts = append(puts, put{key: c.note, kind: kindNote, payload: key, expires: nowNano + int64(c.noteTTL)})
+	}
+	var err error
+	if more == nil {
+		// the values alone: the log, when the store has one
+		err = d.commitPuts(ctx, puts)
+	} else {
+		err = d.commit(ctx, func(tx *bolt.Tx) error {
+			if more.before != nil {
+				if err := more.before(tx); err != nil {
+					return err
+				}
+			}
+			if err := putAll(tx, puts); err != nil {
 				return err
 			}
-		}
-		if err := putValue(tx, key, kindRecord, record, expires); err != nil {
-			return err
-		}
-		if gc != nil {
-			if err := putValue(tx, guard, kindRecord, record, expires); err != nil {
-				return err
+			if more.after != nil {
+				more.afterErr = more.after(tx)
 			}
-		}
-		if c.note != "" {
-			if err := putValue(tx, c.note, kindNote, []byte(key), nowNano+int64(c.noteTTL)); err != nil {
-				return err
-			}
-		}
-		if more != nil && more.after != nil {
-			more.afterErr = more.after(tx)
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 
 	unlock = d.lockShards(key, guard)
 	defer unlock()
@@ -496,8 +548,8 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 		if s.claims[k] == cl {
 			delete(s.claims, k)
 		}
-		if err == nil {
-			s.remember(k, cached{kind: kindRecord, payload: string(record), expires: expires})
+		if _, inLog := s.pending[k]; err == nil && !inLog {
+			s.remember(k, cached{kind: kindRecord, payload: rec, expires: expires})
 		}
 	}
 	finish(key, c)
@@ -593,7 +645,7 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 }
 
 // putValue writes key's value and its expiry index entry.
-func putValue(tx *bolt.Tx, key string, kind byte, payload []byte, expires int64) error {
+func putValue(tx *bolt.Tx, key string, kind byte, payload string, expires int64) error {
 	records := tx.Bucket(bucketRecords)
 	if old := records.Get([]byte(key)); len(old) >= 8 {
 		// the old value's index entry would delete the new one early: it
@@ -609,8 +661,16 @@ func putValue(tx *bolt.Tx, key string, kind byte, payload []byte, expires int64)
 	if err := records.Put([]byte(key), v); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketExpiry).Put(indexKey(expires, key), nil)
+	index := tx.Bucket(bucketExpiry)
+	// entries go in at the end, by time: a page that splits is left full
+	// rather than half full (bbolt's default), for the index's pages are
+	// not written again but to drop what expired
+	index.FillPercent = indexFill
+	return index.Put(indexKey(expires, key), nil)
 }
+
+// indexFill is the expiry index's FillPercent.
+const indexFill = 0.9
 
 // deleteValue deletes key, whose value is v, and its index entry.
 func deleteValue(tx *bolt.Tx, key string, v []byte) error {

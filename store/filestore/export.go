@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,9 +23,11 @@ type Value struct {
 }
 
 // Export reads every live value of the store file at path, in key order,
-// for moving them to another store (`caddy webhook-idempotency migrate`).
-// The file is opened read-only: it fails within a second, saying so, while
-// a Caddy has it open.
+// for moving them to another store (`caddy webhook-idempotency migrate`):
+// those in its tree, and those its log holds that the tree does not have
+// yet (a Caddy that ended without a graceful stop). The files are opened
+// read-only: it fails within a second, saying so, while a Caddy has them
+// open.
 func Export(path string, fn func(Value) error) error {
 	if err := preflight(path); err != nil {
 		return corrupt(path, err)
@@ -38,22 +42,57 @@ func Export(path string, fn func(Value) error) error {
 	defer b.Close()
 	nowNano := now().UnixNano()
 	return b.View(func(tx *bolt.Tx) error {
-		records := tx.Bucket(bucketRecords)
-		if records == nil {
-			return nil
-		}
-		return records.ForEach(func(k, v []byte) error {
-			if len(v) < 9 {
-				return nil
+		var applied uint64
+		if lb := tx.Bucket(bucketLog); lb != nil {
+			if v := lb.Get(keyApplied); len(v) == 8 {
+				applied = binary.BigEndian.Uint64(v)
 			}
-			expires := int64(binary.BigEndian.Uint64(v))
+		}
+		recs, err := readLogFile(path, applied)
+		if err != nil {
+			return fmt.Errorf("file store: reading the log of %s: %v", path, err)
+		}
+		logged := map[string]put{} // the latest of each key
+		for _, r := range recs {
+			for _, p := range r.puts {
+				logged[p.key] = p
+			}
+		}
+		emit := func(key string, kind byte, payload []byte, expires int64) error {
 			if expires <= nowNano {
 				return nil
 			}
-			return fn(Value{
-				Key: string(k), Note: v[8] == kindNote, Payload: append([]byte(nil), v[9:]...),
-				Expires: time.Unix(0, expires),
+			return fn(Value{Key: key, Note: kind == kindNote, Payload: payload, Expires: time.Unix(0, expires)})
+		}
+		fromLog := func(p put) error { return emit(p.key, p.kind, []byte(p.payload), p.expires) }
+		// the log's keys in order, merged with the tree's
+		keys := slices.Sorted(maps.Keys(logged))
+		if records := tx.Bucket(bucketRecords); records != nil {
+			err := records.ForEach(func(k, v []byte) error {
+				for len(keys) > 0 && keys[0] < string(k) {
+					if err := fromLog(logged[keys[0]]); err != nil {
+						return err
+					}
+					keys = keys[1:]
+				}
+				if len(keys) > 0 && keys[0] == string(k) {
+					keys = keys[1:]
+					return fromLog(logged[string(k)])
+				}
+				if len(v) < 9 {
+					return nil
+				}
+				return emit(string(k), v[8], append([]byte(nil), v[9:]...), int64(binary.BigEndian.Uint64(v)))
 			})
-		})
+			if err != nil {
+				return err
+			}
+		}
+		for _, k := range keys {
+			if err := fromLog(logged[k]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }

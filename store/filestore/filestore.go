@@ -7,10 +7,12 @@
 // not written: a crash ends them, as a lease expiry would.
 //
 // A completion is on disk before the handler answers (`sync always`, the
-// default), and concurrent completions share one commit and its fsync
-// (group commit); with `sync <interval>` every completion is written at
-// once and the file is synced every interval, so a process crash loses
-// nothing and a machine crash at most the last interval. Expired records
+// default): concurrent completions share one write to the store's log, a
+// file beside it, and one fdatasync (group commit), and reach the file
+// itself in larger commits that no request waits for (log.go, commit.go);
+// with `sync <interval>` every completion is written at once and synced
+// every interval, so a process crash loses nothing and a machine crash at
+// most the last interval. Expired records
 // are swept through an expiry index, at a cost proportional to what
 // expires. The file is opened once per process and shared across config
 // reloads; a file another process holds is a provision error.
