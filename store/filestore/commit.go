@@ -401,15 +401,16 @@ func (d *db) apply(items []applyItem) error {
 		seq = max(seq, it.seq)
 	}
 	d.bolt.NoSync = d.syncEvery.Load() > 0 && seq == 0
+	d.txKeys = d.txKeys[:0]
 	err := d.update(func(tx *bolt.Tx) error {
 		for _, it := range items {
 			switch {
 			case it.w != nil && it.w.fn != nil:
 				it.w.err = safely(it.w.fn, tx)
 			case it.w != nil:
-				it.w.err = safely(func(tx *bolt.Tx) error { return putAll(tx, it.w.puts) }, tx)
+				it.w.err = safely(func(tx *bolt.Tx) error { return d.putAll(tx, it.w.puts) }, tx)
 			default:
-				if err := safely(func(tx *bolt.Tx) error { return putAll(tx, it.puts) }, tx); err != nil {
+				if err := safely(func(tx *bolt.Tx) error { return d.putAll(tx, it.puts) }, tx); err != nil {
 					// a value the tree refuses cannot be tried again
 					d.logger.Error("file store: a completion in the log cannot be written to the file", zap.String("path", d.path), zap.Error(err))
 				}
@@ -422,6 +423,17 @@ func (d *db) apply(items []applyItem) error {
 	})
 	d.treeCommits.Add(1)
 	if err == nil {
+		// the filter has the keys before they leave the pending maps and
+		// their claims
+		if d.filter.add(d.txKeys) {
+			d.building.Add(1)
+			go func() {
+				defer d.building.Done()
+				if err := d.filter.build(d, d.stop); err != nil {
+					d.logger.Warn("file store: reading the keys of the file failed", zap.String("path", d.path), zap.Error(err))
+				}
+			}()
+		}
 		for _, it := range items {
 			if it.w == nil {
 				d.settle(it.puts, it.seq)
@@ -439,12 +451,13 @@ func (d *db) apply(items []applyItem) error {
 	return err
 }
 
-// putAll writes puts.
-func putAll(tx *bolt.Tx, puts []put) error {
+// putAll writes puts, in the applier's transaction.
+func (d *db) putAll(tx *bolt.Tx, puts []put) error {
 	for _, p := range puts {
 		if err := putValue(tx, p.key, p.kind, p.payload, p.expires); err != nil {
 			return err
 		}
+		d.txKeys = append(d.txKeys, p.key)
 	}
 	return nil
 }

@@ -82,9 +82,13 @@ type db struct {
 	writes chan *write // the committer's queue
 	log    *wal        // the committer's (nil: none)
 	logged []put       // the committer's, reused
-	ap     *applier
-	stop   chan struct{}
-	done   sync.WaitGroup
+
+	filter   keysFilter     // the keys the tree holds (filter.go)
+	txKeys   []string       // the applier's: keys put in its transaction
+	building sync.WaitGroup // the filter's builds in the background
+	ap       *applier
+	stop     chan struct{}
+	done     sync.WaitGroup
 
 	// what the disk was asked for so far: records written to the log
 	// (one fdatasync each) and commits of the tree (two each, when synced)
@@ -194,6 +198,11 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
 	}
 	d.ap = newApplier(d, applied)
+	d.filter.seed = maphash.MakeSeed()
+	if err := d.filter.build(d, nil); err != nil {
+		_ = b.Close()
+		return nil, corrupt(path, err)
+	}
 	for i := range d.shards {
 		d.shards[i].claims = make(map[string]*claim)
 		d.shards[i].cache = make(map[string]cached)
@@ -226,6 +235,7 @@ func corrupt(path string, cause error) error {
 func (d *db) Destruct() error {
 	close(d.stop)
 	d.done.Wait()
+	d.building.Wait()
 	if d.syncEvery.Load() > 0 {
 		_ = d.bolt.Sync()
 	}
@@ -348,6 +358,9 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 			return c, true, nil
 		}
 		delete(s.cache, key)
+	}
+	if !d.filter.mayHave(key) {
+		return cached{}, false, nil
 	}
 	var c cached
 	found := false
@@ -531,7 +544,7 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 					return err
 				}
 			}
-			if err := putAll(tx, puts); err != nil {
+			if err := d.putAll(tx, puts); err != nil {
 				return err
 			}
 			if more.after != nil {

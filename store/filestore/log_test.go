@@ -237,3 +237,58 @@ func TestExportReadsTheLog(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterHasEveryKeyOfTheTree: the filter that spares a new key's claim
+// a read of the tree never says "absent" of a key the tree holds, while
+// keys are completed and the filter is built again and again meanwhile;
+// the filter grows with the keys.
+func TestFilterHasEveryKeyOfTheTree(t *testing.T) {
+	t.Parallel()
+	d := openTest(t, filepath.Join(t.TempDir(), "store.db"))
+	d.ap.mu.Lock()
+	d.ap.delay = time.Millisecond // many commits
+	d.ap.mu.Unlock()
+	stop := make(chan struct{})
+	var builds sync.WaitGroup
+	builds.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := d.filter.build(d, d.stop); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	want := completeKeys(t, d, "filter", 20000, 16, 10)
+	close(stop)
+	builds.Wait()
+	waitApplied(t, d)
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		clear(s.cache)
+		s.mu.Unlock()
+	}
+	for key := range want {
+		if !d.filter.mayHave(key) {
+			t.Fatalf("the filter says %s, which the tree holds, is absent", key)
+		}
+	}
+	checkCompleted(t, d, want)
+	if b := d.filter.bits.Load(); b.keys < 20000 {
+		t.Fatalf("the filter is sized for %d keys after a build over 20000", b.keys)
+	}
+	absent := 0
+	for i := range 10000 {
+		if !d.filter.mayHave(fmt.Sprintf("absent:%d", i)) {
+			absent++
+		}
+	}
+	if absent < 9900 {
+		t.Fatalf("the filter told %d of 10000 absent keys absent, want at least 9900", absent)
+	}
+}
