@@ -190,3 +190,32 @@ func TestRedisChaosKillFailClosed(t *testing.T) {
 }
 
 // wantFewNewRedisClients fails when the store opened more than a couple of
+
+// Redis closes connections that stay idle (its `timeout`, a managed
+// Redis's or a proxy's idle limit): the pooled connections it closed are
+// not handed to a request, so with `fail closed` no delivery gets a 503
+// and the upstream gets each delivery once.
+func TestRedisIdleConnectionsClosedByTheServer(t *testing.T) {
+	srv := testkit.StartRedis(t, "--timeout", "1")
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", redisChaosSite(port, srv, "closed", up.Addr()))
+	url := testkit.SiteURL(port) + "/hook"
+	waitForDedup(t, url, time.Second)
+	for round := range 3 {
+		// fill the pool with connections, then let Redis close them all
+		traffic := startRedisTraffic(t, url, 16, false)
+		time.Sleep(300 * time.Millisecond)
+		if failures := traffic.finish(); len(failures) > 0 {
+			t.Fatalf("round %d, filling the pool: %v", round, failures[:min(5, len(failures))])
+		}
+		time.Sleep(2500 * time.Millisecond)
+		for i := range 20 {
+			key := fmt.Sprintf("evt_idle_%d_%d", round, i)
+			resp, body := testkit.Post(t, url, []byte(key), "Idempotency-Key", key)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("round %d, request %d after Redis closed the idle connections: %d %s", round, i, resp.StatusCode, body)
+			}
+		}
+	}
+}

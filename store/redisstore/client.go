@@ -154,7 +154,6 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		// the server name comes from each node's address
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	opts.Dialer = redisDialer(conn.timeout, opts.TLSConfig)
 	node := conn.addrs[0]
 	if conn.masterName != "" {
 		node = "master " + conn.masterName
@@ -170,42 +169,6 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 	}, conn.timeout, logger)
 	return c
 }
-
-// redisDialer dials a node as go-redis's own dialer does (the same TCP
-// keep-alive, TLS when configured), and hands go-redis a connection that is
-// not a syscall.Conn: go-redis's pool then takes it for a connection it
-// cannot inspect, as it takes every TLS connection, and hands it out without
-// the health check it otherwise makes each time, a non-blocking MSG_PEEK read
-// of the socket. That check is one system call per pipeline the batcher
-// sends, a quarter of the system calls a batch costs Caddy (a write, a read
-// that finds nothing yet, the read of the replies; BENCHMARKS.md). What it
-// would find on this store's connections is only a connection Redis closed
-// (a restart, a failover, a client timeout): go-redis drops every connection
-// whose command failed or timed out before its replies were read, and the
-// store speaks RESP2, so no push message arrives unasked. Such a connection
-// now fails its next pipeline, which go-redis retries once on another
-// connection (MaxRetries 1), as it does for a TLS connection.
-func redisDialer(timeout time.Duration, tlsConfig *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d := &net.Dialer{Timeout: timeout, KeepAliveConfig: redisKeepAlive}
-		if tlsConfig != nil {
-			// a *tls.Conn is no syscall.Conn already
-			return (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext(ctx, network, addr)
-		}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return redisConnNoCheck{c}, nil
-	}
-}
-
-// redisKeepAlive is go-redis's TCP keep-alive for the connections it dials.
-var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}
-
-// redisConnNoCheck is a connection with only net.Conn's methods (see
-// redisDialer).
-type redisConnNoCheck struct{ net.Conn }
 
 // checkReachable pings Redis once; a failure is logged and opens the
 // breaker, so requests do not wait for a Redis that is down.
