@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -154,6 +155,7 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 		// the server name comes from each node's address
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	opts.Dialer = redisDialer(conn.timeout, opts.TLSConfig)
 	node := conn.addrs[0]
 	if conn.masterName != "" {
 		node = "master " + conn.masterName
@@ -169,6 +171,85 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 	}, conn.timeout, logger)
 	return c
 }
+
+// redisDialer dials a node as go-redis's own dialer does (the same TCP
+// keep-alive, TLS when configured), and hands go-redis a connection whose
+// health check is free while the connection is busy. go-redis's pool checks
+// a connection each time it hands one out, once per pipeline the batcher
+// sends: a non-blocking MSG_PEEK read of the socket, one system call of the
+// four a batch costs Caddy (BENCHMARKS.md). What the check finds is a
+// connection Redis closed (its `timeout`, a proxy's idle limit, a restart),
+// which go-redis then drops instead of failing a request with it. A
+// connection that read a reply less than redisBusy ago was not idle long
+// enough for an idle limit (Redis's is a second at the least), and a Redis
+// that went away in that moment is not back yet: its check is skipped. Any
+// other connection is checked as before.
+func redisDialer(timeout time.Duration, tlsConfig *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := &net.Dialer{Timeout: timeout, KeepAliveConfig: redisKeepAlive}
+		if tlsConfig != nil {
+			// go-redis does not inspect a *tls.Conn
+			return (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext(ctx, network, addr)
+		}
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		sc, ok := c.(syscall.Conn)
+		if !ok {
+			return c, nil
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return c, nil
+		}
+		return &redisBusyConn{Conn: c, raw: raw}, nil
+	}
+}
+
+// redisKeepAlive is go-redis's TCP keep-alive for the connections it dials.
+var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// redisBusy is how recently a connection must have read a reply for its
+// health check to be skipped.
+const redisBusy = 10 * time.Millisecond
+
+// redisEpoch is the origin of redisBusyConn's monotonic times.
+var redisEpoch = time.Now()
+
+// redisBusyConn is a connection that knows when it last read a reply
+// (see redisDialer).
+type redisBusyConn struct {
+	net.Conn
+	raw      syscall.RawConn
+	lastRead atomic.Int64 // since redisEpoch
+}
+
+func (c *redisBusyConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.lastRead.Store(int64(time.Since(redisEpoch)))
+	}
+	return n, err
+}
+
+// SyscallConn is what go-redis's health check reads the socket through.
+func (c *redisBusyConn) SyscallConn() (syscall.RawConn, error) { return redisBusyRaw{c}, nil }
+
+// redisBusyRaw skips a read of the socket (the check's) while its
+// connection is busy.
+type redisBusyRaw struct{ c *redisBusyConn }
+
+func (r redisBusyRaw) Read(f func(fd uintptr) bool) error {
+	if time.Since(redisEpoch)-time.Duration(r.c.lastRead.Load()) < redisBusy {
+		return nil
+	}
+	return r.c.raw.Read(f)
+}
+
+func (r redisBusyRaw) Write(f func(fd uintptr) bool) error { return r.c.raw.Write(f) }
+
+func (r redisBusyRaw) Control(f func(fd uintptr)) error { return r.c.raw.Control(f) }
 
 // checkReachable pings Redis once; a failure is logged and opens the
 // breaker, so requests do not wait for a Redis that is down.
