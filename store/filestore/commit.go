@@ -454,7 +454,7 @@ func (d *db) apply(items []applyItem) error {
 // putAll writes puts, in the applier's transaction.
 func (d *db) putAll(tx *bolt.Tx, puts []put) error {
 	for _, p := range puts {
-		if err := putValue(tx, p.key, p.kind, p.payload, p.expires); err != nil {
+		if err := putValue(tx, p.key, p.kind, p.payload, p.expires, d.filter.mayHave(p.key)); err != nil {
 			return err
 		}
 		d.txKeys = append(d.txKeys, p.key)

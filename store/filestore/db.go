@@ -658,13 +658,19 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 }
 
 // putValue writes key's value and its expiry index entry.
-func putValue(tx *bolt.Tx, key string, kind byte, payload string, expires int64) error {
+// mayHold false says the tree holds no value of key (the keys' filter),
+// so there is no old index entry to look for; one left by a value put
+// earlier in the same transaction is dropped alone by the sweep, which
+// checks each entry against its record.
+func putValue(tx *bolt.Tx, key string, kind byte, payload string, expires int64, mayHold bool) error {
 	records := tx.Bucket(bucketRecords)
-	if old := records.Get([]byte(key)); len(old) >= 8 {
-		// the old value's index entry would delete the new one early: it
-		// goes
-		if err := tx.Bucket(bucketExpiry).Delete(indexKey(int64(binary.BigEndian.Uint64(old)), key)); err != nil {
-			return err
+	if mayHold {
+		if old := records.Get([]byte(key)); len(old) >= 8 {
+			// the old value's index entry would delete the new one early:
+			// it goes
+			if err := tx.Bucket(bucketExpiry).Delete(indexKey(int64(binary.BigEndian.Uint64(old)), key)); err != nil {
+				return err
+			}
 		}
 	}
 	v := make([]byte, 9+len(payload))

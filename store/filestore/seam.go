@@ -101,7 +101,7 @@ func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 	if len(v) < 9 {
 		return nil
 	}
-	return putValue(tx, key, v[8], string(v[9:]), now().Add(ttl).UnixNano())
+	return putValue(tx, key, v[8], string(v[9:]), now().Add(ttl).UnixNano(), true)
 }
 
 // DropCached forgets the process's copy of key's value, after its value
