@@ -239,8 +239,9 @@ func (fs *fileSource) releaseGroup(group, id string) {
 	g.held = g.held[1:]
 	fs.heldCount--
 	g.head, g.since = next.id, next.received
+	fs.ready = append(fs.ready, next.id)
 	fs.mu.Unlock()
-	fs.push(next.id)
+	fs.wake()
 }
 
 // unadmit undoes admitLocked for an event that was not stored after all.
@@ -268,6 +269,13 @@ func (fs *fileSource) push(id string) {
 	fs.mu.Lock()
 	fs.ready = append(fs.ready, id)
 	fs.mu.Unlock()
+	fs.wake()
+}
+
+// wake tells a waiting reader that events are ready. An event moves from
+// one of the counted states to another under one hold of fs.mu, followed
+// by wake, so that counts never see it in none.
+func (fs *fileSource) wake() {
 	select {
 	case fs.notify <- struct{}{}:
 	default:
@@ -353,10 +361,13 @@ func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) 
 			fs.mu.Unlock()
 			msgs, err := q.start(ctx, ids)
 			if err != nil {
+				fs.mu.Lock()
 				for _, id := range ids {
-					fs.done(id)
-					fs.push(id) // tried again
+					delete(fs.inDelivery, id)
+					fs.ready = append(fs.ready, id) // tried again
 				}
+				fs.mu.Unlock()
+				fs.wake()
 				return nil, err
 			}
 			return msgs, nil
@@ -432,14 +443,15 @@ func (q *fileQueue) reclaim(context.Context, int, time.Duration) (message, bool,
 func (q *fileQueue) moveDue(_ context.Context, now time.Time) error {
 	fs := q.src
 	nowMs := now.UnixMilli()
-	var due []string
+	moved := false
 	fs.mu.Lock()
 	for fs.scheduled.Len() > 0 && fs.scheduled[0].due <= nowMs {
-		due = append(due, heap.Pop(&fs.scheduled).(dueItem).id)
+		fs.ready = append(fs.ready, heap.Pop(&fs.scheduled).(dueItem).id)
+		moved = true
 	}
 	fs.mu.Unlock()
-	for _, id := range due {
-		fs.push(id)
+	if moved {
+		fs.wake()
 	}
 	return nil
 }
@@ -646,10 +658,11 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	fs.mu.Lock()
 	fs.deadCount--
-	fs.mu.Unlock()
 	if ready {
-		fs.push(newID)
+		fs.ready = append(fs.ready, newID)
 	}
+	fs.mu.Unlock()
+	fs.wake()
 	return newID, nil
 }
 
