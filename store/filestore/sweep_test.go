@@ -131,8 +131,11 @@ func TestFileSizeStaysBounded(t *testing.T) {
 	if records, _ := counts(t, d); records != 0 {
 		t.Fatalf("%d records left after the last sweep", records)
 	}
-	// after the first rounds the size stays where it got
-	if sizes[len(sizes)-1] > sizes[3] {
-		t.Fatalf("file size grew after round 4: %v", sizes)
+	// after the first rounds the size stays where it got, but for one
+	// step of the file's growth (AllocSize): a commit that finds the
+	// pages freed by the one before it still held by a reader takes new
+	// ones
+	if sizes[len(sizes)-1] > sizes[3]+int64(d.bolt.AllocSize) {
+		t.Fatalf("file size grew after round 4 by more than one step of %d bytes: %v", d.bolt.AllocSize, sizes)
 	}
 }
