@@ -5,10 +5,12 @@
 # Run it from the repository root: `bash bench/cluster.sh`. It builds Caddy and the upstream
 # (bench/lib.sh), starts one standalone redis-server and three cluster-enabled ones joined as a
 # Cluster of three masters (redis-cli --cluster create, no replicas), all with --save ''
-# --appendonly no, and one Caddy with two sites in front of the upstream: webhook_idempotency
-# on the standalone Redis, and on the Cluster (its three addresses). For each it runs, with wrk
-# -t2 -c32 and 1 KiB bodies: new keys (bench/unique.lua) for BENCH_DURATION seconds (default
-# 10), then replays of one completed key (bench/replay.lua), and reports per request:
+# --appendonly no, and one Caddy with three sites in front of the upstream: webhook_idempotency
+# on the standalone Redis, on the Cluster (its three addresses), and on the Cluster with
+# `archive` (every new delivery also appended to its source's archive, on one slot). It runs,
+# with wrk -t2 -c$BENCH_CONNS (default 32; fewer connections make smaller pipelines) and 1 KiB
+# bodies, new keys (bench/unique.lua) on each for BENCH_DURATION seconds (default 10), then
+# replays of one completed key (bench/replay.lua) on the first two, and reports per request:
 #   - Redis's CPU (used_cpu_user + used_cpu_sys of INFO cpu, summed over the nodes), and the
 #     commands' own time (usec of INFO commandstats), whose difference is the system calls and
 #     event loop of each pipeline Redis reads and answers;
@@ -28,6 +30,7 @@ rm -rf "${OUT:?}"/*
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 DURATION=${BENCH_DURATION:-10}
+CONNS=${BENCH_CONNS:-32}
 need "apt-get install wrk redis-server redis-tools" wrk redis-server redis-cli curl "$GO"
 
 build
@@ -64,14 +67,15 @@ for p in "${NODES[@]}"; do
 	grep -q '^cluster_state:ok' <<<"$info" || die "the cluster did not become ready (node :$p)"
 done
 
-PADMIN=$(free_port) PSA=$(free_port) PCL=$(free_port)
-site() { # port source store: one site of the Caddyfile
+PADMIN=$(free_port) PSA=$(free_port) PCL=$(free_port) PAR=$(free_port)
+site() { # port source store [option]: one site of the Caddyfile
 	cat <<EOF
 
 http://127.0.0.1:$1 {
 	webhook_idempotency {
 		source $2
 		store $3
+		${4:-}
 	}
 	reverse_proxy 127.0.0.1:$PU {
 		transport http {
@@ -87,10 +91,13 @@ EOF
 	site "$PCL" cluster "redis {
 			address ${NODES[*]/#/127.0.0.1:}
 		}"
+	site "$PAR" archived "redis {
+			address ${NODES[*]/#/127.0.0.1:}
+		}" "archive 1d"
 } >"$OUT/Caddyfile"
 start caddy "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile"
 CPID=$STARTED
-for p in "$PADMIN" "$PSA" "$PCL"; do wait_port "$p" caddy "$CPID"; done
+for p in "$PADMIN" "$PSA" "$PCL" "$PAR"; do wait_port "$p" caddy "$CPID"; done
 
 info() { # port section field: a field of INFO
 	redis-cli -p "$1" INFO "$2" | tr -d '\r' | awk -F: -v f="$3" '$1 == f { print $2 }'
@@ -108,9 +115,9 @@ measure() { # label port lua ports...: one wrk run, and what each node did meanw
 	local label=$1 port=$2 lua=$3 f
 	shift 3
 	f=$OUT/$label.txt
-	KEY_PREFIX="$label-warm-$$" BODY_FILE=$OUT/body.json REPLAY_KEY=replay-$$ wrk -t2 -c32 -d2s -s "$ROOT/bench/$lua" "http://127.0.0.1:$port/webhook" >/dev/null
+	KEY_PREFIX="$label-warm-$$" BODY_FILE=$OUT/body.json REPLAY_KEY=replay-$$ wrk -t2 -c"$CONNS" -d2s -s "$ROOT/bench/$lua" "http://127.0.0.1:$port/webhook" >/dev/null
 	snapshot "$label.0" "$@"
-	KEY_PREFIX="$label-$$" BODY_FILE=$OUT/body.json REPLAY_KEY=replay-$$ wrk -t2 -c32 -d"${DURATION}s" --latency -s "$ROOT/bench/$lua" "http://127.0.0.1:$port/webhook" >"$f"
+	KEY_PREFIX="$label-$$" BODY_FILE=$OUT/body.json REPLAY_KEY=replay-$$ wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$ROOT/bench/$lua" "http://127.0.0.1:$port/webhook" >"$f"
 	snapshot "$label.1" "$@"
 	local n rps
 	n=$(awk '/requests in/ { print $1 }' "$f")
@@ -135,12 +142,13 @@ complete() { # port: the key replays are sent for
 }
 {
 	echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg) (at the start)"
-	echo "wrk -t2 -c32, ${DURATION}s per run after 2 s of warm-up, POST 1 KiB; Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)"
+	echo "wrk -t2 -c$CONNS, ${DURATION}s per run after 2 s of warm-up, POST 1 KiB; Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)"
 } | tee "$OUT/summary.txt"
 complete "$PSA"
 complete "$PCL"
 measure standalone-new "$PSA" unique.lua "$PS"
 measure cluster-new "$PCL" unique.lua "${NODES[@]}"
+measure cluster-archive-new "$PAR" unique.lua "${NODES[@]}"
 measure standalone-replay "$PSA" replay.lua "$PS"
 measure cluster-replay "$PCL" replay.lua "${NODES[@]}"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/summary.txt"
