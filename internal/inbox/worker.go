@@ -84,7 +84,7 @@ func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 			ib.warn("reading the inbox queue failed; retrying", err)
 			sleepCtx(ctx, time.Second)
 		}
-		if n := ib.pace(ctx, msgs, func(m message) { ib.wg.Add(1); go ib.deliver(m) }); n < len(msgs) {
+		if n := ib.pace(ctx, msgs); n < len(msgs) {
 			ib.releaseSlots(len(msgs) - n) // the inbox stops: the rest went back
 			return
 		}
@@ -124,10 +124,10 @@ func (ib *Inbox) putBack(m message) {
 // timeout that their worker is alive, so that no other worker reclaims
 // them. It returns how many it started: when the inbox stops first, the
 // rest go back into the queue, their attempts not made.
-func (ib *Inbox) pace(ctx context.Context, msgs []message, start func(message)) int {
+func (ib *Inbox) pace(ctx context.Context, msgs []message) int {
 	if ib.limit == nil {
 		for _, m := range msgs {
-			start(m)
+			ib.startDelivery(m)
 		}
 		return len(msgs)
 	}
@@ -150,9 +150,15 @@ func (ib *Inbox) pace(ctx context.Context, msgs []message, start func(message)) 
 		if !ib.sleepHolding(ctx, msgs[i:], time.Until(at.Add(time.Duration(i)*step))) {
 			return i
 		}
-		start(m)
+		ib.startDelivery(m)
 	}
 	return len(msgs)
+}
+
+// startDelivery delivers m in a goroutine of its own.
+func (ib *Inbox) startDelivery(m message) {
+	ib.wg.Add(1)
+	go ib.deliver(m)
 }
 
 // sleepHolding waits d while msgs are held, touching them every timeout;
@@ -276,7 +282,7 @@ func (ib *Inbox) reclaim(ctx context.Context) {
 				break
 			}
 			ib.logger.Info("reclaimed an unacknowledged inbox event", zap.String("id", m.id), zap.Int64("deliveries", m.deliveries))
-			if ib.pace(ctx, []message{m}, func(m message) { ib.wg.Add(1); go ib.deliver(m) }) == 0 {
+			if ib.pace(ctx, []message{m}) == 0 {
 				<-ib.slots
 				return
 			}
