@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // listServer stands in for the endpoints providers publish their address
@@ -68,7 +69,7 @@ func (s *listServer) set(path string, status int, body string) {
 func useListServer(t *testing.T, s *listServer) {
 	t.Helper()
 	old := listURL
-	listURL = func(provider string, _ publishedList) string { return s.URL + "/" + provider }
+	listURL = func(provider string, _ providers.AddressList) string { return s.URL + "/" + provider }
 	t.Cleanup(func() { listURL = old })
 }
 
@@ -425,7 +426,7 @@ func TestAllowListDisplayURL(t *testing.T) {
 // route's signature header is a WARN (the provider's list may have
 // changed), at most one every ten seconds; one without is not.
 func TestAllowIPsWarnsOfSignedRefusals(t *testing.T) {
-	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &VerifyConfig{Secrets: []string{"s3cr3t"}},
+	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &providers.VerifyConfig{Secrets: []string{"s3cr3t"}},
 		AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
 	core, logs := observer.New(zapcore.WarnLevel)
 	h.logger = zap.New(core)
@@ -464,7 +465,7 @@ func BenchmarkAllowIPs(b *testing.B) {
 	ranges := []string{"192.30.252.0/22", "185.199.108.0/22", "140.82.112.0/20", "143.55.64.0/20", "2a0a:a440::/29", "2606:50c0::/32",
 		"3.18.12.63", "3.130.192.231", "13.235.14.237", "13.235.122.149", "18.211.135.69", "35.154.171.200", "35.157.207.129",
 		"52.15.183.38", "54.88.130.119", "54.88.130.237", "54.187.174.169", "54.187.205.235", "54.187.216.72"}
-	h := &Handler{Source: "bench", edge: &edgeGuard{}}
+	h := &Handler{Source: "bench", edge: &edgeChecks{}}
 	ips, err := newAllowIPs(&AllowIPsConfig{Ranges: ranges}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // The archive (docs/archive.md): every delivery that passed verification
@@ -226,9 +227,9 @@ func (h *Handler) secretHeaders() []string {
 // the key is stored anyway (a key taken from a header redacted by name, in
 // secretHeaders or a rule, is refused by the archive).
 func (h *Handler) redactor(rules []string) (*redact.Redactor, error) {
-	rules = append(slices.Clip(rules), providers[h.Provider].redact...)
+	rules = append(slices.Clip(rules), providers.Redactions(h.Provider)...)
 	if scheme := h.scheme(); scheme != h.Provider {
-		rules = append(rules, providers[scheme].redact...)
+		rules = append(rules, providers.Redactions(scheme)...)
 	}
 	rd, err := redact.New(rules, h.secretHeaders()...)
 	if err != nil {

@@ -216,3 +216,35 @@ func (br *bodyReader) Close() error {
 	}
 	return nil
 }
+
+// content is what the key and body hash are taken from: the verified
+// content of a sealed delivery (Stone's event), else the raw body.
+func (rs *requestState) content() []byte {
+	if rs.event != nil {
+		return rs.event
+	}
+	return rs.body.buf
+}
+
+// forwarded is the body the next handler (or the inbox) gets: the opened
+// content with `decrypt`, else the raw body.
+func (rs *requestState) forwarded() []byte {
+	if rs.event != nil && rs.h.verification.Decrypt() {
+		return rs.event
+	}
+	return rs.body.buf
+}
+
+// handOnEvent gives the next handler the opened content as the body, when
+// `decrypt` asks for it, and reports whether it did.
+func (rs *requestState) handOnEvent() bool {
+	if rs.event == nil || !rs.h.verification.Decrypt() {
+		return false
+	}
+	event := rs.event
+	rs.r.Body = io.NopCloser(bytes.NewReader(event))
+	rs.r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(event)), nil }
+	rs.r.ContentLength = int64(len(event))
+	rs.r.TransferEncoding = nil
+	return true
+}

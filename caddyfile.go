@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 func init() {
@@ -136,7 +137,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			last = []string{name, d.Val()}
 			continue
 		}
-		if _, ok := providers[name]; ok && first {
+		if _, ok := providers.Lookup(name); ok && first {
 			h.Provider = name
 			continue
 		}
@@ -263,7 +264,7 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 		}
 		h.Source = v
 	case "provider":
-		if _, ok := providers[v]; !ok {
+		if _, ok := providers.Lookup(v); !ok {
 			return fmt.Errorf("unknown provider '%s'", v)
 		}
 		h.Provider = v

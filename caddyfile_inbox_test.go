@@ -12,6 +12,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
@@ -62,7 +63,7 @@ func TestCaddyfileInboxParse(t *testing.T) {
 			}`,
 			want: Handler{
 				Provider: "stripe",
-				Verify:   &VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}},
+				Verify:   &providers.VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}},
 				StoreRaw: redisStore,
 				Inbox: &InboxConfig{
 					DeliverTo: "http://app:3000/webhooks/stripe",

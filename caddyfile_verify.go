@@ -6,6 +6,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // The handler's Caddyfile `verify` block and its options for public keys
@@ -21,7 +22,7 @@ func (h *Handler) setHandshakeOption(name, v string) error {
 	} else {
 		handshake = v
 	}
-	if err := checkHandshakeOptions(h.Provider, handshake, token); err != nil {
+	if err := providers.CheckHandshakeOptions(h.Provider, handshake, token); err != nil {
 		return err
 	}
 	h.VerifyToken, h.Handshake = token, handshake
@@ -31,24 +32,15 @@ func (h *Handler) setHandshakeOption(name, v string) error {
 // addPublicKeys adds `public_key` values to the verify config, checking
 // those without placeholders against the scheme when it is known by then.
 func (h *Handler) addPublicKeys(keys []string) error {
-	if scheme := h.verifyScheme(); scheme != "" && scheme != "off" {
+	if scheme := h.scheme(); scheme != "" && scheme != "off" {
 		for i, k := range keys {
-			if err := checkPublicKey(scheme, k); err != nil {
+			if err := providers.CheckPublicKey(scheme, k); err != nil {
 				return fmt.Errorf("invalid public_key %d for %s: %v", len(h.Verify.PublicKeys)+i+1, scheme, err)
 			}
 		}
 	}
 	h.Verify.PublicKeys = append(h.Verify.PublicKeys, keys...)
 	return nil
-}
-
-// verifyScheme is the verify scheme as far as it is known: verify's, else
-// the provider's ("" while neither is given).
-func (h *Handler) verifyScheme() string {
-	if h.Verify != nil && h.Verify.Scheme != "" {
-		return h.Verify.Scheme
-	}
-	return h.Provider
 }
 
 // parseVerify parses `verify <scheme>|off { ... }`; inline, there is no
@@ -58,11 +50,11 @@ func (h *Handler) parseVerify(d *caddyfile.Dispenser, args []string, inline bool
 		return d.Errf("verify takes one scheme, got %d arguments", len(args))
 	}
 	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
+		h.Verify = new(providers.VerifyConfig)
 	}
 	v := h.Verify
 	if len(args) == 1 {
-		if !knownScheme(args[0]) {
+		if !providers.KnownScheme(args[0]) {
 			return d.Errf("unknown verify scheme '%s': want a provider name, hmac, token, jwt, ed25519, rsa or off", args[0])
 		}
 		v.Scheme = args[0]
@@ -87,7 +79,7 @@ var verifyBlockOptions = map[string]cfparse.Arity{
 // checked by the parser (v is the first).
 func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
 	if h.Verify == nil {
-		h.Verify = new(VerifyConfig)
+		h.Verify = new(providers.VerifyConfig)
 	}
 	cfg := h.Verify
 	switch name {
@@ -99,20 +91,20 @@ func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
 		cfg.Header = v
 	case "algorithm":
 		cfg.Algorithm = v
-		_, err = hashFunc(v)
+		_, err = providers.HashFunc(v)
 	case "encoding":
 		cfg.Encoding = v
-		_, err = parseEncoding(v)
+		_, err = providers.ParseEncoding(v)
 	case "prefix":
 		cfg.Prefix = v
 	case "tolerance":
 		cfg.Tolerance, err = cfparse.PositiveDuration("tolerance", v)
 	case "url":
 		cfg.URL = v
-		err = checkHTTPURL("url", v)
+		err = cfparse.CheckHTTPURL("url", v)
 	case "padding":
 		cfg.Padding = v
-		_, err = parsePadding(v)
+		_, err = providers.ParsePadding(v)
 	case "private_key":
 		cfg.PrivateKey = v
 	case "jwks_url":
@@ -122,8 +114,8 @@ func (h *Handler) setVerifyOption(name, v string, args []string) (err error) {
 	case "decrypt":
 		cfg.Decrypt = true
 	}
-	if err == nil && stoneOptions[name] {
-		err = checkStoneOptions(h.verifyScheme(), *cfg)
+	if err == nil && providers.IsSealedOption(name) {
+		err = providers.CheckSchemeOptions(h.scheme(), *cfg)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -39,7 +40,7 @@ type sendFlags struct {
 	bodyGiven               bool
 	headers                 http.Header
 	retry                   bool
-	cfg                     signConfig
+	cfg                     providers.SignConfig
 }
 
 // cmdSend signs and sends a delivery.
@@ -55,7 +56,7 @@ func cmdSend(fl caddycmd.Flags) (int, error) {
 		}
 		return caddy.ExitCodeSuccess, nil
 	}
-	signer, err := newPresetSigner(sf.preset, sf.cfg)
+	signer, err := providers.NewSigner(sf.preset, sf.cfg)
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
@@ -87,7 +88,7 @@ func readSendFlags(fl caddycmd.Flags) (*sendFlags, error) {
 	sf := &sendFlags{
 		preset: fl.Arg(0), url: fl.String("url"), id: fl.String("id"), method: strings.ToUpper(fl.String("method")),
 		retry: fl.Bool("retry"), headers: http.Header{},
-		cfg: signConfig{
+		cfg: providers.SignConfig{
 			Secret: fl.String("secret"), KeyID: fl.String("kid"),
 			PublicURL: fl.String("public-url"), TokenHeader: fl.String("token-header"),
 		},
@@ -160,7 +161,8 @@ type delivery struct {
 func newDelivery(sf *sendFlags) *delivery {
 	d := &delivery{flags: sf, headers: sf.headers.Clone()}
 	var jsonKey string
-	for _, k := range providers[sf.preset].defaultKey {
+	p, _ := providers.Lookup(sf.preset)
+	for _, k := range p.DefaultKey {
 		if name, ok := strings.CutPrefix(k, "header:"); ok {
 			if d.headers.Get(name) == "" {
 				d.headers.Set(name, sf.id)
@@ -278,10 +280,10 @@ func verdict(resp *http.Response) string {
 // printPresets lists the presets and what each signs with.
 func printPresets(w io.Writer) {
 	fmt.Fprintln(w, "presets and the key material they sign with:")
-	for _, name := range signablePresets() {
-		needs := "cannot be signed by this command"
-		if ps, ok := presetSigners[name]; ok {
-			needs = ps.needs
+	for _, name := range providers.Names() {
+		needs := providers.SignerNeeds(name)
+		if needs == "" {
+			needs = "cannot be signed by this command"
 		}
 		fmt.Fprintf(w, "  %-12s %s\n", name, needs)
 	}

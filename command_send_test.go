@@ -8,51 +8,16 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
-)
 
-// TestEveryPresetSigns: every signer of `caddy webhook-idempotency send`
-// is a preset's and says what it signs with, and refuses to build without
-// key material; a preset of the table without a signer (one just added to
-// providers.go) is listed as such and refused with a clear message, not
-// sent unsigned: give it a signer in presetSigners (providers_sign.go),
-// built on package signature.
-func TestEveryPresetSigns(t *testing.T) {
-	var list strings.Builder
-	printPresets(&list)
-	for name := range providers {
-		ps, ok := presetSigners[name]
-		if !ok {
-			t.Logf("preset %s has no signer yet", name)
-			if !strings.Contains(list.String(), name) || !strings.Contains(list.String(), "cannot be signed by this command") {
-				t.Errorf("send list does not say that %s cannot be signed:\n%s", name, list.String())
-			}
-			if _, err := newPresetSigner(name, signConfig{Secret: "x"}); err == nil || !strings.Contains(err.Error(), "cannot be signed by this command") {
-				t.Errorf("%s: %v", name, err)
-			}
-			continue
-		}
-		if ps.needs == "" || ps.build == nil {
-			t.Errorf("preset %s: signer without what it needs or how it is built", name)
-		}
-		if _, err := ps.build(signConfig{}); err == nil {
-			t.Errorf("preset %s signs with no key material at all", name)
-		}
-		if !strings.Contains(list.String(), fmt.Sprintf("%-12s %s", name, ps.needs)) {
-			t.Errorf("send list does not list %s with %q:\n%s", name, ps.needs, list.String())
-		}
-	}
-	for name := range presetSigners {
-		if _, ok := providers[name]; !ok {
-			t.Errorf("presetSigners has %s, which is no preset", name)
-		}
-	}
-}
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
+)
 
 // TestSendPutsTheIDWhereThePresetKeys: the delivery id goes in the first
 // header of the preset's default key chain, else in the made-up body at
 // its JSON key; the body always carries it in id.
 func TestSendPutsTheIDWhereThePresetKeys(t *testing.T) {
-	for name, p := range providers {
+	for _, p := range providers.All() {
+		name := p.Name
 		d := newDelivery(&sendFlags{preset: name, id: "evt_42", headers: http.Header{}})
 		if !json.Valid(d.body) || gjson.GetBytes(d.body, "id").String() != "evt_42" {
 			t.Errorf("%s: body %s", name, d.body)
@@ -60,7 +25,7 @@ func TestSendPutsTheIDWhereThePresetKeys(t *testing.T) {
 		if d.headers.Get("Content-Type") != "application/json" {
 			t.Errorf("%s: Content-Type %q", name, d.headers.Get("Content-Type"))
 		}
-		k := p.defaultKey[0]
+		k := p.DefaultKey[0]
 		if h, ok := strings.CutPrefix(k, "header:"); ok && d.headers.Get(h) != "evt_42" {
 			t.Errorf("%s: header %s is %q", name, h, d.headers.Get(h))
 		}
@@ -95,6 +60,18 @@ func TestEventIDOrder(t *testing.T) {
 	} {
 		if got := eventIDLess(tc.a, tc.b); got != tc.less {
 			t.Errorf("%s < %s: %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+// TestSendListsPresets: `send list` names every preset with what it signs
+// with (package providers declares each preset's signer).
+func TestSendListsPresets(t *testing.T) {
+	var list strings.Builder
+	printPresets(&list)
+	for _, name := range providers.Names() {
+		if want := fmt.Sprintf("%-12s %s", name, providers.SignerNeeds(name)); !strings.Contains(list.String(), want) {
+			t.Errorf("send list does not list %q:\n%s", want, list.String())
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -21,9 +22,9 @@ import (
 // request that fails either is answered 403 (result `forbidden`) with
 // nothing stored.
 
-// edgeGuard is a route's allow_ips and client_cert at run time; nil when
+// edgeChecks is a route's allow_ips and client_cert at run time; nil when
 // it has neither.
-type edgeGuard struct {
+type edgeChecks struct {
 	ips    *allowIPs        // nil: every address
 	cert   *clientCertCheck // nil: no certificate needed
 	warned atomic.Int64     // when the last refusal of a signed-looking request was logged (unix ns)
@@ -41,15 +42,30 @@ const (
 // provisionEdge builds the route's edge checks and applies its preset's
 // rules for them (efi.go).
 func (h *Handler) provisionEdge() error {
-	if rule := providers[h.Provider].edge; rule != nil {
-		if err := rule(h); err != nil {
+	if p, ok := providers.Lookup(h.Provider); ok && p.Edge != nil {
+		e := providers.EdgeConfig{
+			ClientCert: h.ClientCert != nil,
+			VerifyOff:  h.Verify != nil && h.Verify.Scheme == "off",
+			AllowIPs:   h.AllowIPs != nil,
+		}
+		if h.ClientCert != nil {
+			e.ClientCertCAs = len(h.ClientCert.CA)
+		}
+		if h.Verify != nil {
+			e.Secrets = len(h.Verify.Secrets)
+		}
+		warning, err := p.Edge(e)
+		if err != nil {
 			return err
+		}
+		if warning != "" {
+			h.logger.Warn(warning)
 		}
 	}
 	if h.AllowIPs == nil && h.ClientCert == nil {
 		return nil
 	}
-	g := &edgeGuard{}
+	g := &edgeChecks{}
 	if h.ClientCert != nil {
 		c, err := newClientCertCheck(h.ClientCert)
 		if err != nil {
@@ -140,7 +156,7 @@ func clientAddr(r *http.Request) netip.Addr {
 // the signature is only looked at, not verified. At most one such line is
 // written every ten seconds, with the number left out since.
 func (rs *requestState) warnIfSigned(addr netip.Addr) {
-	v := rs.h.verifier
+	v := rs.h.verification
 	if v == nil {
 		return
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
-	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
 
@@ -36,18 +36,16 @@ type Handler struct {
 	// (the preset's name).
 	Source string `json:"source,omitempty"`
 
-	// A provider preset (see docs/providers.md): `stripe`, `github`,
-	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
-	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
-	// `razorpay`, `woovi`, `hubspot` or `efi`. It sets the source, the
-	// verification scheme and the default key, and for some providers the
-	// default ttl and in_flight mode. Default: none.
+	// A provider preset, by name (`stripe`, `github`, …; docs/providers.md
+	// lists every preset, and package providers declares them). It sets
+	// the source, the verification scheme and the default key, and for
+	// some providers the default ttl, max_body and in_flight mode.
+	// Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
-	Verify *VerifyConfig `json:"verify,omitempty"`
+	Verify *providers.VerifyConfig `json:"verify,omitempty"`
 
 	// The token of Meta's subscription check for the `whatsapp` preset:
 	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
@@ -163,29 +161,26 @@ type Handler struct {
 	// Default: off.
 	Archive *ArchiveConfig `json:"archive,omitempty"`
 
-	store       *meteredStore
-	archive     *archive.Archive
-	inbox       *inbox.Inbox
-	ownedStore  *filestore.Store // the default store, when this handler provisioned it
-	verifier    signature.Verifier
-	opener      signature.Opener // a verifier whose content is sealed (stone)
-	decrypt     bool             // hand the opened content on (stone's decrypt)
-	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
-	handshake   *handshakeState  // nil: none answered
-	edge        *edgeGuard       // allow_ips and client_cert; nil: neither (edge.go)
-	keys        []keySource
-	keyPrefix   string // "<key_prefix>:<source>:"
-	methods     []string
-	cacheable   statusSet
-	inFlight    inFlightMode
-	guardMode   guardMode
-	failClosed  bool
-	rejectDiffs bool
-	logger      *zap.Logger // carries the source
-	metrics     *handlerMetrics
-	sourceValue any           // Source, boxed once for the replacer
-	bodyWait    *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
-	bodyBudget  int64         // the process's body budget, the app's; 0 for none (body.go)
+	store        *meteredStore
+	archive      *archive.Archive
+	inbox        *inbox.Inbox
+	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
+	verification *providers.Verification   // nil: nothing verified
+	handshake    *providers.HandshakeState // nil: none answered
+	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
+	keys         []keySource
+	keyPrefix    string // "<key_prefix>:<source>:"
+	methods      []string
+	cacheable    statusSet
+	inFlight     inFlightMode
+	guardMode    guardMode
+	failClosed   bool
+	rejectDiffs  bool
+	logger       *zap.Logger // carries the source
+	metrics      *handlerMetrics
+	sourceValue  any           // Source, boxed once for the replacer
+	bodyWait     *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
+	bodyBudget   int64         // the process's body budget, the app's; 0 for none (body.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -276,7 +271,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // reports whether the source came from the preset.
 func (h *Handler) applyPreset() (presetSource bool, err error) {
 	if h.Provider != "" {
-		p, ok := providers[h.Provider]
+		p, ok := providers.Lookup(h.Provider)
 		if !ok {
 			return false, fmt.Errorf("unknown provider %q", h.Provider)
 		}
@@ -285,23 +280,19 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 			presetSource = true
 		}
 		if len(h.Key) == 0 {
-			h.Key = p.defaultKey
+			h.Key = p.DefaultKey
 		}
-		if h.TTL == 0 && p.ttl > 0 {
-			h.TTL = caddy.Duration(p.ttl)
+		if h.TTL == 0 && p.TTL > 0 {
+			h.TTL = caddy.Duration(p.TTL)
 		}
 		if h.InFlight == "" {
-			h.InFlight = p.inFlight
+			h.InFlight = p.InFlight
 		}
 	}
 	if h.MaxBody == 0 {
 		// the default of the scheme that verifies (a preset's, or the
 		// verify scheme of that name)
-		scheme := h.Provider
-		if h.Verify != nil && h.Verify.Scheme != "" {
-			scheme = h.Verify.Scheme
-		}
-		h.MaxBody = providers[scheme].maxBody
+		h.MaxBody = providers.MaxBody(h.scheme())
 	}
 	if h.Source == "" {
 		return false, errors.New("source is required (or a provider preset that supplies it)")
@@ -394,7 +385,7 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.Stop()
 	}
-	h.releaseStoneKeys()
+	h.verification.Release()
 	h.releaseEdge()
 	if h.archive != nil {
 		h.archive.Stop()

@@ -14,8 +14,10 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -485,7 +487,7 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 
 func TestHandlerValidateRefusesNegativeTolerance(t *testing.T) {
 	h := &Handler{Source: "neg", InFlight: "conflict", Mismatch: mismatchReplay, Fail: failOpen,
-		Verify: &VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
+		Verify: &providers.VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
 	err := h.Validate()
 	if err == nil || !strings.Contains(err.Error(), "tolerance must not be negative") {
 		t.Fatalf("Validate with a negative tolerance: %v", err)

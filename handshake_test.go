@@ -20,6 +20,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -68,7 +69,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 	t.Setenv("WEBHOOK_TEST_VERIFY_TOKEN", "meta token/+&=")
 	h := newTestHandler(t, &Handler{
 		Provider:    "whatsapp",
-		Verify:      &VerifyConfig{Secrets: []string{"app-secret"}},
+		Verify:      &providers.VerifyConfig{Secrets: []string{"app-secret"}},
 		VerifyToken: "{env.WEBHOOK_TEST_VERIFY_TOKEN}",
 	})
 	subscribe := func(token string) *http.Request {
@@ -101,7 +102,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 		Source:      "whatsapp-get",
 		Provider:    "whatsapp",
 		Methods:     []string{"GET", "POST"},
-		Verify:      &VerifyConfig{Secrets: []string{"app-secret"}},
+		Verify:      &providers.VerifyConfig{Secrets: []string{"app-secret"}},
 		VerifyToken: "t",
 	})
 	calls.Store(0)
@@ -109,8 +110,8 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 	// without a verify_token, or with handshake off, it is passed on
 	for _, cfg := range []*Handler{
-		{Source: "wa-no-token", Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}},
-		{Source: "wa-off", Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "off"},
+		{Source: "wa-no-token", Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}},
+		{Source: "wa-off", Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "off"},
 	} {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
@@ -123,7 +124,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 func TestHandshakeSlackURLVerification(t *testing.T) {
 	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
-	h := newTestHandler(t, &Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{secret}}})
+	h := newTestHandler(t, &Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{secret}}})
 	// a challenge that needs escaping in JSON
 	event := slackevents.EventsAPIURLVerificationEvent{Token: "Jhj5dZrVaK7ZwHHjRyZWjbDl", Challenge: `3eZbrw1aB"m2rZ<\u2028>é`, Type: slackevents.URLVerification}
 	body, _ := json.Marshal(event)
@@ -153,8 +154,8 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 
 	// handshake off, or verify off: passed on like a delivery
 	for _, cfg := range []*Handler{
-		{Source: "slack-off", Provider: "slack", Verify: &VerifyConfig{Secrets: []string{secret}}, Handshake: "off"},
-		{Source: "slack-unverified", Provider: "slack", Verify: &VerifyConfig{Scheme: "off"}},
+		{Source: "slack-off", Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{secret}}, Handshake: "off"},
+		{Source: "slack-unverified", Provider: "slack", Verify: &providers.VerifyConfig{Scheme: "off"}},
 	} {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
@@ -166,7 +167,7 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 
 func TestHandshakeZoomURLValidation(t *testing.T) {
 	// the first secret is the current secret token
-	h := newTestHandler(t, &Handler{Provider: "zoom", Verify: &VerifyConfig{Secrets: []string{"zoom-new", "zoom-old"}}})
+	h := newTestHandler(t, &Handler{Provider: "zoom", Verify: &providers.VerifyConfig{Secrets: []string{"zoom-new", "zoom-old"}}})
 	body := []byte(`{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}`)
 	mac := hmac.New(sha256.New, []byte("zoom-new"))
 	mac.Write([]byte("qgg8vlvZRS6UYooatFL8Aw"))
@@ -183,7 +184,7 @@ func TestHandshakeZoomURLValidation(t *testing.T) {
 
 func TestHandshakeDiscordPing(t *testing.T) {
 	pub := hex.EncodeToString(sigtest.Ed25519Public("discord-app-1"))
-	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{pub}}})
+	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{pub}}})
 	ping := []byte(`{"application_id":"1093","id":"1106","token":"aW50","type":1,"user":{"id":"53908","username":"mason"},"version":1}`)
 	var calls atomic.Int64
 	got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", ping), countingNext(&calls))
@@ -209,7 +210,7 @@ func TestHandshakeDiscordPing(t *testing.T) {
 // passed on to the application when the middleware passed it on.
 func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 	vecs := sigtest.LoadDiscord(t)
-	h := newTestHandler(t, &Handler{Source: "discord-two-apis", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	h := newTestHandler(t, &Handler{Source: "discord-two-apis", Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
 	for _, vec := range vecs.Vectors {
 		t.Run(vec.Name, func(t *testing.T) {
 			var calls atomic.Int64
@@ -251,7 +252,7 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 // duplicate, and another event is not.
 func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 	vecs := sigtest.LoadDiscord(t)
-	h := newTestHandler(t, &Handler{Source: "discord-event-keys", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	h := newTestHandler(t, &Handler{Source: "discord-event-keys", Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
 	var calls atomic.Int64
 	keys := map[string]bool{}
 	for _, vec := range vecs.Vectors {
@@ -279,7 +280,7 @@ func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 
 func TestHandshakeTwitchCallbackVerification(t *testing.T) {
 	const secret = "twitch-secret-0001"
-	h := newTestHandler(t, &Handler{Provider: "twitch", Verify: &VerifyConfig{Secrets: []string{secret}}})
+	h := newTestHandler(t, &Handler{Provider: "twitch", Verify: &providers.VerifyConfig{Secrets: []string{secret}}})
 	body := []byte(`{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2"}}`)
 	r := signedRequest(t, "twitch", secret, "/twitch", body)
 	r.Header.Set("Twitch-Eventsub-Message-Type", "webhook_callback_verification")
@@ -301,13 +302,13 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		h    Handler
 		want string
 	}{
-		{Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t"}, "verify_token is the token of Meta's subscription check"},
-		{Handler{Provider: "stripe", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one)"},
-		{Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "yes"}, "invalid handshake 'yes': want on or off"},
-		{Handler{Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t", Handshake: "off"}, "verify_token is unused with 'handshake off'"},
+		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t"}, "verify_token is the token of Meta's subscription check"},
+		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one)"},
+		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "yes"}, "invalid handshake 'yes': want on or off"},
+		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t", Handshake: "off"}, "verify_token is unused with 'handshake off'"},
 		{Handler{Source: "no-preset", Handshake: "on"}, "handshake and verify_token need a preset with a handshake (discord, slack, twitch, whatsapp, zoom)"},
 		{Handler{Source: "no-preset", VerifyToken: "t"}, "handshake and verify_token need a preset with a handshake"},
-		{Handler{Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
+		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
 	} {
 		ctx, cancel := testkit.NewContext(t)
 		h := c.h
@@ -317,63 +318,5 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.h, err, c.want)
 		}
-	}
-}
-
-// deliveriesThatAreNotHandshakes are 2 KB events of the presets with a
-// handshake, each with the request it comes in.
-func deliveriesThatAreNotHandshakes() map[string]struct {
-	hs   *handshake
-	r    *http.Request
-	body []byte
-} {
-	pad := strings.Repeat("x", 2000)
-	request := func(header ...string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/hook", nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		return r
-	}
-	type delivery = struct {
-		hs   *handshake
-		r    *http.Request
-		body []byte
-	}
-	return map[string]delivery{
-		"slack":   {&slackURLVerification, request(), []byte(`{"type":"event_callback","event_id":"Ev1","event":{"text":"` + pad + `"}}`)},
-		"zoom":    {&zoomURLValidation, request(), []byte(`{"event":"meeting.started","payload":{"object":{"topic":"` + pad + `"}}}`)},
-		"discord": {&discordPing, request(), []byte(`{"id":"1107","type":2,"data":{"name":"` + pad + `"}}`)},
-		// a webhook event has the type of an interaction PING
-		"discord event": {&discordPing, request(), []byte(`{"version":1,"application_id":"11","type":1,"event":{"type":"LOBBY_MESSAGE_CREATE","data":{"content":"` + pad + `"}}}`)},
-		"twitch":        {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
-		"whatsapp":      {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
-	}
-}
-
-// Looking for a handshake in an ordinary delivery costs no allocation.
-func TestHandshakeDetectionDoesNotAllocate(t *testing.T) {
-	for name, d := range deliveriesThatAreNotHandshakes() {
-		state := &handshakeState{handshake: d.hs}
-		if _, ok := d.hs.answer(state, d.r, d.body); ok {
-			t.Fatalf("%s: an event taken for a handshake", name)
-		}
-		if n := testing.AllocsPerRun(100, func() { d.hs.answer(state, d.r, d.body) }); n != 0 {
-			t.Errorf("%s: %v allocations", name, n)
-		}
-	}
-}
-
-// BenchmarkHandshakeDetection measures what looking for a handshake costs
-// an ordinary 2 KB delivery.
-func BenchmarkHandshakeDetection(b *testing.B) {
-	for name, d := range deliveriesThatAreNotHandshakes() {
-		b.Run(name, func(b *testing.B) {
-			state := &handshakeState{handshake: d.hs}
-			b.ReportAllocs()
-			for b.Loop() {
-				d.hs.answer(state, d.r, d.body)
-			}
-		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -76,41 +75,6 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	return mode, timeout, nil
 }
 
-// keyword is a word an option takes and what it stands for.
-type keyword[T any] struct {
-	word  string
-	value T
-}
-
-// keywords are the words an option takes, in the order its errors list
-// them.
-type keywords[T any] []keyword[T]
-
-// parse returns what word stands for; errors name the option and list the
-// words: `invalid encoding 'base32': want hex or base64`.
-func (ks keywords[T]) parse(option, word string) (T, error) {
-	for _, k := range ks {
-		if k.word == word {
-			return k.value, nil
-		}
-	}
-	var zero T
-	return zero, fmt.Errorf("invalid %s '%s': want %s", option, word, ks)
-}
-
-// String lists the words: `a, b or c`.
-func (ks keywords[T]) String() string {
-	words := make([]string, len(ks))
-	for i, k := range ks {
-		words[i] = k.word
-	}
-	last := len(words) - 1
-	return strings.Join(words[:last], ", ") + " or " + words[last]
-}
-
-// onOff are the words of a switch such as `bodies on | off`.
-var onOff = keywords[bool]{{"on", true}, {"off", false}}
-
 // Values of `mismatch`.
 const (
 	mismatchReplay = "replay"
@@ -120,7 +84,7 @@ const (
 // parseMismatch parses `mismatch replay | reject`; it reports whether a
 // duplicate with another body is rejected.
 func parseMismatch(v string) (reject bool, err error) {
-	return keywords[bool]{{mismatchReplay, false}, {mismatchReject, true}}.parse("mismatch", v)
+	return cfparse.Keywords[bool]{{Word: mismatchReplay, Value: false}, {Word: mismatchReject, Value: true}}.Parse("mismatch", v)
 }
 
 // Values of `fail`.
@@ -141,7 +105,7 @@ func defaultFail(inbox bool) string {
 // parseFail parses `fail open | closed`; it reports whether the handler
 // fails closed. An inbox never fails open.
 func parseFail(v string, inbox bool) (closed bool, err error) {
-	closed, err = keywords[bool]{{failOpen, false}, {failClosed, true}}.parse("fail", v)
+	closed, err = cfparse.Keywords[bool]{{Word: failOpen, Value: false}, {Word: failClosed, Value: true}}.Parse("fail", v)
 	if err == nil && !closed && inbox {
 		return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
 	}
@@ -278,20 +242,6 @@ func validMethod(m string) bool {
 	return true
 }
 
-// checkHTTPURL checks an absolute http(s) URL with a host, such as an
-// inbox's deliver_to or a verify url; errors name the option. A URL with a
-// placeholder is checked once Provision has resolved it.
-func checkHTTPURL(what, v string) error {
-	if cfparse.HasPlaceholder(v) {
-		return nil
-	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
-	}
-	return nil
-}
-
 // The rules of the inbox's options, shared by the Caddyfile parser and
 // newInbox.
 
@@ -338,7 +288,7 @@ func checkConcurrency(v string) (int, error) {
 var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are delivered to")
 
 // checkDeliverTo checks a deliver_to URL.
-func checkDeliverTo(v string) error { return checkHTTPURL("inbox deliver_to", v) }
+func checkDeliverTo(v string) error { return cfparse.CheckHTTPURL("inbox deliver_to", v) }
 
 // The rules of the archive's options, shared by the Caddyfile parser and
 // newArchive.
@@ -360,7 +310,7 @@ func parseMaxEvents(v string) (int, error) {
 
 // parseArchiveBodies parses `bodies on | off`; it reports whether bodies
 // are kept.
-func parseArchiveBodies(v string) (bool, error) { return onOff.parse("archive bodies", v) }
+func parseArchiveBodies(v string) (bool, error) { return cfparse.OnOff.Parse("archive bodies", v) }
 
 // checkRedeliverTo checks a redeliver_to URL.
-func checkRedeliverTo(v string) error { return checkHTTPURL("archive redeliver_to", v) }
+func checkRedeliverTo(v string) error { return cfparse.CheckHTTPURL("archive redeliver_to", v) }

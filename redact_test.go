@@ -10,6 +10,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // A route's redaction as the handler wires it: the secret headers of its
@@ -26,7 +27,7 @@ func TestRedactorShows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &Handler{Verify: &VerifyConfig{Scheme: "token", Header: "x-hook-auth"}, keys: keys}
+	h := &Handler{Verify: &providers.VerifyConfig{Scheme: "token", Header: "x-hook-auth"}, keys: keys}
 	rd, err := h.redactor(nil)
 	if err != nil {
 		t.Fatal(err)

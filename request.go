@@ -34,7 +34,7 @@ type requestState struct {
 
 	body        *pooledBody // see body.go
 	reserved    int64       // what body counts against the body budget (body.go)
-	event       []byte      // the verified content of a sealed delivery (stone.go)
+	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
 	keyValue    string // the resolved key value, as in the key placeholder
 	keyFromBody bool   // the key is the body hash
@@ -180,21 +180,35 @@ func (rs *requestState) bodyFailed(err error) error {
 }
 
 // verify checks the signature on the raw bytes, before any store access.
+// A sealed delivery (Stone's) keeps its content: the key and the body hash
+// are taken from the event, not from an envelope that is encrypted anew
+// for each attempt.
 func (rs *requestState) verify() error {
-	if rs.h.opener != nil {
-		return rs.open()
-	}
-	if rs.h.verifier == nil {
+	v := rs.h.verification
+	if v == nil {
 		return nil
 	}
-	return rs.h.verifier.Verify(rs.r, rs.body.buf)
+	content, err := v.Open(rs.r, rs.body.buf)
+	if err != nil {
+		return err
+	}
+	if content != nil {
+		rs.event = content
+		if v.Decrypt() {
+			rs.r.Header.Set("Content-Type", "application/json")
+			rs.r.Header.Set("Content-Length", strconv.Itoa(len(content)))
+		}
+	}
+	return nil
 }
 
 // unauthorized answers a delivery whose signature failed: 401 with the
 // reason; 503 when it cannot be verified yet.
 func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
-		return rs.stoneUnavailable()
+		// the keys are not loaded yet: the sender retries once they are
+		rs.setResult(resultUnavailable)
+		return writeError(rs.w, http.StatusServiceUnavailable, signature.ErrUnavailable.Reason, rs.h.verification.RetryAfter())
 	}
 	if errors.Is(err, signature.ErrAmbiguous) {
 		return rs.ambiguous(err)

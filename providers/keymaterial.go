@@ -1,8 +1,6 @@
-package webhookidempotency
+package providers
 
 import (
-	"cmp"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rsa"
 	"encoding/base64"
@@ -15,43 +13,37 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
-// keyMaterial is what a verification scheme verifies with
+// KeyMaterial is what a verification scheme verifies with
 // (docs/providers.md: Public keys).
-type keyMaterial uint8
+type KeyMaterial uint8
 
 const (
-	secretKeys   keyMaterial = iota // shared secrets (`secret`)
-	ed25519Keys                     // Ed25519 public keys (`public_key`)
-	rsaKeys                         // RSA public keys (`public_key`)
-	standardKeys                    // Standard Webhooks: whsec_ secrets, whpk_ public keys, or both
+	SecretKeys   KeyMaterial = iota // shared secrets (`secret`)
+	Ed25519Keys                     // Ed25519 public keys (`public_key`)
+	RSAKeys                         // RSA public keys (`public_key`)
+	StandardKeys                    // Standard Webhooks: whsec_ secrets, whpk_ public keys, or both
 )
 
-// keyMaterialOf is the key material of a scheme, and whether the scheme
+// KeyMaterialOf is the key material of a scheme, and whether the scheme
 // works without any (a default key, or nothing to verify).
-func keyMaterialOf(scheme string) (keyMaterial, bool) {
-	switch scheme {
-	case "ed25519":
-		return ed25519Keys, false
-	case "rsa":
-		return rsaKeys, false
-	}
-	p := providers[scheme]
-	return p.keys, p.keysOptional
+func KeyMaterialOf(name string) (KeyMaterial, bool) {
+	s, _ := schemeOf(name)
+	return s.keys, s.keysOptional
 }
 
 // checkKeyMaterial checks that a verify config gives the key material its
 // scheme verifies with, and no other.
 func checkKeyMaterial(cfg VerifyConfig) error {
-	kind, optional := keyMaterialOf(cfg.Scheme)
+	kind, optional := KeyMaterialOf(cfg.Scheme)
 	switch kind {
-	case ed25519Keys, rsaKeys:
+	case Ed25519Keys, RSAKeys:
 		if len(cfg.Secrets) > 0 {
 			return fmt.Errorf("%s verifies with a public key: give public_key, not secret", cfg.Scheme)
 		}
 		if len(cfg.PublicKeys) == 0 && !optional {
 			return fmt.Errorf("%s verification needs at least one public_key (or `verify off`)", cfg.Scheme)
 		}
-	case standardKeys:
+	case StandardKeys:
 		if len(cfg.Secrets) == 0 && len(cfg.PublicKeys) == 0 {
 			return fmt.Errorf("%s verification needs at least one secret or public_key (or `verify off`)", cfg.Scheme)
 		}
@@ -66,19 +58,19 @@ func checkKeyMaterial(cfg VerifyConfig) error {
 	return nil
 }
 
-// checkPublicKey is the rule of a `public_key` value for a scheme: it must
+// CheckPublicKey is the rule of a `public_key` value for a scheme: it must
 // parse as the scheme's kind of key. A value with a placeholder is checked
 // once Provision has resolved it. The Caddyfile parser and Provision both
 // call it.
-func checkPublicKey(scheme, value string) error {
+func CheckPublicKey(name, value string) error {
 	if cfparse.HasPlaceholder(value) {
 		return nil
 	}
 	var err error
-	switch kind, _ := keyMaterialOf(scheme); kind {
-	case ed25519Keys, standardKeys:
+	switch kind, _ := KeyMaterialOf(name); kind {
+	case Ed25519Keys, StandardKeys:
 		_, err = signature.ParseEd25519PublicKey(value)
-	case rsaKeys:
+	case RSAKeys:
 		_, err = signature.ParseRSAPublicKey(value)
 	default:
 		err = errors.New("the scheme verifies with a shared secret (give secret)")
@@ -171,7 +163,7 @@ func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	padding, err := parsePadding(cfg.Padding)
+	padding, err := ParsePadding(cfg.Padding)
 	if err != nil {
 		return nil, err
 	}
@@ -180,38 +172,4 @@ func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, err
 	}
 	return signature.NewRSA(cfg.Header, cfg.Prefix, h, padding, enc, keys)
-}
-
-// signatureEncoding checks what the generic hmac, ed25519 and rsa schemes
-// need, the header that carries the signature and no url, and returns the
-// signature's encoding: def when none is given.
-func signatureEncoding(cfg VerifyConfig, def signature.Encoding) (signature.Encoding, error) {
-	if cfg.Header == "" {
-		return 0, errors.New("a header is required (header <name> in the verify block)")
-	}
-	if cfg.URL != "" {
-		return 0, fmt.Errorf("%s signs no url (the twilio, square and hubspot schemes do)", cfg.Scheme)
-	}
-	if cfg.Encoding == "" {
-		return def, nil
-	}
-	return parseEncoding(cfg.Encoding)
-}
-
-// rsaHash maps an `algorithm` value of the rsa scheme to its hash: the
-// hmac scheme's, but SHA-1.
-func rsaHash(name string) (crypto.Hash, error) {
-	h, err := hashFunc(name)
-	if err != nil || h == crypto.SHA1 {
-		return 0, fmt.Errorf("invalid rsa algorithm '%s': want sha256 or sha512", name)
-	}
-	return h, nil
-}
-
-// parsePadding parses `padding pkcs1 | pss`; the Caddyfile parser and
-// Provision both call it. Default: pkcs1.
-func parsePadding(name string) (signature.RSAPadding, error) {
-	return keywords[signature.RSAPadding]{
-		{"pkcs1", signature.PKCS1v15}, {"pss", signature.PSS},
-	}.parse("padding", cmp.Or(name, "pkcs1"))
 }

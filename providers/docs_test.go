@@ -1,4 +1,4 @@
-package webhookidempotency
+package providers
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // in step with the code: every preset has a row, and its default key and
 // default ttl are the ones the code applies.
 func TestProvidersDocsMatchTable(t *testing.T) {
-	data, err := os.ReadFile("docs/providers.md")
+	data, err := os.ReadFile("../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,8 @@ func TestProvidersDocsMatchTable(t *testing.T) {
 		t.Fatal("no preset table with 'default key' and 'default ttl' columns in docs/providers.md")
 	}
 	span := regexp.MustCompile("`([^`]*)`")
-	for name, p := range providers {
+	for _, p := range All() {
+		name := p.Name
 		row, ok := rows[name]
 		if !ok {
 			t.Errorf("%s: no row in docs/providers.md", name)
@@ -56,19 +57,19 @@ func TestProvidersDocsMatchTable(t *testing.T) {
 		for _, m := range span.FindAllStringSubmatch(row[0], -1) {
 			key = append(key, m[1])
 		}
-		if strings.Join(key, " ") != strings.Join(p.defaultKey, " ") {
-			t.Errorf("%s: docs say key %q, code has %q", name, key, p.defaultKey)
+		if strings.Join(key, " ") != strings.Join(p.DefaultKey, " ") {
+			t.Errorf("%s: docs say key %q, code has %q", name, key, p.DefaultKey)
 		}
-		ttl := p.ttl
+		ttl := p.TTL
 		if ttl == 0 {
-			ttl = defaultTTL
+			ttl = day // the handler's default ttl
 		}
 		if want := docsDuration(ttl); row[1] != want {
 			t.Errorf("%s: docs say ttl %q, code has %s", name, row[1], want)
 		}
 	}
 	for name := range rows {
-		if _, ok := providers[name]; !ok {
+		if _, ok := Lookup(name); !ok {
 			t.Errorf("docs/providers.md has a row for %s, which is no preset", name)
 		}
 	}

@@ -1,4 +1,10 @@
-package webhookidempotency
+// Package keyset keeps RS256 JSON Web Key sets fetched from a URL or read
+// from a file (docs/providers.md: Stone): fetched once, cached, refreshed in
+// the background every hour and, when a token names an unknown kid, at most
+// once a minute. The request path never waits on a fetch. Sets are shared
+// across routes and configuration reloads, keyed by their source, so
+// reloading an unchanged configuration fetches nothing.
+package keyset
 
 import (
 	"context"
@@ -20,43 +26,37 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
-// Stone's signing key set (docs/providers.md: Stone): fetched at
-// provision, cached, refreshed in the background every hour and, when a
-// delivery names an unknown kid, at most once a minute. The request path
-// never waits on the fetch. Sets are shared across handlers and reloads
-// through stoneKeySets, keyed by their source, so reloading an unchanged
-// configuration fetches nothing.
+// sets holds the key sets in use, by source.
+var sets = caddy.NewUsagePool()
 
-// stoneKeySets holds the key sets in use, by source.
-var stoneKeySets = caddy.NewUsagePool()
+// Timing is every set's timing, read when a set is created: the module's
+// own tests shorten it, nothing else changes it.
+var Timing = struct {
+	Refresh      time.Duration // refresh of a loaded set
+	MinRefresh   time.Duration // least time between fetches on an unknown kid
+	Retry        time.Duration // retry while no set is loaded
+	FetchTimeout time.Duration // one fetch
+}{time.Hour, time.Minute, 30 * time.Second, 5 * time.Second}
 
-// The key set's timing; tests shorten it.
-var (
-	stoneKeysRefresh      = time.Hour        // refresh of a loaded set
-	stoneKeysMinRefresh   = time.Minute      // least time between fetches on an unknown kid
-	stoneKeysRetry        = 30 * time.Second // retry while no set is loaded
-	stoneKeysFetchTimeout = 5 * time.Second  // one fetch
-)
-
-// stoneKeysRetryAfter is the Retry-After of a 503 while no key set is
-// loaded: the next fetch is at most this far away.
-func stoneKeysRetryAfter() string {
-	return strconv.FormatInt(int64((stoneKeysRetry+time.Second-1)/time.Second), 10)
+// RetryAfter is the Retry-After of a 503 while no key set is loaded: the
+// next fetch is at most this far away.
+func RetryAfter() string {
+	return strconv.FormatInt(int64((Timing.Retry+time.Second-1)/time.Second), 10)
 }
 
 // maxKeySet bounds the key set document that is read.
 const maxKeySet = 1 << 20
 
-// stoneKeySet is one source's key set; it implements signature.StoneKeys.
-type stoneKeySet struct {
+// Set is one source's key set.
+type Set struct {
 	poolKey string
 	url     string // or
 	file    string
 	logger  *zap.Logger
 	client  *http.Client
 
-	// the timing, copied from the package's at creation
-	refresh, minRefresh, retry time.Duration
+	// the timing, copied from Timing at creation
+	refresh, minRefresh, retry, fetchTimeout time.Duration
 
 	keys    atomic.Pointer[map[string]*rsa.PublicKey]
 	fetches atomic.Int64 // fetch attempts, for tests and logs
@@ -65,23 +65,23 @@ type stoneKeySet struct {
 	done    chan struct{}
 }
 
-// loadStoneKeys returns the shared key set of a URL or file, fetching it
-// the first time. An unreachable URL is a warning (the set is retried in
-// the background, and deliveries get 503 meanwhile); an unreadable or
-// invalid file is an error.
-func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
+// Load returns the shared key set of a URL or file, fetching it the first
+// time; Release gives it back. An unreachable URL is a warning (the set is
+// retried in the background, and deliveries get 503 meanwhile); an
+// unreadable or invalid file is an error.
+func Load(logger *zap.Logger, url, file string) (*Set, error) {
 	poolKey, source := "url:"+url, url
 	if file != "" {
 		poolKey, source = "file:"+file, file
 	}
-	val, _, err := stoneKeySets.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
-		s := &stoneKeySet{
+	val, _, err := sets.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		s := &Set{
 			poolKey: poolKey,
 			url:     url,
 			file:    file,
 			logger:  logger.With(zap.String("jwks", source)),
-			client:  &http.Client{Timeout: stoneKeysFetchTimeout},
-			refresh: stoneKeysRefresh, minRefresh: stoneKeysMinRefresh, retry: stoneKeysRetry,
+			client:  &http.Client{Timeout: Timing.FetchTimeout},
+			refresh: Timing.Refresh, minRefresh: Timing.MinRefresh, retry: Timing.Retry, fetchTimeout: Timing.FetchTimeout,
 			kick: make(chan struct{}, 1),
 			done: make(chan struct{}),
 		}
@@ -89,7 +89,7 @@ func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
 			if file != "" {
 				return nil, fmt.Errorf("jwks_file: %v", err)
 			}
-			s.logger.Warn("stone key set unavailable: deliveries get 503 until it loads", zap.Error(err))
+			s.logger.Warn("key set unavailable: deliveries get 503 until it loads", zap.Error(err))
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel = cancel
@@ -99,27 +99,28 @@ func loadStoneKeys(logger *zap.Logger, url, file string) (*stoneKeySet, error) {
 	if err != nil {
 		return nil, err
 	}
-	return val.(*stoneKeySet), nil
+	return val.(*Set), nil
 }
 
-// release gives the set back to the pool; the last user stops it.
-func (s *stoneKeySet) release() {
-	_, _ = stoneKeySets.Delete(s.poolKey)
+// Release gives the set back to the pool; the last user stops it.
+func (s *Set) Release() {
+	_, _ = sets.Delete(s.poolKey)
 }
 
 // Destruct stops the background refresh.
-func (s *stoneKeySet) Destruct() error {
+func (s *Set) Destruct() error {
 	s.cancel()
 	<-s.done
 	return nil
 }
 
-// Loaded implements signature.StoneKeys.
-func (s *stoneKeySet) Loaded() bool { return s.keys.Load() != nil }
+// Loaded reports whether a set is loaded.
+func (s *Set) Loaded() bool { return s.keys.Load() != nil }
 
-// StoneKey implements signature.StoneKeys. An unknown kid asks the
-// background loop for a refresh, without waiting for it.
-func (s *stoneKeySet) StoneKey(kid string) (*rsa.PublicKey, error) {
+// Key returns the key of a kid: signature.ErrUnavailable while no set is
+// loaded, signature.ErrInvalid for a kid the set does not hold. An unknown
+// kid asks the background loop for a refresh, without waiting for it.
+func (s *Set) Key(kid string) (*rsa.PublicKey, error) {
 	m := s.keys.Load()
 	if m == nil {
 		return nil, signature.ErrUnavailable
@@ -137,7 +138,7 @@ func (s *stoneKeySet) StoneKey(kid string) (*rsa.PublicKey, error) {
 // run refreshes the set: hourly once loaded, every retry interval until
 // then, and on a kick no sooner than the minimum interval after the last
 // fetch.
-func (s *stoneKeySet) run(ctx context.Context) {
+func (s *Set) run(ctx context.Context) {
 	defer close(s.done)
 	last := time.Now()
 	timer := time.NewTimer(s.nextRefresh())
@@ -166,16 +167,16 @@ func (s *stoneKeySet) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.logger.Warn("refreshing stone key set failed", zap.Bool("keeping_previous", loaded), zap.Error(err))
+			s.logger.Warn("refreshing key set failed", zap.Bool("keeping_previous", loaded), zap.Error(err))
 		} else if !loaded {
-			s.logger.Info("stone key set loaded")
+			s.logger.Info("key set loaded")
 		}
 		timer.Reset(s.nextRefresh())
 	}
 }
 
 // nextRefresh is the time to the next scheduled fetch.
-func (s *stoneKeySet) nextRefresh() time.Duration {
+func (s *Set) nextRefresh() time.Duration {
 	if s.Loaded() {
 		return s.refresh
 	}
@@ -184,7 +185,7 @@ func (s *stoneKeySet) nextRefresh() time.Duration {
 
 // fetch reads the set from its URL or file and, when it holds a usable
 // key, replaces the cached one.
-func (s *stoneKeySet) fetch(ctx context.Context) error {
+func (s *Set) fetch(ctx context.Context) error {
 	s.fetches.Add(1)
 	var data []byte
 	var err error
@@ -196,7 +197,7 @@ func (s *stoneKeySet) fetch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keys, err := parseStoneKeySet(data)
+	keys, err := parseRS256(data)
 	if err != nil {
 		return err
 	}
@@ -205,8 +206,8 @@ func (s *stoneKeySet) fetch(ctx context.Context) error {
 }
 
 // get fetches the set over HTTP.
-func (s *stoneKeySet) get(ctx context.Context) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, stoneKeysFetchTimeout)
+func (s *Set) get(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.fetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
@@ -248,11 +249,11 @@ func readKeySetFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// parseStoneKeySet parses a JWK set (RFC 7517), `{"keys":[…]}`, keeping the
+// parseRS256 parses a JWK set (RFC 7517), `{"keys":[…]}`, keeping the
 // RSA public keys of at least 2048 bits that have a kid, whose use is `sig`
 // or unset and whose alg is RS256 or unset. Other keys are skipped; a set
 // without a usable key is an error.
-func parseStoneKeySet(data []byte) (map[string]*rsa.PublicKey, error) {
+func parseRS256(data []byte) (map[string]*rsa.PublicKey, error) {
 	var doc struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
@@ -280,7 +281,4 @@ func parseStoneKeySet(data []byte) (map[string]*rsa.PublicKey, error) {
 }
 
 // Interface guards
-var (
-	_ signature.StoneKeys = (*stoneKeySet)(nil)
-	_ caddy.Destructor    = (*stoneKeySet)(nil)
-)
+var _ caddy.Destructor = (*Set)(nil)

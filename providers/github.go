@@ -1,0 +1,22 @@
+package providers
+
+import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+
+// GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the body;
+// the delivery GUID in `X-GitHub-Delivery` is kept by a redelivery but is
+// not signed (the replay guard covers it).
+func init() {
+	register(&Preset{
+		Name: "github",
+		Docs: []string{
+			"https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
+			"https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries",
+			"https://docs.github.com/en/rest/meta/meta",
+		},
+		DefaultKey: []string{"header:X-GitHub-Delivery", "body"},
+		scheme:     bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		// the meta API's hooks ranges
+		Addresses: &AddressList{URL: "https://api.github.com/meta", Field: "hooks"},
+		signer:    bodyHMACSigner("X-Hub-Signature-256", "sha256="),
+	})
+}
