@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
@@ -130,7 +131,7 @@ func TestAllowIPsRanges(t *testing.T) {
 			t.Errorf("from %s: %d %s, want %d", addr, s.w.Code, s.w.Body, want)
 		}
 		if want == 403 {
-			if s.result != resultForbidden || s.key != "" {
+			if s.result != results.Forbidden || s.key != "" {
 				t.Errorf("from %s: result %q key %q, want forbidden and no key", addr, s.result, s.key)
 			}
 			if got := s.w.Body.String(); got != `{"error":"address not allowed"}` || s.w.Header().Get("Content-Type") != "application/json" {
@@ -157,7 +158,7 @@ func TestAllowIPsBeforeTheBody(t *testing.T) {
 		t.Fatalf("the refused request's body was read %d times", body.reads.Load())
 	}
 	get := httptest.NewRequest(http.MethodGet, "/health", nil)
-	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != resultForbidden {
+	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != results.Forbidden {
 		t.Fatalf("GET from outside: %d %q", s.w.Code, s.result)
 	}
 }
@@ -351,7 +352,7 @@ func TestAllowListNeverLoaded(t *testing.T) {
 	wantVerdict(t, h, "192.0.2.1", 200)
 	var calls atomic.Int64
 	s := postFrom(h, "192.0.2.9", "never-1", countingNext(&calls))
-	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != resultUnavailable || calls.Load() != 0 {
+	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != results.Unavailable || calls.Load() != 0 {
 		t.Fatalf("status %d %s result %q calls %d", s.w.Code, s.w.Body, s.result, calls.Load())
 	}
 	st := h.edgeStatus()

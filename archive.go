@@ -17,6 +17,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -279,7 +280,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		Duration: time.Since(rs.start),
 		BodyHash: rs.bodyHash,
 	}
-	if cfg.Bodies && result != resultReplayed {
+	if cfg.Bodies && result != results.Replayed {
 		body, changed, err := cfg.Redact.Body(rs.body.buf)
 		switch {
 		case errors.Is(err, redact.ErrNotStrictJSON):

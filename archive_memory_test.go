@@ -9,6 +9,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
@@ -46,7 +47,7 @@ func TestArchiveMemoryAndReload(t *testing.T) {
 	if len(evs) != 5 {
 		t.Fatalf("%d events: %+v", len(evs), evs)
 	}
-	if evs[0].Key != "m404" || evs[0].Status != 404 || evs[1].Result != resultReplayed || evs[4].Key != "m0" {
+	if evs[0].Key != "m404" || evs[0].Status != 404 || evs[1].Result != results.Replayed || evs[4].Key != "m0" {
 		t.Fatalf("events, newest first: %+v", evs)
 	}
 	id, _ := event.ParseID(evs[4].ID)
@@ -83,7 +84,7 @@ func TestArchiveMemoryAndReload(t *testing.T) {
 		want string
 	}{
 		{archive.Query{Key: "m1", Count: 10}, "m1"},
-		{archive.Query{Result: resultReplayed, Count: 10}, "m0"},
+		{archive.Query{Result: results.Replayed, Count: 10}, "m0"},
 		{archive.Query{Status: archiveStatusOf(404), Count: 10}, "m404"},
 		{archive.Query{Count: 2}, "m6 m5"},
 	} {

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -48,12 +49,12 @@ func TestArchiveRedisCluster(t *testing.T) {
 		msgs = cc.XRange(t.Context(), stream, "-", "+").Val()
 		return len(msgs) >= 2*n
 	})
-	results := map[string]int{}
+	byResult := map[string]int{}
 	for _, m := range msgs {
-		results[archiveField(m.Values["result"])]++
+		byResult[archiveField(m.Values["result"])]++
 	}
-	if len(msgs) != 2*n || results[resultNew] != n || results[resultReplayed] != n {
-		t.Fatalf("archived %d events: %v", len(msgs), results)
+	if len(msgs) != 2*n || byResult[results.New] != n || byResult[results.Replayed] != n {
+		t.Fatalf("archived %d events: %v", len(msgs), byResult)
 	}
 	if up.Calls.Load() != n {
 		t.Fatalf("upstream called %d times, want %d", up.Calls.Load(), n)

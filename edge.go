@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -106,7 +107,7 @@ func (rs *requestState) edgeRefused() (bool, error) {
 			rs.warnIfSigned(addr)
 			return true, rs.forbidden(msgAddressRefused, addr)
 		case addrUnavailable:
-			rs.setResult(resultUnavailable)
+			rs.setResult(results.Unavailable)
 			return true, writeError(rs.w, http.StatusServiceUnavailable, msgAllowListMissing, allowListRetryAfter)
 		}
 	}
@@ -120,7 +121,7 @@ func (rs *requestState) edgeRefused() (bool, error) {
 
 // forbidden answers a refused request: 403, result forbidden.
 func (rs *requestState) forbidden(reason string, addr netip.Addr) error {
-	rs.setResult(resultForbidden)
+	rs.setResult(results.Forbidden)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused request"); ce != nil {
 		ce.Write(zap.String("reason", reason), zap.Stringer("client_ip", addr))
 	}

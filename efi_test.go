@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
@@ -77,7 +78,7 @@ func TestEfiPresetDefaults(t *testing.T) {
 		t.Fatalf("the probe: %d", s.w.Code)
 	}
 	first, again, refund := post(efiPix, true), post(efiPix, true), post(efiRefund, true)
-	if first.w.Code != 200 || first.result != resultNew || again.result != resultReplayed || refund.result != resultNew {
+	if first.w.Code != 200 || first.result != results.New || again.result != results.Replayed || refund.result != results.New {
 		t.Fatalf("pix %d %q, again %q, refund %q", first.w.Code, first.result, again.result, refund.result)
 	}
 	if calls.Load() != 2 {

@@ -199,7 +199,6 @@ const (
 	defaultMaxBody     = 5 << 20
 	defaultBodyTimeout = 10 * time.Second
 	defaultMaxResponse = 1 << 20
-	defaultKeyPrefix   = "idem"
 )
 
 var (

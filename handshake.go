@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -64,10 +65,10 @@ func (rs *requestState) answerHandshake(a providers.HandshakeAnswer, ok bool) (b
 		return false, nil
 	}
 	if a.Refused {
-		rs.setResult(resultInvalidSignature)
+		rs.setResult(results.InvalidSignature)
 		return true, writeError(rs.w, a.Status, a.Body, "")
 	}
-	rs.setResult(resultHandshake)
+	rs.setResult(results.Handshake)
 	hdr := rs.w.Header()
 	if a.ContentType != "" {
 		hdr.Set("Content-Type", a.ContentType)

@@ -18,6 +18,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 	"github.com/slack-go/slack/slackevents"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -49,7 +50,7 @@ func wantHandshake(t *testing.T, h *Handler, got served, calls *atomic.Int64, bo
 	if got.err != nil || got.w.Code != status || got.w.Header().Get("Content-Type") != contentType || got.w.Body.String() != want {
 		t.Fatalf("answer: %v %d %q %q, want %d %q %q", got.err, got.w.Code, got.w.Header().Get("Content-Type"), got.w.Body.String(), status, contentType, want)
 	}
-	if got.result != resultHandshake || got.key != "" {
+	if got.result != results.Handshake || got.key != "" {
 		t.Fatalf("result %q key %q, want handshake and no key", got.result, got.key)
 	}
 	if n := calls.Load(); n != 0 {
@@ -82,13 +83,13 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 	for _, token := range []string{"meta token", "", "META TOKEN/+&="} {
 		got = serveReq(h, subscribe(token), countingNext(&calls))
-		if got.w.Code != http.StatusForbidden || got.w.Body.String() != `{"error":"invalid verify token"}` || got.result != resultInvalidSignature {
+		if got.w.Code != http.StatusForbidden || got.w.Body.String() != `{"error":"invalid verify token"}` || got.result != results.InvalidSignature {
 			t.Fatalf("token %q: %d %s %q", token, got.w.Code, got.w.Body, got.result)
 		}
 	}
 	// another GET is passed on, untouched
 	got = serveReq(h, httptest.NewRequest(http.MethodGet, "/whatsapp?hub.mode=unsubscribe", nil), countingNext(&calls))
-	if got.result != resultSkipped || calls.Load() != 1 {
+	if got.result != results.Skipped || calls.Load() != 1 {
 		t.Fatalf("other GET: %q, %d calls", got.result, calls.Load())
 	}
 	// a POST is a delivery, whatever its query: it must be signed
@@ -116,7 +117,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
 		got = serveReq(hh, subscribe("t"), countingNext(&calls))
-		if got.result != resultSkipped || calls.Load() != 1 {
+		if got.result != results.Skipped || calls.Load() != 1 {
 			t.Fatalf("%s: %q, %d calls", cfg.Source, got.result, calls.Load())
 		}
 	}
@@ -148,7 +149,7 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 	}
 	// an event is a delivery
 	ev := []byte(`{"type":"event_callback","event_id":"Ev1","event":{"type":"message","text":"url_verification"}}`)
-	if got := serveReq(h, signedRequest(t, "slack", secret, "/slack", ev), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+	if got := serveReq(h, signedRequest(t, "slack", secret, "/slack", ev), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 		t.Fatalf("event: %q, %d calls", got.result, calls.Load())
 	}
 
@@ -159,7 +160,7 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 	} {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
-		if got := serveReq(hh, signedRequest(t, "slack", secret, "/slack", body), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+		if got := serveReq(hh, signedRequest(t, "slack", secret, "/slack", body), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 			t.Fatalf("%s: %q, %d calls", cfg.Source, got.result, calls.Load())
 		}
 	}
@@ -199,7 +200,7 @@ func TestHandshakeDiscordPing(t *testing.T) {
 	}
 	// a command is a delivery
 	cmd := []byte(`{"id":"1107","type":2,"data":{"name":"ping"}}`)
-	if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", cmd), countingNext(&calls)); got.result != resultNew || got.key != "1107" || calls.Load() != 1 {
+	if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", cmd), countingNext(&calls)); got.result != results.New || got.key != "1107" || calls.Load() != 1 {
 		t.Fatalf("command: %q key %q, %d calls", got.result, got.key, calls.Load())
 	}
 }
@@ -217,7 +218,7 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 			body := []byte(vec.Body)
 			got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
 			if vec.SDK.PassedOn {
-				if got.result != resultNew || calls.Load() != 1 {
+				if got.result != results.New || calls.Load() != 1 {
 					t.Fatalf("%s: result %q, %d calls; discord-interactions passes it on", vec.API, got.result, calls.Load())
 				}
 				return
@@ -235,7 +236,7 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 		`{"type":0,"token":"aW50"}`,
 	} {
 		var calls atomic.Int64
-		if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", []byte(body)), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+		if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", []byte(body)), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 			t.Fatalf("%s: result %q, %d calls, want passed on", body, got.result, calls.Load())
 		}
 	}
@@ -262,14 +263,14 @@ func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 		body := []byte(vec.Body)
 		first := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
 		sum := sha256.Sum256(body)
-		if first.result != resultNew || first.key != hashKey(&sum) {
+		if first.result != results.New || first.key != hashKey(&sum) {
 			t.Fatalf("%s: result %q key %q, want new under the body's key", vec.Name, first.result, first.key)
 		}
 		keys[first.key] = true
 		// Discord retries an event it got no 204 for (its "Webhook
 		// Events", responding to events), signing each attempt anew
 		retry := signedRequest(t, "discord", "discord-app-1", "/discord", body)
-		if got := serveReq(h, retry, countingNext(&calls)); got.result != resultReplayed {
+		if got := serveReq(h, retry, countingNext(&calls)); got.result != results.Replayed {
 			t.Fatalf("%s: retry %q, want replayed", vec.Name, got.result)
 		}
 	}
@@ -292,7 +293,7 @@ func TestHandshakeTwitchCallbackVerification(t *testing.T) {
 	}
 	// a notification with a challenge field is still a delivery
 	r = signedRequest(t, "twitch", secret, "/twitch", body)
-	if got := serveReq(h, r, countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+	if got := serveReq(h, r, countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 		t.Fatalf("notification: %q, %d calls", got.result, calls.Load())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -86,7 +87,7 @@ func TestKeyMaterialFromFilesAndPlaceholders(t *testing.T) {
 	}})
 	for i, secret := range []string{"discord-app-1", "discord-app-2"} {
 		body := []byte(`{"id":"cmd-` + secret + `","type":2}`)
-		if got, calls := deliver(t, h, signedRequest(t, "discord", secret, "/discord", body)); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, signedRequest(t, "discord", secret, "/discord", body)); got.result != results.New || calls != 1 {
 			t.Fatalf("key %d: %q %d, %d calls", i+1, got.result, got.w.Code, calls)
 		}
 	}
@@ -100,7 +101,7 @@ func TestKeyMaterialWooviPublishedKeyByDefault(t *testing.T) {
 	payload, sig := wooviPublishedExample(t)
 	r := httptest.NewRequest(http.MethodPost, "/woovi", strings.NewReader(payload))
 	r.Header.Set("x-webhook-signature", sig)
-	if got, calls := deliver(t, h, r); got.result != resultNew || calls != 1 {
+	if got, calls := deliver(t, h, r); got.result != results.New || calls != 1 {
 		t.Fatalf("Woovi's published example: %q %d %s, %d calls", got.result, got.w.Code, got.w.Body, calls)
 	}
 	// a key given replaces the published one
@@ -145,12 +146,12 @@ func TestKeyMaterialStandardMixesSecretsAndPublicKeys(t *testing.T) {
 		h := newTestHandler(t, &Handler{Source: "svix-" + strconv.Itoa(i), Provider: "svix", Verify: v})
 		std := sigtest.StandardCase("svix", "svix-")
 		hmacSigned := std.Delivery(t, sigtest.StdSecretA, time.Now())
-		if got, calls := deliver(t, h, hmacSigned.Req); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, hmacSigned.Req); got.result != results.New || calls != 1 {
 			t.Fatalf("%+v: v1: %q %d", v, got.result, got.w.Code)
 		}
 		d := sigtest.NewDelivery("/svix", []byte(`{"type":"user.created"}`), time.Now())
 		sigtest.SignStandardV1a(d, "svix-", "msg_v1a", sigtest.Ed25519Key("std-ed-1"))
-		if got, calls := deliver(t, h, d.Req); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, d.Req); got.result != results.New || calls != 1 {
 			t.Fatalf("%+v: v1a: %q %d", v, got.result, got.w.Code)
 		}
 		forged := sigtest.NewDelivery("/svix", []byte(`{"type":"user.created"}`), time.Now())
@@ -169,7 +170,7 @@ func TestKeyMaterialPresetTolerances(t *testing.T) {
 	// Twitch's default is its own ten minutes
 	twitch := cases["twitch"]
 	h := newTestHandler(t, &Handler{Source: "twitch-tolerance", Provider: "twitch", Verify: &providers.VerifyConfig{Secrets: []string{twitch.Secrets[0]}}})
-	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-9*time.Minute)).Req); got.result != resultNew {
+	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-9*time.Minute)).Req); got.result != results.New {
 		t.Fatalf("twitch, 9 minutes old: %q %d", got.result, got.w.Code)
 	}
 	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-11*time.Minute)).Req); got.w.Code != http.StatusUnauthorized {
@@ -179,7 +180,7 @@ func TestKeyMaterialPresetTolerances(t *testing.T) {
 	linear := cases["linear"]
 	old := linear.Delivery(t, linear.Secrets[0], time.Now().Add(-time.Hour))
 	lax := newTestHandler(t, &Handler{Source: "linear-lax", Provider: "linear", Verify: &providers.VerifyConfig{Secrets: []string{linear.Secrets[0]}}})
-	if got, _ := deliver(t, lax, old.Req); got.result != resultNew {
+	if got, _ := deliver(t, lax, old.Req); got.result != results.New {
 		t.Fatalf("linear without tolerance: %q %d", got.result, got.w.Code)
 	}
 	strict := newTestHandler(t, &Handler{Source: "linear-strict", Provider: "linear", Verify: &providers.VerifyConfig{Secrets: []string{linear.Secrets[0]}, Tolerance: 60e9}})

@@ -186,7 +186,7 @@ func parseStatusSet(list []string) (statusSet, error) {
 }
 
 func addStatus(s *statusSet, v string) error {
-	lo, hi, ok := parseStatusSpec(v)
+	lo, hi, ok := cfparse.ParseStatusSpec(v)
 	if !ok {
 		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
 	}
@@ -197,19 +197,6 @@ func addStatus(s *statusSet, v string) error {
 	return nil
 }
 
-// parseStatusSpec parses a status code (100-599) or a class (`2xx`, any
-// case) into the codes it covers.
-func parseStatusSpec(v string) (lo, hi int, ok bool) {
-	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
-		class := int(v[0]-'0') * 100
-		return class, class + 99, true
-	}
-	code, err := strconv.Atoi(v)
-	if err != nil || code < 100 || code > 599 {
-		return 0, 0, false
-	}
-	return code, code, true
-}
 
 // statusNeverRecorded says why 1xx and 5xx answers are refused in
 // cache_status: a 5xx must be processed again when the provider retries,

@@ -112,7 +112,7 @@ http://127.0.0.1:%d {
 	}
 	var raw []byte
 	testkit.Eventually(t, 10*time.Second, "the event to be dead-lettered", func() bool {
-		_, raw = adminCall(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead")
+		_, raw = testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/"+source+"/dead"), nil)
 		return strings.HasPrefix(strings.TrimSpace(string(raw)), `[{`)
 	})
 	for _, s := range secrets {

@@ -18,6 +18,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -49,24 +50,6 @@ type requestState struct {
 	status   *statusWriter // learns the answer's status
 	archived bool          // the event was archived
 }
-
-// Results, as in the `{http.webhook_idempotency.result}` placeholder.
-const (
-	resultNew              = "new"
-	resultReplayed         = "replayed"
-	resultConflict         = "conflict"
-	resultMismatch         = "mismatch"
-	resultInvalidSignature = "invalid_signature"
-	resultTooLarge         = "too_large"
-	resultBypassed         = "bypassed"
-	resultUnavailable      = "unavailable"
-	resultSkipped          = "skipped"
-	resultHandshake        = "handshake"
-	resultAmbiguous        = "ambiguous"   // a JSON member read twice (keys.go)
-	resultLoop             = "loop"        // sent back by this route's own inbox or archive
-	resultOverBudget       = "over_budget" // the process's body budget is spent (body.go)
-	resultForbidden        = "forbidden"
-)
 
 // Placeholder names.
 const (
@@ -127,7 +110,7 @@ func (rs *requestState) skip() error {
 	if rs.repl != nil {
 		rs.repl.Set(placeholderKey, "")
 	}
-	rs.setResult(resultSkipped)
+	rs.setResult(results.Skipped)
 	return rs.next.ServeHTTP(rs.w, rs.r)
 }
 
@@ -141,7 +124,7 @@ func (rs *requestState) looped() bool {
 // loop answers a request that came back to the route it went through:
 // 508, before its body is read. An inbox dead-letters the event at once.
 func (rs *requestState) loop() error {
-	rs.setResult(resultLoop)
+	rs.setResult(results.Loop)
 	rs.h.logger.Warn("request sent back to the route it came through (Webhook-Via names this route); answering 508: deliver_to and redeliver_to must lead to the application, not to this route",
 		zap.Strings("webhook_via", rs.r.Header[event.ViaHeader]))
 	return writeError(rs.w, http.StatusLoopDetected, msgLoop, "")
@@ -156,12 +139,12 @@ func (rs *requestState) loop() error {
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
-		rs.setResult(resultTooLarge)
+		rs.setResult(results.TooLarge)
 		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes
-		rs.setResult(resultOverBudget)
+		rs.setResult(results.OverBudget)
 		rs.w.Header().Set("Connection", "close")
 		return writeError(rs.w, http.StatusServiceUnavailable, errOverBudget.Error(), budgetRetryAfter(rs.h))
 	}
@@ -207,13 +190,13 @@ func (rs *requestState) verify() error {
 func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
 		// the keys are not loaded yet: the sender retries once they are
-		rs.setResult(resultUnavailable)
+		rs.setResult(results.Unavailable)
 		return writeError(rs.w, http.StatusServiceUnavailable, signature.ErrUnavailable.Reason, rs.h.verification.RetryAfter())
 	}
 	if errors.Is(err, signature.ErrAmbiguous) {
 		return rs.ambiguous(err)
 	}
-	rs.setResult(resultInvalidSignature)
+	rs.setResult(results.InvalidSignature)
 	reason := signature.ErrInvalid.Reason
 	var ve *signature.Error
 	if errors.As(err, &ve) {
@@ -257,7 +240,7 @@ func (rs *requestState) resolveKey() error {
 // access. One reader of the body would take the first, another the last;
 // such a delivery is no provider's (docs/caddyfile.md: Keys).
 func (rs *requestState) ambiguous(err error) error {
-	rs.setResult(resultAmbiguous)
+	rs.setResult(results.Ambiguous)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused ambiguous delivery"); ce != nil {
 		ce.Write(zap.Error(err))
 	}
@@ -345,7 +328,7 @@ func (rs *requestState) dispatch(res store.ClaimResult) error {
 		return rs.replay(res.Record)
 	case store.StateInFlight:
 		if rs.h.inFlight == inFlightProceed && rs.h.inbox == nil {
-			rs.setResult(resultNew)
+			rs.setResult(results.New)
 			rs.handOn()
 			return rs.next.ServeHTTP(rs.w, rs.r)
 		}
@@ -368,13 +351,13 @@ func (rs *requestState) replay(encoded []byte) error {
 	}
 	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
-			rs.setResult(resultMismatch)
+			rs.setResult(results.Mismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
 		}
 		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
 			zap.String("key", rs.key))
 	}
-	rs.setResult(resultReplayed)
+	rs.setResult(results.Replayed)
 	w := rs.w
 	contentLength := ""
 	if bodyAllowed(rec.Status) {
@@ -390,13 +373,13 @@ func (rs *requestState) replay(encoded []byte) error {
 
 // conflict answers a duplicate of a delivery still in flight.
 func (rs *requestState) conflict(res store.ClaimResult) error {
-	rs.setResult(resultConflict)
+	rs.setResult(results.Conflict)
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
 // accepted answers an event the inbox has stored: `respond`, at once.
 func (rs *requestState) accepted() error {
-	rs.setResult(resultNew)
+	rs.setResult(results.New)
 	respond := rs.h.inbox.Respond()
 	if bodyAllowed(respond) {
 		rs.w.Header().Set("Content-Length", "0")
@@ -410,7 +393,7 @@ func (rs *requestState) accepted() error {
 // replayed.
 func (rs *requestState) process() error {
 	h := rs.h
-	rs.setResult(resultNew)
+	rs.setResult(results.New)
 	rn := h.startRenewal(rs.key, rs.completionGuard(), rs.owner)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
@@ -463,7 +446,7 @@ func (rs *requestState) complete(rec []byte, status int) error {
 	}
 	rs.archived = true
 	start := time.Now()
-	err := h.archive.CompleteAndAppend(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL), rs.archiveEntry(resultNew, status))
+	err := h.archive.CompleteAndAppend(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL), rs.archiveEntry(results.New, status))
 	h.store.observe(opComplete, start, err)
 	return err
 }
@@ -501,10 +484,10 @@ func (rs *requestState) storeFailed(op storeOp, err error) error {
 	}
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
-		rs.setResult(resultUnavailable)
+		rs.setResult(results.Unavailable)
 		return writeError(rs.w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}
-	rs.setResult(resultBypassed)
+	rs.setResult(results.Bypassed)
 	rs.handOn()
 	return rs.next.ServeHTTP(rs.w, rs.r)
 }

@@ -70,7 +70,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	if dw, ok := s.(store.DurabilityWatcher); ok && (h.Inbox != nil || h.failClosed) {
 		dw.RequireDurable(h.Source)
 	}
-	prefix := defaultKeyPrefix
+	prefix := store.DefaultKeyPrefix
 	if p, ok := s.(store.Prefixer); ok {
 		prefix = p.KeyPrefix()
 	}

@@ -173,6 +173,10 @@ type Prefixer interface {
 	KeyPrefix() string
 }
 
+// DefaultKeyPrefix is the first part of every key of a store that has no
+// key_prefix of its own.
+const DefaultKeyPrefix = "idem"
+
 // CheckKeyPrefix is the rule of a key prefix. Keys are
 // `<key_prefix>:<source>:<value>` and a source's streams share the hash
 // tag `{<key_prefix>:<source>}`: a ':' in the prefix would let the keys of

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -163,4 +164,19 @@ func CheckHTTPURL(what, v string) error {
 		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
 	}
 	return nil
+}
+
+// ParseStatusSpec parses a status code (100-599) or a class (`2xx`, any
+// case) into the codes it covers: the rule of `cache_status` entries and of
+// the admin API's status filters.
+func ParseStatusSpec(v string) (lo, hi int, ok bool) {
+	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
+		class := int(v[0]-'0') * 100
+		return class, class + 99, true
+	}
+	code, err := strconv.Atoi(v)
+	if err != nil || code < 100 || code > 599 {
+		return 0, 0, false
+	}
+	return code, code, true
 }

@@ -106,8 +106,6 @@ const (
 	redisClientName = "caddy-webhook-idempotency"
 	// redisPingTimeoutMax bounds the ping at provision time.
 	redisPingTimeoutMax = 2 * time.Second
-	// defaultPrefix is the first part of every key.
-	defaultPrefix = "idem"
 )
 
 // completionCtx is the context of the calls that give back what a failed
@@ -127,7 +125,7 @@ func (s *Store) Provision(ctx caddy.Context) error {
 func (s *Store) provisionWith(logger *zap.Logger) error {
 	s.logger = logger
 	if s.Prefix == "" {
-		s.Prefix = defaultPrefix
+		s.Prefix = store.DefaultKeyPrefix
 	}
 	if s.Timeout == 0 {
 		s.Timeout = caddy.Duration(defaultRedisTimeout)

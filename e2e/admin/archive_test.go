@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -382,7 +383,7 @@ func TestAdminArchiveToInboxAndDeadLetters(t *testing.T) {
 		c.AdminJSON(t, http.MethodGet, base+"/events", &list)
 		return len(list.Events) == 1
 	})
-	if ev := list.Events[0]; ev.Result != resultNew || ev.Status != http.StatusAccepted || ev.Key != "i1" {
+	if ev := list.Events[0]; ev.Result != results.New || ev.Status != http.StatusAccepted || ev.Key != "i1" {
 		t.Fatalf("archived: %+v", ev)
 	}
 	var out redeliveryOutcome

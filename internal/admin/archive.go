@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
 
 // The archive through the admin API (docs/admin.md#archive): search, one
@@ -40,17 +41,15 @@ const (
 // status (a code or a class such as `5xx`), count and cursor.
 func parseArchiveQuery(v url.Values, maxCount int) (archive.Query, error) {
 	q := archive.Query{Key: v.Get("key"), Result: v.Get("result"), Count: defaultArchiveCount}
-	if q.Result != "" && !slices.Contains(allResults[:], q.Result) {
-		return q, fmt.Errorf("invalid result %q: want one of %s", q.Result, strings.Join(allResults[:], ", "))
+	if q.Result != "" && !slices.Contains(results.All[:], q.Result) {
+		return q, fmt.Errorf("invalid result %q: want one of %s", q.Result, strings.Join(results.All[:], ", "))
 	}
 	if s := v.Get("status"); s != "" {
-		lo, hi, ok := parseStatusSpec(s)
+		lo, hi, ok := cfparse.ParseStatusSpec(s)
 		if !ok {
 			return q, fmt.Errorf("invalid status %q: want a code such as 200 or a class such as 5xx", s)
 		}
-		var set statusSet
-		set.addRange(lo, hi)
-		q.Status = set.has
+		q.Status = func(code int) bool { return code >= lo && code <= hi }
 	}
 	var err error
 	if q.Since, err = parseQueryTime("since", v.Get("since")); err != nil {
@@ -236,7 +235,7 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 		return redeliveryTarget{inbox: ib}, nil
 	}
 	if a, err := s.archive(); err == nil && a.Config().RedeliverTo != "" {
-		return redeliveryTarget{url: a.Config().RedeliverTo, via: s.handlers[0].namespace()}, nil
+		return redeliveryTarget{url: a.Config().RedeliverTo, via: strings.TrimSuffix(s.routes[0].KeyPrefix(), ":")}, nil
 	}
 	return redeliveryTarget{}, apiError(http.StatusConflict, fmt.Errorf("source %q has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to", s.name))
 }
@@ -244,7 +243,7 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 // errNotRedeliverable is why an archived event cannot be redelivered.
 func errNotRedeliverable(ev *archive.Event) error {
 	switch {
-	case !ev.BodyStored && ev.Result == resultReplayed:
+	case !ev.BodyStored && ev.Result == results.Replayed:
 		return errors.New("a replay's body is not archived: redeliver the original delivery of this key")
 	case !ev.BodyStored && ev.BodyOmitted != "":
 		return errors.New("its body is not archived: " + ev.BodyOmitted)

@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
@@ -57,7 +58,7 @@ inbox deliver what it holds (its pending count at 0) before the switch.
 			}
 			migrate.Flags().String("from", "", "The file store's file")
 			migrate.Flags().String("to", "", "The Redis URL")
-			migrate.Flags().String("key-prefix", defaultKeyPrefix, "The redis store's key_prefix")
+			migrate.Flags().String("key-prefix", store.DefaultKeyPrefix, "The redis store's key_prefix")
 			cmd.AddCommand(migrate, newSendCommand())
 			cmd.AddCommand(newAdminCommands()...)
 		},
@@ -83,12 +84,12 @@ func cmdMigrate(fl caddycmd.Flags) (int, error) {
 	copied, kept := 0, 0
 	err := filestore.Export(from, func(v filestore.Value) error {
 		key := v.Key
-		if rest, ok := strings.CutPrefix(key, defaultKeyPrefix+":"); ok {
+		if rest, ok := strings.CutPrefix(key, store.DefaultKeyPrefix+":"); ok {
 			key = prefix + ":" + rest
 		}
 		value := v.Payload
 		if v.Note {
-			if rest, ok := strings.CutPrefix(string(value), defaultKeyPrefix+":"); ok {
+			if rest, ok := strings.CutPrefix(string(value), store.DefaultKeyPrefix+":"); ok {
 				value = []byte(prefix + ":" + rest)
 			}
 		}

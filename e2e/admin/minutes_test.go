@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"crypto/hmac"
@@ -119,55 +119,4 @@ func TestAdminMinutes(t *testing.T) {
 	}
 	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/"+src+"/minutes", http.StatusMethodNotAllowed)
 	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/nosuch/minutes", http.StatusNotFound)
-}
-
-// TestMinutesRing: counts land in the minute they were read in, a minute
-// older than the hour leaves the answer, and the ring's slot of an old
-// minute is reused without its counts.
-func TestMinutesRing(t *testing.T) {
-	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	src := fmt.Sprintf("minutes_ring_%d", time.Now().UnixNano())
-	testkit.StartCaddy(t, "", minutesSite(port, src, up))
-	url := testkit.SiteURL(port) + "/hook"
-	// the clock of every sample, the admin endpoint's included, moves to
-	// the start of a minute a day from now, and on as the test says
-	t0 := time.Now().Add(24 * time.Hour).Truncate(time.Minute)
-	minutesShift.Store(int64(time.Until(t0)))
-	t.Cleanup(func() { minutesShift.Store(0) })
-	at := func(d time.Duration) time.Time {
-		minutesShift.Store(int64(time.Until(t0.Add(d))))
-		return minutesNow()
-	}
-	sampleMinutes(at(0)) // what came before is in t0's minute
-	base := minutesOf(src, at(0))
-	minutesPost(t, url, `{"n":"r1"}`, "r1")
-	minutesPost(t, url, `{"n":"r2"}`, "r2")
-	sampleMinutes(at(10 * time.Second))
-	minutesPost(t, url, `{"n":"r1"}`, "r1")
-	sampleMinutes(at(90 * time.Second))
-
-	m := minutesOf(src, at(2*time.Minute))
-	last := len(m.New) - 1
-	if m.New[last-2]-base.New[last] != 2 || m.Replayed[last-1] != 1 || m.New[last-1] != 0 || sumOf(m.Replayed) != 1 {
-		t.Fatalf("new %v, replayed %v", m.New[50:], m.Replayed[50:])
-	}
-	// an hour later the first minute is out of the window, and its slot
-	// (the same one) is reused for the new minute without its counts
-	minutesPost(t, url, `{"n":"r3"}`, "r3")
-	sampleMinutes(at(time.Hour + 5*time.Second))
-	m = minutesOf(src, at(time.Hour+10*time.Second))
-	if sumOf(m.New) != 1 || m.New[len(m.New)-1] != 1 || sumOf(m.Replayed) != 1 {
-		t.Fatalf("an hour later: new %v, replayed %v", m.New, m.Replayed)
-	}
-	if m := minutesOf(src, at(3*time.Hour)); sumOf(m.New)+sumOf(m.Replayed) != 0 {
-		t.Fatalf("hours later: %+v", m)
-	}
-	for res, want := range map[string]int{resultNew: seriesNew, resultReplayed: seriesReplayed, resultInvalidSignature: seriesInvalid,
-		resultConflict: seriesFailed, resultMismatch: seriesFailed, resultTooLarge: seriesFailed, resultBypassed: seriesFailed,
-		resultUnavailable: seriesFailed, resultSkipped: -1, resultHandshake: -1} {
-		if got := resultSeries(res); got != want {
-			t.Errorf("%s: series %d, want %d", res, got, want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"fmt"
@@ -26,17 +26,17 @@ type keyStatus struct {
 }
 
 // keyStore returns the store and the store key of a source's key.
-func (s *adminSource) keyStore(key string) (store.KeyAdmin, string, *Handler, error) {
-	h := s.handlers[0]
-	ka, ok := h.store.backend.(store.KeyAdmin)
+func (s *adminSource) keyStore(key string) (store.KeyAdmin, string, Route, error) {
+	rt := s.routes[0]
+	ka, ok := rt.Store().(store.KeyAdmin)
 	if !ok {
 		return nil, "", nil, apiError(http.StatusNotFound, fmt.Errorf("the store of source %q cannot show keys", s.name))
 	}
-	return ka, h.keyPrefix + key, h, nil
+	return ka, rt.KeyPrefix() + key, rt, nil
 }
 
 // keyAnswer turns what the store knows of a key into the answer.
-func keyAnswer(info store.KeyInfo, src *adminSource, h *Handler, key, storeKey string) keyStatus {
+func keyAnswer(info store.KeyInfo, src *adminSource, rt Route, key, storeKey string) keyStatus {
 	st := keyStatus{Source: src.name, Key: key, StoreKey: storeKey, State: info.State}
 	switch info.State {
 	case store.KeyInFlight:
@@ -51,10 +51,10 @@ func keyAnswer(info store.KeyInfo, src *adminSource, h *Handler, key, storeKey s
 		if info.Left >= 0 {
 			t := time.Now()
 			expires := t.Add(info.Left).Truncate(time.Millisecond).UTC()
-			ttl := time.Duration(h.TTL)
-			if h.inbox != nil && info.Left > ttl {
+			ttl := rt.TTL()
+			if ib := rt.Inbox(); ib != nil && info.Left > ttl {
 				// accepted, not yet delivered: kept for the retry horizon too
-				ttl = h.inbox.AcceptTTL()
+				ttl = ib.AcceptTTL()
 			}
 			recorded := expires.Add(-ttl)
 			st.ExpiresAt, st.RecordedAt = &expires, &recorded
@@ -65,7 +65,7 @@ func keyAnswer(info store.KeyInfo, src *adminSource, h *Handler, key, storeKey s
 
 // handleKey reports a key's state.
 func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key string) error {
-	ka, storeKey, h, err := src.keyStore(key)
+	ka, storeKey, rt, err := src.keyStore(key)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key str
 	if err != nil {
 		return storeError(src.name, err)
 	}
-	return writeJSON(w, keyAnswer(info, src, h, key, storeKey))
+	return writeJSON(w, keyAnswer(info, src, rt, key, storeKey))
 }
 
 // handleForget forgets a completed key so that the provider's next retry
@@ -84,16 +84,16 @@ func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key str
 // while it stays, a retry of the same bytes is a duplicate whatever id it
 // carries. The guard is deleted only while it holds the key's record.
 func handleForget(w http.ResponseWriter, r *http.Request, src *adminSource, key string) error {
-	ka, storeKey, h, err := src.keyStore(key)
+	ka, storeKey, rt, err := src.keyStore(key)
 	if err != nil {
 		return err
 	}
-	if h.guards() {
+	if rt.Guards() {
 		info, err := ka.Inspect(r.Context(), storeKey)
 		if err != nil {
 			return storeError(src.name, err)
 		}
-		if guard := h.recordGuard(key, info); guard != "" {
+		if guard := rt.Guard(key, info); guard != "" {
 			if _, err := ka.ForgetIf(r.Context(), guard, info.Record); err != nil {
 				return storeError(src.name, err)
 			}

@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package webhookidempotency
+package admin
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -167,7 +168,7 @@ func TestAdminDeadLetterAndRedeliver(t *testing.T) {
 		ID string `json:"id"`
 	}
 	c.AdminJSON(t, http.MethodPost, "/webhook_idempotency/"+source+"/dead/"+d.ID+"/redeliver", &re)
-	if !validStreamID(re.ID) || re.ID == d.ID {
+	if _, ok := event.ParseID(re.ID); !ok || re.ID == d.ID {
 		t.Fatalf("redeliver answered id %q (dead id %q)", re.ID, d.ID)
 	}
 	testkit.Eventually(t, 10*time.Second, "the redelivery", func() bool { return app.Calls.Load() >= 2 })

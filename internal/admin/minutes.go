@@ -1,13 +1,13 @@
-package webhookidempotency
+package admin
 
 import (
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	dto "github.com/prometheus/client_model/go"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
 
 // The last hour of each source's results, a minute at a time, for the
@@ -38,24 +38,17 @@ const (
 // added later) counts as failed.
 func resultSeries(result string) int {
 	switch result {
-	case resultNew:
+	case results.New:
 		return seriesNew
-	case resultReplayed:
+	case results.Replayed:
 		return seriesReplayed
-	case resultInvalidSignature:
+	case results.InvalidSignature:
 		return seriesInvalid
-	case resultSkipped, resultHandshake:
+	case results.Skipped, results.Handshake:
 		return -1
 	}
 	return seriesFailed
 }
-
-// minutesShift moves the clock of the samples (minutesNow) by this many
-// nanoseconds; tests move it.
-var minutesShift atomic.Int64
-
-// minutesNow is the clock of the samples.
-func minutesNow() time.Time { return time.Now().Add(time.Duration(minutesShift.Load())) }
 
 // minuteCounts are one minute's counts of each series.
 type minuteCounts struct {
@@ -83,21 +76,15 @@ var minutesHistory = struct {
 func sampleMinutes(now time.Time) {
 	minute := now.Unix() / 60
 	for _, name := range runningSourceNames() {
-		hs := sourceHandlers(name)
-		if len(hs) == 0 || hs[0].metrics == nil {
+		rs := sourceRoutes(name)
+		if len(rs) == 0 {
 			continue
 		}
-		values := make(map[string]int64, len(allResults))
-		for i, res := range allResults {
-			var m dto.Metric
-			if err := hs[0].metrics.requests[i].Write(&m); err == nil {
-				values[res] = int64(m.GetCounter().GetValue())
-			}
-		}
+		values := rs[0].Results()
 		minutesHistory.Lock()
 		sm := minutesHistory.sources[name]
 		if sm == nil {
-			sm = &sourceMinutes{last: make(map[string]int64, len(allResults))}
+			sm = &sourceMinutes{last: make(map[string]int64, len(results.All))}
 			minutesHistory.sources[name] = sm
 		}
 		b := &sm.buckets[minute%minutesKept]
@@ -158,7 +145,7 @@ func minutesOf(source string, now time.Time) minutesAnswer {
 
 // handleMinutes answers a source's last hour, a minute at a time.
 func handleMinutes(w http.ResponseWriter, _ *http.Request, src *adminSource) error {
-	now := minutesNow()
+	now := time.Now()
 	sampleMinutes(now)
 	return writeJSON(w, minutesOf(src.name, now))
 }
@@ -169,13 +156,13 @@ func (a *AdminAPI) Provision(ctx caddy.Context) error {
 	go func() {
 		tick := time.NewTicker(minuteSampleEvery)
 		defer tick.Stop()
-		sampleMinutes(minutesNow())
+		sampleMinutes(time.Now())
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				sampleMinutes(minutesNow())
+				sampleMinutes(time.Now())
 			}
 		}
 	}()

@@ -1,4 +1,10 @@
-package webhookidempotency
+// Package admin is the module's operator surface (docs/admin.md,
+// docs/operating.md#commands): the /webhook_idempotency/ endpoints of
+// Caddy's admin API, the console they serve, and the `caddy
+// webhook-idempotency` commands. It reads and acts on the running
+// configuration through the Route view each handler publishes (route.go),
+// and knows nothing else of the handler.
+package admin
 
 import (
 	"cmp"
@@ -13,11 +19,14 @@ import (
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 )
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
 
 // AdminAPI is a module that adds the /webhook_idempotency/ endpoints to
 // Caddy's admin API (docs/admin.md): every source of the running
@@ -214,27 +223,27 @@ func withID(handle idHandler, id string) adminHandler {
 	}
 }
 
-// adminSource is a source of the running configuration and its handlers
+// adminSource is a source of the running configuration and its routes
 // (usually one; several routes may share a source deliberately).
 type adminSource struct {
-	name     string
-	handlers []*Handler
+	name   string
+	routes []Route
 }
 
 // findSource returns a source of the running configuration, or a 404.
 func findSource(name string) (*adminSource, error) {
-	hs := sourceHandlers(name)
-	if len(hs) == 0 {
+	rs := sourceRoutes(name)
+	if len(rs) == 0 {
 		return nil, apiError(http.StatusNotFound, fmt.Errorf("no webhook_idempotency route for source %q in the running configuration", name))
 	}
-	return &adminSource{name: name, handlers: hs}, nil
+	return &adminSource{name: name, routes: rs}, nil
 }
 
 // inbox returns the source's inbox, or a 404 error.
 func (s *adminSource) inbox() (*inbox.Inbox, error) {
-	for _, h := range s.handlers {
-		if h.inbox != nil {
-			return h.inbox, nil
+	for _, rt := range s.routes {
+		if ib := rt.Inbox(); ib != nil {
+			return ib, nil
 		}
 	}
 	return nil, apiError(http.StatusNotFound, fmt.Errorf("source %q has no inbox", s.name))
@@ -242,9 +251,9 @@ func (s *adminSource) inbox() (*inbox.Inbox, error) {
 
 // archive returns the source's archive, or a 404 error.
 func (s *adminSource) archive() (*archive.Archive, error) {
-	for _, h := range s.handlers {
-		if h.archive != nil {
-			return h.archive, nil
+	for _, rt := range s.routes {
+		if a := rt.Archive(); a != nil {
+			return a, nil
 		}
 	}
 	return nil, apiError(http.StatusNotFound, fmt.Errorf("source %q has no archive (configure 'archive' on its route)", s.name))
@@ -273,7 +282,7 @@ type sourceStatus struct {
 	// AllowIPs are the address lists of the source's routes (allow_ips):
 	// where each comes from, its size, when it was last loaded and the
 	// error of its last attempt.
-	AllowIPs []allowListStatus `json:"allow_ips,omitempty"`
+	AllowIPs []any `json:"allow_ips,omitempty"`
 }
 
 // archiveStatus is an archive as the admin API reports it.
@@ -288,22 +297,16 @@ type archiveStatus struct {
 
 // status reads a source's counts.
 func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
-	h := s.handlers[0]
+	first := s.routes[0]
 	st := sourceStatus{
 		Source:  s.name,
-		Store:   moduleName(h.store.backend),
-		Routes:  len(s.handlers),
-		Results: make(map[string]int64, len(allResults)),
-	}
-	for i, res := range allResults {
-		var m dto.Metric
-		if err := h.metrics.requests[i].Write(&m); err == nil {
-			st.Results[res] = int64(m.GetCounter().GetValue())
-		}
+		Store:   first.StoreModule(),
+		Routes:  len(s.routes),
+		Results: first.Results(),
 	}
 	var failed error // the first store error; the other counts are still read
-	for _, h := range s.handlers {
-		st.AllowIPs = append(st.AllowIPs, h.edgeStatus()...)
+	for _, rt := range s.routes {
+		st.AllowIPs = append(st.AllowIPs, rt.AllowLists()...)
 	}
 	if ib, err := s.inbox(); err == nil {
 		st.Inbox = true
