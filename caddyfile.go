@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -179,8 +180,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 		if (name == "inbox" || name == "store") && h.Inbox != nil && h.StoreRaw != nil {
-			if err := checkInboxStore(storeModuleName(h.StoreRaw)); err != nil {
-				return d.Errf("%v", err)
+			if s := storeModule(h.StoreRaw); s != nil {
+				if err := inbox.Supports(s); err != nil {
+					return d.Errf("%v", err)
+				}
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package webhookidempotency
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -112,25 +111,6 @@ func parseFail(v string, inbox bool) (closed bool, err error) {
 	return closed, err
 }
 
-// checkInboxStore refuses an inbox on the memory store (module is the
-// store module's name): an accepted event must survive a restart. A store
-// of another package that keeps no queue is refused by the inbox itself.
-func checkInboxStore(module string) error {
-	if module != "memory" {
-		return nil
-	}
-	return errors.New("inbox mode needs a store that keeps accepted events across restarts, not memory: the file store (the default, for one Caddy) or the redis store (for several)")
-}
-
-// storeModuleName is the module name of a store's JSON, "" for none.
-func storeModuleName(raw json.RawMessage) string {
-	var m struct {
-		Module string `json:"module"`
-	}
-	_ = json.Unmarshal(raw, &m)
-	return m.Module
-}
-
 // checkSource is the rule of `source`. Store keys are
 // `<key_prefix>:<source>:<value>` and the redis store's streams carry the
 // hash tag `{<key_prefix>:<source>}`: a ':' in a source would let two
@@ -196,7 +176,6 @@ func addStatus(s *statusSet, v string) error {
 	s.addRange(lo, hi)
 	return nil
 }
-
 
 // statusNeverRecorded says why 1xx and 5xx answers are refused in
 // cache_status: a 5xx must be processed again when the provider retries,

@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,6 +31,24 @@ func loadStore(ctx caddy.Context, owner any, field string) (store.Store, error) 
 		return nil, fmt.Errorf("loading store: module %s is not a store: it does not implement store.Store", moduleName(mod))
 	}
 	return s, nil
+}
+
+// storeModule returns a zero value of the store module a store's JSON
+// names, for the Caddyfile parser to ask what it can hold (nil when the
+// module is unknown or no store).
+func storeModule(raw json.RawMessage) store.Store {
+	var m struct {
+		Module string `json:"module"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	info, err := caddy.GetModule("http.webhook_idempotency.stores." + m.Module)
+	if err != nil {
+		return nil
+	}
+	s, _ := info.New().(store.Store)
+	return s
 }
 
 // moduleName returns the name of a module in its namespace (`redis`).
@@ -63,7 +82,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 		h.ownedStore, s = fs, fs
 	}
 	if h.Inbox != nil {
-		if err := checkInboxStore(moduleName(s)); err != nil {
+		if err := inbox.Supports(s); err != nil {
 			return err
 		}
 	}

@@ -97,6 +97,9 @@ type backend interface {
 // source on the memory store.
 func New(cfg Config, s store.Store) (*Archive, error) {
 	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source)}
+	if err := Supports(s); err != nil {
+		return nil, err
+	}
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
@@ -114,14 +117,22 @@ func New(cfg Config, s store.Store) (*Archive, error) {
 			a.cfg.MaxEvents = DefaultMaxEventsMemory
 		}
 		a.backend, err = newMemoryBackend(s, a)
-	default:
-		err = fmt.Errorf("the store %T keeps no archive", s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("archive: %v", err)
 	}
 	a.queue = newQueue(a)
 	return a, nil
+}
+
+// Supports is the rule of which stores hold an archive: the redis, file and
+// memory stores.
+func Supports(s store.Store) error {
+	switch s.(type) {
+	case *redisstore.Store, *filestore.Store, *memstore.Store:
+		return nil
+	}
+	return fmt.Errorf("archive: the store %T keeps no archive", s)
 }
 
 // Config returns the archive's configuration, its defaults applied.

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -113,6 +114,9 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 		horizon += time.Duration(float64(d) * (1 + cfg.Jitter))
 	}
 	ib.acceptTTL = cfg.TTL + horizon
+	if err := Supports(s); err != nil {
+		return nil, err
+	}
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
@@ -122,8 +126,6 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 			return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
 		}
 		ib.q, err = newFileQueue(s.Seam(), ib)
-	default:
-		return nil, fmt.Errorf("inbox mode needs a store that keeps a durable queue, the file or the redis store, not %T", s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)
@@ -144,6 +146,23 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return ib, nil
+}
+
+// Supports is the rule of which stores hold an inbox: those that keep a
+// durable queue, the file store (one instance) and the redis store
+// (several). The Caddyfile parser asks it of a store module's zero value,
+// provisioning of the store itself; an accepted event must survive a
+// restart.
+func Supports(s store.Store) error {
+	switch s.(type) {
+	case *redisstore.Store, *filestore.Store:
+		return nil
+	}
+	name := fmt.Sprintf("%T", s)
+	if m, ok := s.(interface{ CaddyModule() caddy.ModuleInfo }); ok {
+		name = m.CaddyModule().ID.Name()
+	}
+	return fmt.Errorf("inbox mode needs a store that keeps accepted events across restarts, not %s: the file store (the default, for one Caddy) or the redis store (for several)", name)
 }
 
 // Source returns the inbox's source.
