@@ -14,6 +14,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/admin"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -208,6 +209,7 @@ func (r adminRoute) Store() store.Store                          { return r.h.st
 func (r adminRoute) StoreModule() string                         { return moduleName(r.h.store.backend) }
 func (r adminRoute) KeyPrefix() string                           { return r.h.keyPrefix }
 func (r adminRoute) TTL() time.Duration                          { return time.Duration(r.h.TTL) }
+func (r adminRoute) Forwarder() *forward.Forwarder               { return r.h.fwd.later }
 func (r adminRoute) Inbox() *inbox.Inbox                         { return r.h.inbox }
 func (r adminRoute) Archive() *archive.Archive                   { return r.h.archive }
 func (r adminRoute) Results() map[string]int64                   { return r.h.metrics.results() }

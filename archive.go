@@ -211,7 +211,7 @@ func jsonProbe(path []string) []byte {
 // redact.SecretHeaders and the header a token scheme reads its secret
 // from.
 func (h *Handler) secretHeaders() []string {
-	out := append([]string(nil), redact.SecretHeaders...)
+	out := append(append([]string(nil), redact.SecretHeaders...), h.forwardHeaders()...)
 	switch h.scheme() {
 	case "token", "jwt", "evolution", "gitlab", "asaas":
 		if h.Verify != nil && h.Verify.Header != "" {
@@ -272,7 +272,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 			Host:     r.Host,
 			Proto:    proto,
 			Remote:   remote,
-			Headers:  event.HeaderBlock(r.Header, event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
+			Headers:  event.HeaderBlock(rs.receivedHeader(), event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
 			Received: rs.start,
 		},
 		Result:   result,

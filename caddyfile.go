@@ -161,6 +161,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.StoreRaw, err = parseStore(d, false)
 		case "verify":
 			err = h.parseVerify(d, d.RemainingArgs(), false)
+		case "forward":
+			if h.Forward != nil {
+				return d.Err("forward given twice")
+			}
+			h.Forward = new(ForwardConfig)
+			err = h.Forward.unmarshalCaddyfile(d)
 		case "inbox":
 			if h.Inbox != nil {
 				return d.Err("inbox given twice")
@@ -204,7 +210,7 @@ var lineOptions = map[string]cfparse.Arity{
 // blockOptions are the subdirectives of the handler's block: the line
 // options, store, verify, inbox, archive, allow_ips and client_cert.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true}
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true}
 	for name := range lineOptions {
 		m[name] = true
 	}

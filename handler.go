@@ -155,6 +155,14 @@ type Handler struct {
 	// required by the `efi` preset unless it takes Efí's fallback).
 	ClientCert *ClientCertConfig `json:"client_cert,omitempty"`
 
+	// What the application receives of each delivery's signature (kept,
+	// re-signed, signed by the edge or stripped), and headers added to
+	// every request to it (docs/inbox.md: What the application receives).
+	// Default: the signature re-signed for inbox deliveries and
+	// redeliveries where the scheme allows it, else kept; kept for the
+	// next handler.
+	Forward *ForwardConfig `json:"forward,omitempty"`
+
 	// The archive (docs/archive.md): every delivery that passed
 	// verification and got a key is kept for audit and reprocessing, with
 	// the answer's status and the handling time, on the handler's store.
@@ -166,6 +174,7 @@ type Handler struct {
 	inbox        *inbox.Inbox
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
+	fwd          forwarders                // the handoffs to the application (forward.go)
 	handshake    *providers.HandshakeState // nil: none answered
 	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
 	keys         []keySource
@@ -227,6 +236,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionHandshake(); err != nil {
+		return err
+	}
+	if err := h.provisionForward(); err != nil {
 		return err
 	}
 	if err := h.provisionEdge(); err != nil {

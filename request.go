@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
@@ -43,6 +44,7 @@ type requestState struct {
 	guard       string // the key's guard or note, "" for none (guard.go)
 	noted       bool   // guard is a note (`replay_guard flag`)
 	owner       string
+	received    http.Header // the headers as received, when the next handler gets others (forward.go)
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
@@ -284,10 +286,24 @@ func (rs *requestState) suspect(first string) {
 		zap.String("key", rs.key), zap.String("first_key", firstKey))
 }
 
-// inboxEvent is the request as an inbox stores it.
+// inboxEvent is the request as an inbox stores it: without the
+// provider's credentials unless the route forwards them as they came
+// (docs/inbox.md: What the application receives), with the index of the
+// secret that verified it when deliveries are re-signed.
 func (rs *requestState) inboxEvent() event.Request {
-	ev := event.FromHTTP(rs.r, rs.forwarded(), event.SkipInboxHeader, time.Now())
+	f := rs.h.fwd.later
+	skip := event.SkipInboxHeader
+	if f != nil && f.Mode() != forward.Keep {
+		skip = func(name string) bool { return event.SkipInboxHeader(name) || !f.Stores(name) }
+	}
+	ev := event.FromHTTP(rs.r, rs.forwarded(), skip, time.Now())
+	if f != nil && f.Mode() != forward.Keep && len(f.CredentialQuery()) > 0 {
+		ev.URI = withoutQuery(ev.URI, f.CredentialQuery())
+	}
 	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.key
+	if f != nil && f.Mode() == forward.Resign {
+		ev.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
+	}
 	return ev
 }
 

@@ -14,6 +14,7 @@ func init() {
 		InFlight:   "wait",
 		// a shared token: no body is signed
 		BodyUnsigned: true,
+		Credentials:  []string{"asaas-access-token"},
 		signer:       tokenSigner("asaas", "asaas-access-token"),
 	})
 }

@@ -36,7 +36,8 @@ func init() {
 		Volatile:  []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
 		Handshake: &discordPing,
 		// an interaction's token, which answers it for 15 minutes
-		Redact: []string{"json:token"},
+		Redact:      []string{"json:token"},
+		Credentials: []string{"X-Signature-Ed25519", "X-Signature-Timestamp"},
 		signer: presetSigner{needs: needsPrivateKey, build: func(cfg SignConfig) (signature.Signer, error) {
 			if cfg.PrivateKey == "" {
 				return nil, errors.New("discord signs with the application's Ed25519 key, which only Discord holds: give --private-key, a key whose public half is the route's public_key")

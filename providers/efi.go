@@ -42,6 +42,7 @@ func init() {
 		// Efí signs nothing: the skip-mTLS token goes in the URL's hmac
 		// parameter (with mutual TLS, the client certificate is the proof,
 		// which the send command does not present)
+		CredentialQuery: []string{EfiHMACParam},
 		signer: presetSigner{needs: needsSecret + " (the hmac token of Efí's fallback without mutual TLS)", build: func(cfg SignConfig) (signature.Signer, error) {
 			return withSecret(cfg, func(s string) signature.Signer { return signature.NewQueryTokenSigner(EfiHMACParam, s) })
 		}},

@@ -29,7 +29,9 @@ func init() {
 		// a token, or a JWT over claims alone: no body is signed
 		BodyUnsigned: true,
 		// the instance's API key, in every delivery
-		Redact: []string{"json:apikey"},
+		Redact:      []string{"json:apikey"},
+		Credentials: []string{"Authorization"},
+		resigns:     jwtMode,
 		signer: presetSigner{needs: needsSecret + " (the jwt_key, or with --token-header the token)", build: func(cfg SignConfig) (signature.Signer, error) {
 			if cfg.Secret == "" {
 				return nil, errors.New("evolution signs with --secret")
@@ -41,3 +43,7 @@ func init() {
 		}},
 	})
 }
+
+// jwtMode is evolution's resigns rule: its JWT, which expires ten minutes
+// after it is issued, is issued anew; a configured token is sent as it is.
+func jwtMode(cfg VerifyConfig) bool { return cfg.Header == "" }

@@ -16,7 +16,9 @@ func init() {
 		DefaultKey: []string{"header:X-GitHub-Delivery", "body"},
 		scheme:     bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 		// the meta API's hooks ranges
-		Addresses: &AddressList{URL: "https://api.github.com/meta", Field: "hooks"},
-		signer:    bodyHMACSigner("X-Hub-Signature-256", "sha256="),
+		Addresses:   &AddressList{URL: "https://api.github.com/meta", Field: "hooks"},
+		Credentials: []string{"X-Hub-Signature-256", "X-Hub-Signature"},
+		resigns:     always,
+		signer:      bodyHMACSigner("X-Hub-Signature-256", "sha256="),
 	})
 }

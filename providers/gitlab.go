@@ -2,6 +2,7 @@ package providers
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -22,6 +23,8 @@ func init() {
 		}},
 		Volatile:     []string{"webhook-signature", "webhook-timestamp"},
 		BodyUnsigned: true,
+		Credentials:  []string{"X-Gitlab-Token", "webhook-signature", "webhook-timestamp"},
+		resigns:      signingTokens,
 		signer: presetSigner{needs: needsSecret + " (a token, or a whsec_ signing token)", build: func(cfg SignConfig) (signature.Signer, error) {
 			if cfg.Secret == "" {
 				return nil, errors.New("gitlab signs with --secret")
@@ -29,4 +32,15 @@ func init() {
 			return signature.NewGitLabSigner(cfg.Secret)
 		}},
 	})
+}
+
+// signingTokens is gitlab's resigns rule: GitLab's signing tokens (`whsec_`)
+// are Standard Webhooks secrets and re-sign; a plain token is sent as it is.
+func signingTokens(cfg VerifyConfig) bool {
+	for _, s := range cfg.Secrets {
+		if !strings.HasPrefix(s, "whsec_") {
+			return false
+		}
+	}
+	return true
 }

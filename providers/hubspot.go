@@ -26,7 +26,9 @@ func init() {
 		Volatile: []string{"X-HubSpot-Signature-v3", "X-HubSpot-Request-Timestamp"},
 		// v3 signs the method, the URL with its query, the body and the
 		// timestamp
-		Signed: []string{"query:*"},
+		Signed:      []string{"query:*"},
+		Credentials: []string{"X-HubSpot-Signature-v3", "X-HubSpot-Request-Timestamp", "X-HubSpot-Signature", "X-HubSpot-Signature-Version"},
+		resigns:     always,
 		signer: presetSigner{needs: needsSecret, build: func(cfg SignConfig) (signature.Signer, error) {
 			return withSecret(cfg, func(s string) signature.Signer { return signature.NewHubSpotSigner(s, cfg.PublicURL) })
 		}},

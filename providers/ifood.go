@@ -10,8 +10,10 @@ func init() {
 		Docs: []string{
 			"https://developer.ifood.com.br/en-US/docs/guides/modules/events/webhook/",
 		},
-		DefaultKey: []string{"json:id", "body"},
-		scheme:     bodyHMAC("X-IFood-Signature", "", signature.Hex),
-		signer:     bodyHMACSigner("X-IFood-Signature", ""),
+		DefaultKey:  []string{"json:id", "body"},
+		scheme:      bodyHMAC("X-IFood-Signature", "", signature.Hex),
+		Credentials: []string{"X-IFood-Signature"},
+		resigns:     always,
+		signer:      bodyHMACSigner("X-IFood-Signature", ""),
 	})
 }

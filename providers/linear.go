@@ -11,9 +11,10 @@ func init() {
 		Docs: []string{
 			"https://linear.app/developers/webhooks",
 		},
-		DefaultKey: []string{"header:Linear-Delivery", "body"},
-		scheme:     withTolerance(signature.NewLinear),
-		Addresses:  &AddressList{URL: "https://linear.app/.well-known/appspecific/app.linear.ips.json", Field: "ips"},
-		signer:     secretSigner(signature.NewLinearSigner),
+		DefaultKey:  []string{"header:Linear-Delivery", "body"},
+		scheme:      withTolerance(signature.NewLinear),
+		Addresses:   &AddressList{URL: "https://linear.app/.well-known/appspecific/app.linear.ips.json", Field: "ips"},
+		Credentials: []string{"Linear-Signature"},
+		signer:      secretSigner(signature.NewLinearSigner),
 	})
 }

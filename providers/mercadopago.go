@@ -17,6 +17,8 @@ func init() {
 		TTL:        4 * day, // the last retry comes 4 days after the first
 		// the manifest signs data.id, x-request-id and ts, not the body
 		BodyUnsigned: true,
+		Credentials:  []string{"x-signature"},
+		resigns:      always,
 		signer:       secretSigner(signature.NewMercadoPagoSigner),
 	})
 }

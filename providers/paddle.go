@@ -11,10 +11,12 @@ func init() {
 			"https://developer.paddle.com/webhooks/signature-verification",
 			"https://developer.paddle.com/webhooks/respond-to-webhooks",
 		},
-		DefaultKey: []string{"json:notification_id", "body"},
-		scheme:     withTolerance(signature.NewPaddle),
-		Volatile:   []string{"Paddle-Signature"},
-		TTL:        3 * day, // live: up to 60 retries over 3 days
-		signer:     secretSigner(signature.NewPaddleSigner),
+		DefaultKey:  []string{"json:notification_id", "body"},
+		scheme:      withTolerance(signature.NewPaddle),
+		Volatile:    []string{"Paddle-Signature"},
+		TTL:         3 * day, // live: up to 60 retries over 3 days
+		Credentials: []string{"Paddle-Signature"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewPaddleSigner),
 	})
 }

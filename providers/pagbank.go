@@ -14,6 +14,8 @@ func init() {
 		scheme: scheme{build: func(cfg VerifyConfig) (signature.Verifier, error) {
 			return signature.NewPagBank(cfg.Secrets), nil
 		}},
-		signer: secretSigner(signature.NewPagBankSigner),
+		Credentials: []string{"x-authenticity-token"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewPagBankSigner),
 	})
 }

@@ -74,6 +74,21 @@ type Preset struct {
 	// provider needs; nil for no rule.
 	Edge func(EdgeConfig) (warning string, err error)
 
+	// Credentials are the headers that carry the provider's signature or
+	// credential, with the timestamp it signs, and CredentialQuery the
+	// query parameters that do: what `forward` removes (strip, edge) or
+	// replaces (resign), and what the inbox does not store unless the
+	// route forwards with keep (docs/inbox.md: What the application
+	// receives).
+	Credentials     []string
+	CredentialQuery []string
+
+	// resigns tells whether the preset's signer re-signs a delivery, with
+	// the secret that verified it and a new time, without changing its
+	// body (forward signature resign); nil for never (a public key, a
+	// token, a timestamp inside the body).
+	resigns func(cfg VerifyConfig) bool
+
 	scheme scheme
 	signer presetSigner
 }

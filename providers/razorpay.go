@@ -11,8 +11,10 @@ func init() {
 			"https://razorpay.com/docs/webhooks/validate-test/",
 			"https://razorpay.com/docs/webhooks/best-practices/",
 		},
-		DefaultKey: []string{"header:x-razorpay-event-id", "body"},
-		scheme:     bodyHMAC("X-Razorpay-Signature", "", signature.Hex),
-		signer:     bodyHMACSigner("X-Razorpay-Signature", ""),
+		DefaultKey:  []string{"header:x-razorpay-event-id", "body"},
+		scheme:      bodyHMAC("X-Razorpay-Signature", "", signature.Hex),
+		Credentials: []string{"X-Razorpay-Signature"},
+		resigns:     always,
+		signer:      bodyHMACSigner("X-Razorpay-Signature", ""),
 	})
 }

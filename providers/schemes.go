@@ -171,6 +171,34 @@ type Verification struct {
 	// not loaded.
 	retryAfter func() string
 	release    func()
+
+	// resign signs a delivery again as the scheme does (nil when it
+	// cannot), and each verifies with one secret alone, to tell which one
+	// verified a delivery (nil with one secret).
+	resign func(r *http.Request, body []byte, publicURL string, secret int, at time.Time) error
+	each   []signature.Verifier
+}
+
+// Resigner returns the function that signs a delivery again as the
+// route's scheme does, with its secret of an index and a new time; nil when
+// the scheme cannot be re-signed (Resigns).
+func (v *Verification) Resigner() func(r *http.Request, body []byte, publicURL string, secret int, at time.Time) error {
+	if v == nil {
+		return nil
+	}
+	return v.resign
+}
+
+// SecretIndex returns the index of the route's secret that verifies a
+// delivery, for re-signing it with that one: 0 with one secret, or when
+// none does (a delivery that was verified by a public key).
+func (v *Verification) SecretIndex(r *http.Request, body []byte) int {
+	for i, each := range v.each {
+		if each.Verify(r, body) == nil {
+			return i
+		}
+	}
+	return 0
 }
 
 // Open verifies the request and returns its authenticated content when the
@@ -241,6 +269,13 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 		secrets = append(secrets, v)
 	}
 	cfg.Secrets = secrets
+	if cfg.URL != "" {
+		u, err := repl.ReplaceOrErr(cfg.URL, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("resolving url: %v", err)
+		}
+		cfg.URL = u
+	}
 	if err := checkKeyMaterial(cfg); err != nil {
 		return nil, err
 	}
@@ -253,7 +288,27 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 		// without its token: the client certificate authenticates)
 		return nil, nil
 	}
-	return &Verification{Verifier: v}, nil
+	ver := &Verification{Verifier: v}
+	if Resigns(cfg) {
+		if ver.resign, err = NewResigner(cfg); errors.Is(err, ErrNoResign) {
+			// no secret of the route can sign (public keys alone)
+			ver.resign = nil
+		} else if err != nil {
+			return nil, err
+		}
+		if len(cfg.Secrets) > 1 {
+			for _, s := range cfg.Secrets {
+				one := cfg
+				one.Secrets, one.PublicKeys = []string{s}, nil
+				each, err := buildVerifier(one)
+				if err != nil {
+					return nil, fmt.Errorf("%s verification: %v", cfg.Scheme, err)
+				}
+				ver.each = append(ver.each, each)
+			}
+		}
+	}
+	return ver, nil
 }
 
 // buildVerifier builds the verifier of a scheme; cfg has its secrets

@@ -16,6 +16,8 @@ func init() {
 		scheme: scheme{build: func(cfg VerifyConfig) (signature.Verifier, error) {
 			return signature.NewShopify(cfg.Secrets), nil
 		}},
-		signer: secretSigner(signature.NewShopifySigner),
+		Credentials: []string{"X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewShopifySigner),
 	})
 }

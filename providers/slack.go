@@ -22,8 +22,10 @@ func init() {
 		Volatile:   []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
 		Handshake:  &slackURLVerification,
 		// the verification token of every Events API delivery
-		Redact: []string{"json:token"},
-		signer: secretSigner(signature.NewSlackSigner),
+		Redact:      []string{"json:token"},
+		Credentials: []string{"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewSlackSigner),
 	})
 }
 

@@ -15,7 +15,10 @@ func init() {
 		scheme:     standardWebhooks("webhook-"),
 		Volatile:   []string{"webhook-signature", "webhook-timestamp"},
 		Signed:     []string{"header:webhook-id"},
-		signer:     standardSigner("webhook-"),
+		// v1 re-signs with a whsec_ secret; v1a keys cannot
+		Credentials: []string{"webhook-signature", "webhook-timestamp"},
+		resigns:     always,
+		signer:      standardSigner("webhook-"),
 	})
 	register(&Preset{
 		Name: "svix",
@@ -30,7 +33,9 @@ func init() {
 		TTL:        28 * time.Hour, // 8 attempts over 27h35m
 		Signed:     []string{"header:svix-id"},
 		// every region's addresses
-		Addresses: &AddressList{URL: "https://docs.svix.com/webhook-ips.json"},
-		signer:    standardSigner("svix-"),
+		Addresses:   &AddressList{URL: "https://docs.svix.com/webhook-ips.json"},
+		Credentials: []string{"svix-signature", "svix-timestamp"},
+		resigns:     always,
+		signer:      standardSigner("svix-"),
 	})
 }

@@ -18,8 +18,10 @@ func init() {
 		Volatile:   []string{"Stripe-Signature"},
 		TTL:        3 * day, // live mode retries for up to 3 days
 		// a PaymentIntent's, SetupIntent's or Checkout Session's client secret
-		Redact:    []string{"json:data.object.client_secret"},
-		Addresses: &AddressList{URL: "https://stripe.com/files/ips/ips_webhooks.json", Field: "WEBHOOKS"},
-		signer:    secretSigner(signature.NewStripeSigner),
+		Redact:      []string{"json:data.object.client_secret"},
+		Addresses:   &AddressList{URL: "https://stripe.com/files/ips/ips_webhooks.json", Field: "WEBHOOKS"},
+		Credentials: []string{"Stripe-Signature"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewStripeSigner),
 	})
 }

@@ -11,9 +11,11 @@ func init() {
 			"https://www.twilio.com/docs/usage/webhooks/webhooks-security",
 			"https://www.twilio.com/docs/usage/webhooks/webhooks-connection-overrides",
 		},
-		DefaultKey: []string{"header:I-Twilio-Idempotency-Token", "body"},
-		scheme:     withPublicURL(signature.NewTwilio),
-		Signed:     []string{"query:*"},
+		DefaultKey:  []string{"header:I-Twilio-Idempotency-Token", "body"},
+		scheme:      withPublicURL(signature.NewTwilio),
+		Signed:      []string{"query:*"},
+		Credentials: []string{"X-Twilio-Signature"},
+		resigns:     always,
 		signer: presetSigner{needs: needsSecret, build: func(cfg SignConfig) (signature.Signer, error) {
 			return withSecret(cfg, func(s string) signature.Signer { return signature.NewTwilioSigner(s, cfg.PublicURL) })
 		}},

@@ -22,8 +22,10 @@ func init() {
 		Volatile:   []string{"Twitch-Eventsub-Message-Signature", "Twitch-Eventsub-Message-Timestamp"},
 		Handshake:  &twitchCallbackVerification,
 		// the HMAC covers the message id, the timestamp and the body
-		Signed: []string{"header:Twitch-Eventsub-Message-Id"},
-		signer: secretSigner(signature.NewTwitchSigner),
+		Signed:      []string{"header:Twitch-Eventsub-Message-Id"},
+		Credentials: []string{"Twitch-Eventsub-Message-Signature", "Twitch-Eventsub-Message-Timestamp"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewTwitchSigner),
 	})
 }
 

@@ -20,11 +20,13 @@ func init() {
 			"https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
 			"https://developers.facebook.com/docs/whatsapp/cloud-api/guides/set-up-webhooks",
 		},
-		DefaultKey: []string{"body"},
-		scheme:     bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
-		TTL:        7 * day, // Meta retries for up to 7 days
-		Handshake:  &metaSubscription,
-		signer:     bodyHMACSigner("X-Hub-Signature-256", "sha256="),
+		DefaultKey:  []string{"body"},
+		scheme:      bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		TTL:         7 * day, // Meta retries for up to 7 days
+		Handshake:   &metaSubscription,
+		Credentials: []string{"X-Hub-Signature-256", "X-Hub-Signature"},
+		resigns:     always,
+		signer:      bodyHMACSigner("X-Hub-Signature-256", "sha256="),
 	})
 }
 

@@ -28,6 +28,7 @@ func init() {
 			keys:         RSAKeys,
 			keysOptional: true,
 		},
+		Credentials: []string{"x-webhook-signature"},
 		signer: presetSigner{needs: needsRSAKey, build: func(cfg SignConfig) (signature.Signer, error) {
 			if cfg.PrivateKey == "" {
 				return nil, errors.New("woovi signs with its RSA key, which only Woovi holds: give --private-key, a key whose public half is the route's public_key")

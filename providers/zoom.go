@@ -23,8 +23,10 @@ func init() {
 		Volatile:   []string{"x-zm-signature", "x-zm-request-timestamp"},
 		Handshake:  &zoomURLValidation,
 		// recording.completed's download_token, valid for 24 hours
-		Redact: []string{"json:download_token"},
-		signer: secretSigner(signature.NewZoomSigner),
+		Redact:      []string{"json:download_token"},
+		Credentials: []string{"x-zm-signature", "x-zm-request-timestamp"},
+		resigns:     always,
+		signer:      secretSigner(signature.NewZoomSigner),
 	})
 }
 

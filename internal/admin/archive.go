@@ -16,6 +16,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
@@ -224,9 +225,10 @@ type redeliveryOutcome struct {
 // redeliveryTarget is where a source's archived events are redelivered:
 // its inbox, else its archive's redeliver_to.
 type redeliveryTarget struct {
-	inbox *inbox.Inbox
-	url   string
-	via   string // the route's key namespace, for Webhook-Via
+	inbox   *inbox.Inbox
+	url     string
+	via     string             // the route's key namespace, for Webhook-Via
+	forward *forward.Forwarder // prepares the redelivery for the application
 }
 
 // target returns where the source redelivers, or a 409.
@@ -235,7 +237,7 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 		return redeliveryTarget{inbox: ib}, nil
 	}
 	if a, err := s.archive(); err == nil && a.Config().RedeliverTo != "" {
-		return redeliveryTarget{url: a.Config().RedeliverTo, via: strings.TrimSuffix(s.routes[0].KeyPrefix(), ":")}, nil
+		return redeliveryTarget{url: a.Config().RedeliverTo, via: strings.TrimSuffix(s.routes[0].KeyPrefix(), ":"), forward: s.routes[0].Forwarder()}, nil
 	}
 	return redeliveryTarget{}, apiError(http.StatusConflict, fmt.Errorf("source %q has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to", s.name))
 }
@@ -292,6 +294,12 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 	// a redeliver_to that leads back to this route answers 508
 	// (docs/archive.md: Redelivery)
 	event.AddVia(hr.Header, t.via)
+	if t.forward != nil {
+		if err := t.forward.Apply(hr, req.Body, forward.Delivery{Key: req.Key, Secret: req.Secret, PublicURL: req.PublicURL()}, time.Now()); err != nil {
+			out.Error = "preparing the redelivery: " + err.Error()
+			return out
+		}
+	}
 	resp, err := redeliverClient.Do(hr)
 	if err != nil {
 		out.Error = err.Error()

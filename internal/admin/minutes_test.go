@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
@@ -40,6 +41,7 @@ func (r *countingRoute) Store() store.Store                 { return nil }
 func (r *countingRoute) StoreModule() string                { return "memory" }
 func (r *countingRoute) KeyPrefix() string                  { return "idem:" + r.source + ":" }
 func (r *countingRoute) TTL() time.Duration                 { return time.Hour }
+func (r *countingRoute) Forwarder() *forward.Forwarder      { return nil }
 func (r *countingRoute) Inbox() *inbox.Inbox                { return nil }
 func (r *countingRoute) Archive() *archive.Archive          { return nil }
 func (r *countingRoute) AllowLists() []any                  { return nil }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -26,6 +27,10 @@ type Route interface {
 	KeyPrefix() string
 	// TTL is how long a completed key is kept.
 	TTL() time.Duration
+	// Forwarder prepares what the route hands to the application later
+	// (a redelivery to redeliver_to): the provider's signature kept,
+	// re-signed, replaced or removed, and the route's outbound headers.
+	Forwarder() *forward.Forwarder
 	// Inbox and Archive are the route's, nil when it has none.
 	Inbox() *inbox.Inbox
 	Archive() *archive.Archive

@@ -10,6 +10,7 @@ package inbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
@@ -62,6 +64,14 @@ type Config struct {
 	Partitions int
 	// Redact is what the admin API shows of the events redacted with.
 	Redact *redact.Redactor
+	// Forward prepares each attempt for the application: the provider's
+	// signature kept, re-signed, replaced or removed, and the route's
+	// outbound headers (internal/forward). Nil passes the event on as it
+	// was stored.
+	Forward *forward.Forwarder
+	// TLS is the TLS configuration toward an https deliver_to (a private
+	// CA, a client certificate, a server name); nil for the system's.
+	TLS    *tls.Config
 	Logger *zap.Logger
 }
 
@@ -140,6 +150,7 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 			MaxIdleConnsPerHost: cfg.Concurrency,
 			IdleConnTimeout:     90 * time.Second,
 			TLSHandshakeTimeout: cfg.Timeout,
+			TLSClientConfig:     cfg.TLS,
 			ForceAttemptHTTP2:   true,
 		},
 		// a redirect is an answer: it is not followed
