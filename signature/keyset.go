@@ -60,9 +60,9 @@ type KeySetConfig struct {
 	// DefaultKeySetRetry.
 	Retry time.Duration
 
-	// OnFetch, when set, is told of the end of every fetch after the
-	// first, with its error (nil when a set was loaded), for the log. It
-	// must not block.
+	// OnFetch, when set, is told of the end of each background fetch,
+	// with its error (nil when a set was loaded), and of a first fetch
+	// from URL that failed, for the log. It must not block.
 	OnFetch func(err error)
 }
 

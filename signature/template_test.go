@@ -526,6 +526,35 @@ func TestTemplateItems(t *testing.T) {
 	check(signature.ErrMissing, `{"items":[{"NotItem":{}}]}`)
 	check(signature.ErrAmbiguous, `{"items":[`+item("a", "1", "k")+`],"items":[]}`)
 	check(signature.ErrAmbiguous, `{"items":[{"Item":{"ref":"a","ref":"b"}}]}`)
+
+	// the body is the array
+	for _, items := range []string{"json:#.Item", "json:#"} {
+		v := hmacTemplate(t, `{json.ref}:{json.amount.value}:{json.success}`, func(c *signature.TemplateConfig) {
+			c.Items = items
+			c.Signature = signature.SignatureLocation{From: "json:extra.sig", Encoding: "base64"}
+		})
+		elem := func(s string) string {
+			if items == "json:#" {
+				return strings.TrimSuffix(strings.TrimPrefix(s, `{"Item":`), "}")
+			}
+			return s
+		}
+		for body, want := range map[string]*signature.Error{
+			`[` + elem(item("a", "1", "k")) + `,` + elem(item("b", "2", "k")) + `]`:     nil,
+			` [` + elem(item("a", "1", "k")) + "]\r\n":                                  nil,
+			`[` + elem(item("a", "1", "k")) + `,` + elem(item("b", "2", "wrong")) + `]`: signature.ErrInvalid,
+			`[` + elem(item("a", "1", "k")) + `] [` + elem(item("a", "1", "k")) + `]`:   signature.ErrInvalid,
+			`[]`:           signature.ErrMissing,
+			`{"items":[]}`: signature.ErrInvalid,
+		} {
+			d := sigtest.NewDelivery("/", []byte(body), time.Time{})
+			if err := v.Verify(d.Req, d.Body); (err == nil) != (want == nil) {
+				t.Errorf("%s, %.40s: %v", items, body, err)
+			} else if want != nil {
+				sigtest.WantReason(t, err, want)
+			}
+		}
+	}
 }
 
 // TestTemplateConfigErrors checks that a bad configuration is an error
