@@ -27,7 +27,7 @@ import (
 // URL until Cache has passed or the certificate expires, fetched once at a
 // time per URL. A fetch that fails (the network, a status other than 200)
 // is ErrUnavailable, the module's 503 with Retry-After, and is not tried
-// again for ten seconds; a document that is no acceptable certificate is
+// again for CertRetry; a document that is no acceptable certificate is
 // ErrInvalid.
 type CertURLConfig struct {
 	// From is `header:<Name>` or `json:<path>`: the delivery's value that
@@ -93,11 +93,14 @@ const (
 	DefaultMaxCertSize = 64 << 10
 )
 
+// CertRetry is how long a certificate URL whose fetch failed answers
+// ErrUnavailable without a new fetch: a Retry-After for the sender.
+const CertRetry = 10 * time.Second
+
 // The cache's bounds.
 const (
-	maxCertEntries = 256              // URLs kept
-	maxCertFetches = 4                // fetches at once; more are ErrUnavailable
-	certRetry      = 10 * time.Second // a failed URL is not fetched again sooner
+	maxCertEntries = 256 // URLs kept
+	maxCertFetches = 4   // fetches at once; more are ErrUnavailable
 	maxRedirects   = 3
 )
 
@@ -312,7 +315,7 @@ func (f *certFetcher) evict() {
 func (f *certFetcher) fetch(u string, e *certEntry) {
 	key, expires, err := f.get(u)
 	if err != nil {
-		e.err, e.expires = ErrUnavailable, now().Add(certRetry)
+		e.err, e.expires = ErrUnavailable, now().Add(CertRetry)
 		var ce *certError
 		if errors.As(err, &ce) {
 			e.err = ErrInvalid

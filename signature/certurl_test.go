@@ -327,10 +327,10 @@ func TestCertURLCaching(t *testing.T) {
 	sigtest.WantReason(t, c.verify(v, u), signature.ErrUnavailable)
 	sigtest.WantReason(t, c.verify(v, u), signature.ErrUnavailable)
 	if n := hits.Load(); n != 1 {
-		t.Fatalf("%d fetches after a failure, want 1 (kept ten seconds)", n)
+		t.Fatalf("%d fetches after a failure, want 1 (kept for CertRetry)", n)
 	}
 	failing.Store(false)
-	signature.SetClock(t, templateNow.Add(11*time.Second))
+	signature.SetClock(t, templateNow.Add(signature.CertRetry+time.Second))
 	sigtest.WantReason(t, c.verify(v, u), nil)
 	sigtest.WantReason(t, c.verify(v, u), nil)
 	if n := hits.Load(); n != 2 {
