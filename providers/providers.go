@@ -26,6 +26,12 @@ type Preset struct {
 	// against (docs/providers.md cites them).
 	Docs []string
 
+	// Block is the verify block the preset's scheme equals, for a preset
+	// declared over the generic blocks (`template { … }` or `jwt { … }`):
+	// the route adds its key material (docs/providers.md shows each
+	// preset's block). Empty for a preset with a scheme of its own.
+	Block string
+
 	// DefaultKey is the key chain used when the handler sets none; it
 	// always ends with `body`.
 	DefaultKey []string
@@ -91,6 +97,7 @@ type Preset struct {
 
 	scheme scheme
 	signer presetSigner
+	decl   *VerifyConfig // Block, parsed
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
@@ -125,6 +132,19 @@ func register(p *Preset) {
 	}
 	if n := len(p.DefaultKey); n == 0 || p.DefaultKey[n-1] != "body" {
 		panic("providers: preset " + p.Name + "'s default key must end with body")
+	}
+	if p.Block != "" {
+		s, decl := blockScheme(p.Block)
+		p.scheme, p.decl = s, &decl
+		if p.signer.build == nil {
+			p.signer = declSigner(decl)
+		}
+		if p.resigns == nil && decl.resignable() {
+			p.resigns = always
+		}
+		if p.Credentials == nil && p.CredentialQuery == nil {
+			p.Credentials, p.CredentialQuery = decl.credentials()
+		}
 	}
 	presets[p.Name] = p
 }
