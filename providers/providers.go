@@ -76,6 +76,24 @@ type Preset struct {
 	// when it has none.
 	Handshake *Handshake
 
+	// Success is the answer the provider expects of an accepted delivery
+	// when it asks for more than a status (Adyen's `[accepted]`): an
+	// inbox's answer to what it accepts, and its duplicates'. Nil: the
+	// inbox's `respond` status with no body.
+	Success *Answer
+
+	// Nonce is a key source (`json:<path>`, `header:<Name>`) whose value
+	// the provider uses once: a delivery whose nonce was seen within ttl
+	// under another key is answered as a duplicate of the first, as a
+	// replay of captured credentials (Mailgun's token, whose signature
+	// does not cover the body). Empty for none.
+	Nonce string
+
+	// Batch is where a provider that sends several events in one request
+	// puts them, and each one's stable id (docs/providers.md: Batches);
+	// nil for a provider that sends one event per request.
+	Batch *Batch
+
 	// Edge checks a route's allow_ips and client_cert against what the
 	// provider needs; nil for no rule.
 	Edge func(EdgeConfig) (warning string, err error)
@@ -98,6 +116,21 @@ type Preset struct {
 	scheme scheme
 	signer presetSigner
 	decl   *VerifyConfig // Block, parsed
+}
+
+// Answer is an HTTP answer: status, content type and body.
+type Answer struct {
+	Status      int
+	ContentType string
+	Body        string
+}
+
+// Batch is a provider's batch: the `json:` path of its array of events
+// (`json:#` for a body that is the array), and the key sources of an item
+// within it, tried in order.
+type Batch struct {
+	Path string
+	Key  []string
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
