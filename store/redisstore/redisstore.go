@@ -237,18 +237,31 @@ func (s *Store) run(ctx context.Context, op string, script *redis.Script, keys [
 // runThen is run with then, when not nil, sent in the same pipeline; when
 // the call is not sent, then's error says why.
 func (s *Store) runThen(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) (any, error) {
-	c, err := s.callable(op, then)
+	n, err := s.callable(ctx, op, callKey(keys, args), then)
 	if err != nil {
 		return nil, err
 	}
-	v, err := c.batch.run(ctx, s.timeout, script, keys, args, then)
+	v, err := n.batch.run(ctx, s.timeout, script, keys, args, then)
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil // a nil reply
 	}
-	if err = s.settle(ctx, op, err); err != nil {
+	if err = s.settle(ctx, n, op, err); err != nil {
 		return nil, err
 	}
 	return v, nil
+}
+
+// callKey is the key a call acts on: a script's first key, or a
+// command's (its second argument), which decides its node.
+func callKey(keys []string, args []any) string {
+	if len(keys) > 0 {
+		return keys[0]
+	}
+	if len(args) > 1 {
+		k, _ := args[1].(string)
+		return k
+	}
+	return ""
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:

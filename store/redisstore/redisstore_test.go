@@ -457,7 +457,7 @@ func TestRedisStoreProvisionWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-c.breaker.stop:
+	case <-c.nodes.one.breaker.stop:
 	default:
 		t.Fatal("cleanup did not stop the breaker")
 	}
