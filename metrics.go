@@ -40,6 +40,7 @@ var allResults = [...]string{
 type handlerMetrics struct {
 	requests    [len(allResults)]prometheus.Counter
 	suspected   prometheus.Counter
+	unrecorded  prometheus.Counter // answers whose recording finally failed (lease.go)
 	storeErrors [numStoreOps]prometheus.Counter
 	duration    [numStoreOps]prometheus.Observer
 }
@@ -50,7 +51,10 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 	if err := metrics.Register(ctx.GetMetricsRegistry()); err != nil {
 		return nil, err
 	}
-	m := &handlerMetrics{suspected: metrics.ReplaysSuspected.WithLabelValues(source)}
+	m := &handlerMetrics{
+		suspected:  metrics.ReplaysSuspected.WithLabelValues(source),
+		unrecorded: metrics.AnswersUnrecorded.WithLabelValues(source),
+	}
 	for i, r := range allResults {
 		m.requests[i] = metrics.Requests.WithLabelValues(source, r)
 	}

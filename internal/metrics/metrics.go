@@ -21,6 +21,10 @@ var (
 		"Deliveries processed although their signed bytes were seen within ttl under another id (replay_guard flag), by source.",
 		"source")
 
+	AnswersUnrecorded = newCounter("answers_unrecorded_total",
+		"Answers of the application that could not be recorded: the store failed until the request's lease ran out, or the key was no longer the request's. A duplicate of such a delivery is processed again.",
+		"source")
+
 	StoreErrors = newCounter("store_errors_total",
 		"Failed store calls, by source and operation.",
 		"source", "op")
@@ -102,7 +106,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
