@@ -41,6 +41,10 @@ var (
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
 
+	StoreReplicasShort = newCounter("store_replicas_short_total",
+		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
+		"address", "op")
+
 	InboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
@@ -106,7 +110,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,

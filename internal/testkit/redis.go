@@ -407,3 +407,18 @@ sentinel down-after-milliseconds mymaster 5000
 	t.Fatalf("starting redis sentinel: %v", lastErr)
 	return nil
 }
+
+// StartReplica starts a redis-server that replicates master and waits
+// until it is in sync; extra are more `--name value` arguments.
+func StartReplica(t testing.TB, master *Redis, extra ...string) *Redis {
+	t.Helper()
+	r := StartRedis(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}, extra...)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(r.port), "info", "replication"), "master_link_status:up") {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s of %s is not in sync within 20s", r.Addr(), master.Addr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r
+}
