@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,8 +29,8 @@ import (
 
 // redisNode is one Redis master as the store sees it.
 type redisNode struct {
-	addr    string        // host:port, or the Sentinel master's name
-	client  *redis.Client // the node's own client (the probe, replica waits)
+	addr    string                       // host:port, or the Sentinel master's name
+	client  atomic.Pointer[redis.Client] // the node's own client (the probe, replica waits)
 	breaker *breaker
 	batch   *redisBatcher // the node's calls; on Cluster, sent through the cluster client
 }
@@ -61,8 +62,9 @@ func newRedisNodes(client redis.UniversalClient, name string, timeout time.Durat
 		}, timeout, logger)
 		return ns
 	}
+	n := &redisNode{addr: name, batch: newRedisBatcher(client, timeout)}
 	c, _ := client.(*redis.Client) // NewUniversalClient's, for one address or Sentinel
-	n := &redisNode{addr: name, client: c, batch: newRedisBatcher(client, timeout)}
+	n.client.Store(c)
 	n.breaker = newBreaker(name, func(ctx context.Context) error {
 		return client.Ping(ctx).Err()
 	}, timeout, logger)
@@ -92,10 +94,15 @@ func (ns *redisNodes) forKey(ctx context.Context, key string) (*redisNode, error
 	ns.mu.RLock()
 	n := ns.byAddr[addr]
 	ns.mu.RUnlock()
-	if n != nil {
-		return n, nil
+	if n == nil {
+		return ns.add(addr, mc), nil
 	}
-	return ns.add(addr, mc), nil
+	if n.client.Load() != mc {
+		// go-redis closed the node's client once it left the slot map,
+		// and made another when it came back
+		n.client.Store(mc)
+	}
+	return n, nil
 }
 
 // add returns the node of addr, made if new.
@@ -105,7 +112,8 @@ func (ns *redisNodes) add(addr string, client *redis.Client) *redisNode {
 	if n := ns.byAddr[addr]; n != nil {
 		return n
 	}
-	n := &redisNode{addr: addr, client: client, batch: newRedisBatcher(ns.cluster, ns.timeout)}
+	n := &redisNode{addr: addr, batch: newRedisBatcher(ns.cluster, ns.timeout)}
+	n.client.Store(client)
 	n.breaker = newBreaker(addr, func(ctx context.Context) error { return ns.probe(ctx, n) }, ns.timeout, ns.logger)
 	if ns.closed {
 		n.breaker.close() // never opens
@@ -122,7 +130,7 @@ var errStillServing = errors.New("node does not answer and still serves its slot
 // serves no slot any more (its replica took over), which closes its
 // breaker: no call goes to it.
 func (ns *redisNodes) probe(ctx context.Context, n *redisNode) error {
-	if err := n.client.Ping(ctx).Err(); err == nil {
+	if err := n.client.Load().Ping(ctx).Err(); err == nil {
 		return nil
 	}
 	masters, err := ns.masters(ctx)

@@ -66,7 +66,7 @@ func (s *Store) runReplicated(ctx context.Context, op string, script *redis.Scri
 	wait := time.Duration(s.ReplicasTimeout)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+wait)
 	defer cancel()
-	conn := n.client.Conn() // the WAIT counts the writes of its own connection
+	conn := n.client.Load().Conn() // the WAIT counts the writes of its own connection
 	defer conn.Close()
 	v, err := script.Run(ctx, conn, keys, args...).Result()
 	if errors.Is(err, redis.Nil) {
