@@ -371,11 +371,7 @@ func BenchmarkInboxAcceptReplicas(b *testing.B) {
 		var seq atomic.Int64
 		accept := func(b *testing.B) {
 			key := "evt_" + strconv.FormatInt(seq.Add(1), 10)
-			body := []byte(`{"id":"` + key + `"}`)
-			hash := sha256.Sum256(body)
-			ev := event.Request{Source: ib.Source(), Key: key, StoreKey: "idem:" + ib.Source() + ":" + key, Method: "POST", URI: "/hook",
-				Headers: "Content-Type: application/json\r\n", Body: body, Received: time.Now()}
-			res, err := ib.Accept(context.Background(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
+			res, err := acceptEvent(b, ib, key, "")
 			if err != nil || res.State != store.StateClaimed {
 				b.Errorf("accepting %s: %v %v", key, res.State, err)
 			}

@@ -1,16 +1,13 @@
 package inbox
 
 import (
-	"crypto/sha256"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
-	"github.com/webhookguard/caddy-webhook-idempotency/store"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
@@ -49,18 +46,10 @@ func TestRedisInboxRefusedAcceptanceIsWithdrawn(t *testing.T) {
 			replica.Pause()
 			defer replica.Resume()
 			for _, tc := range []struct{ key, group string }{{"held", "g1"}, {"head2", "g2"}, {"alone", ""}} {
-				body := []byte(`{"id":"` + tc.key + `"}`)
-				hash := sha256.Sum256(body)
-				headers := "Content-Type: application/json\r\n"
-				if tc.group != "" {
-					headers += groupHeader + ": " + tc.group + "\r\n"
-				}
-				ev := event.Request{Source: "withdrawn", Key: tc.key, StoreKey: "idem:withdrawn:" + tc.key, Method: "POST", URI: "/hook", Headers: headers, Body: body, Received: time.Now()}
-				_, err := ib.Accept(t.Context(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
-				if !errors.Is(err, redisstore.ErrNotReplicated) {
+				if _, err := acceptEvent(t, ib, tc.key, tc.group); !errors.Is(err, redisstore.ErrNotReplicated) {
 					t.Fatalf("accepting %s with the replica stopped: %v, want ErrNotReplicated", tc.key, err)
 				}
-				if n := q.client.Exists(t.Context(), ev.StoreKey).Val(); n != 0 {
+				if n := q.client.Exists(t.Context(), "idem:withdrawn:"+tc.key).Val(); n != 0 {
 					t.Fatalf("the key of the refused %s is kept", tc.key)
 				}
 			}
@@ -77,18 +66,4 @@ func TestRedisInboxRefusedAcceptanceIsWithdrawn(t *testing.T) {
 			}
 		})
 	}
-}
-
-// openRedisStoreWith provisions s.
-func openRedisStoreWith(t testing.TB, s *redisstore.Store) *redisstore.Store {
-	t.Helper()
-	ctx, cancel := testkit.NewContext(t)
-	if err := s.Provision(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.Cleanup()
-		cancel()
-	})
-	return s
 }
