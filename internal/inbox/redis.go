@@ -289,9 +289,13 @@ func (q *redisQueue) refuse(key, guard, owner, id, grp string, keys []string) {
 		ctx, cancel := q.call(context.Background())
 		n, err := withdrawScript.Run(ctx, q.client, keys, group, id, grp).Int()
 		cancel()
-		if err != nil || n != 1 {
-			q.logger.Warn("an event refused for want of replicas could not be withdrawn: it may be delivered, and the provider's retry too",
+		switch {
+		case err != nil:
+			q.logger.Warn("withdrawing an event refused for want of replicas failed: it may be delivered, and the provider's retry too",
 				zap.String("key", key), zap.String("id", id), zap.Error(err))
+		case n == 0:
+			q.logger.Info("an event refused for want of replicas was taken by a worker already: it is delivered, and the provider's retry too",
+				zap.String("key", key), zap.String("id", id))
 		}
 	}
 	_ = s.ReleaseGuarded(context.Background(), key, guard, owner)

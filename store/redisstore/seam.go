@@ -104,10 +104,7 @@ func NewAppendScript(appendLua string) AppendScript {
 // `suspected` field with that key. guard is "" for neither. The keys must
 // be on one node (not Redis Cluster).
 func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, script AppendScript, keys []string, args []any, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
-	run := func(all []string, argv []any) (any, error) {
-		return sm.s.run(ctx, "claim", script.script, all, argv...)
-	}
-	return sm.claimAndAppend(run, key, guard, noted, keys, args, record, ttl, noteTTL, event)
+	return sm.claimAndAppend(ctx, false, key, guard, noted, script, keys, args, record, ttl, noteTTL, event)
 }
 
 // ClaimAndAppendReplicated is ClaimAndAppend for a store with `replicas`:
@@ -118,19 +115,17 @@ func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool
 // it), withdraws the event and releases the key, so that the provider's
 // retry is accepted anew rather than answered as a duplicate.
 func (sm Seam) ClaimAndAppendReplicated(ctx context.Context, key, guard string, noted bool, owner string, lease time.Duration, script AppendScript, keys []string, args []any, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
-	run := func(all []string, argv []any) (any, error) {
-		return sm.s.runReplicated(ctx, "accept", script.script, all, argv...)
-	}
-	res, a, err := sm.claimAndAppend(run, key, guard, noted, keys, args, []byte(inFlightMarker+owner), lease, noteTTL, event)
+	res, a, err := sm.claimAndAppend(ctx, true, key, guard, noted, script, keys, args, []byte(inFlightMarker+owner), lease, noteTTL, event)
 	if res.State == store.StateClaimed && (err == nil || errors.Is(err, ErrNotReplicated)) {
 		sm.s.client.claims.Add(1) // completed or released by the caller
 	}
 	return res, a, err
 }
 
-// claimAndAppend runs a claim-and-append script through run, which writes
-// value under the key (and its guard) for ttl.
-func (sm Seam) claimAndAppend(run func(all []string, argv []any) (any, error), key, guard string, noted bool, keys []string, args []any, value []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+// claimAndAppend runs a claim-and-append script that writes value under
+// the key (and its guard) for ttl; replicated, it waits for the store's
+// replicas.
+func (sm Seam) claimAndAppend(ctx context.Context, replicated bool, key, guard string, noted bool, script AppendScript, keys []string, args []any, value []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
 	mode := ""
 	all := make([]string, 0, 2+len(keys))
 	all = append(all, key)
@@ -146,7 +141,13 @@ func (sm Seam) claimAndAppend(run func(all []string, argv []any) (any, error), k
 	argv = append(argv, value, redisMillis(ttl), mode, redisMillis(noteTTL), len(args))
 	argv = append(argv, args...)
 	argv = append(argv, event...)
-	v, err := run(all, argv)
+	var v any
+	var err error
+	if replicated {
+		v, err = sm.s.runReplicated(ctx, "accept", script.script, all, argv...)
+	} else {
+		v, err = sm.s.run(ctx, "claim", script.script, all, argv...)
+	}
 	if err != nil && v == nil {
 		return store.ClaimResult{}, Appended{}, err
 	}
