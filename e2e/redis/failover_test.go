@@ -252,7 +252,9 @@ func failoverUnderLoad(t *testing.T, fullCoverage bool) {
 			deliver_to %s/delivered
 		}
 	}
-}`, dedupPort, lease, cluster.StoreBlock(), app.Addr(), inboxPort, cluster.StoreBlock("replicas 1 1s"), inboxApp.URL))
+}`, dedupPort, lease, cluster.StoreBlock("timeout 2s"), app.Addr(), inboxPort, cluster.StoreBlock("timeout 2s", "replicas 1 1s"), inboxApp.URL))
+	// (a store timeout of 2s: on a loaded host a healthy master's answer
+	// may take longer than the default 500ms)
 	urls := map[string]string{"dedup": testkit.SiteURL(dedupPort) + "/hook", "inbox": testkit.SiteURL(inboxPort) + "/hook"}
 
 	// the master killed is not the inbox stream's: its acceptances go on
