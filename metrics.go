@@ -40,9 +40,10 @@ var allResults = [...]string{
 type handlerMetrics struct {
 	requests    [len(allResults)]prometheus.Counter
 	suspected   prometheus.Counter
-	unrecorded  prometheus.Counter // answers whose recording finally failed (lease.go)
 	storeErrors [numStoreOps]prometheus.Counter
 	duration    [numStoreOps]prometheus.Observer
+
+	unrecorded prometheus.Counter // answers whose recording finally failed (lease.go)
 }
 
 // registerMetrics registers the collectors in the configuration's registry
@@ -51,10 +52,7 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 	if err := metrics.Register(ctx.GetMetricsRegistry()); err != nil {
 		return nil, err
 	}
-	m := &handlerMetrics{
-		suspected:  metrics.ReplaysSuspected.WithLabelValues(source),
-		unrecorded: metrics.AnswersUnrecorded.WithLabelValues(source),
-	}
+	m := &handlerMetrics{suspected: metrics.ReplaysSuspected.WithLabelValues(source)}
 	for i, r := range allResults {
 		m.requests[i] = metrics.Requests.WithLabelValues(source, r)
 	}
@@ -62,6 +60,7 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 		m.storeErrors[op] = metrics.StoreErrors.WithLabelValues(source, name)
 		m.duration[op] = metrics.StoreDuration.WithLabelValues(name)
 	}
+	m.unrecorded = metrics.AnswersUnrecorded.WithLabelValues(source)
 	return m, nil
 }
 
