@@ -449,7 +449,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := rs.complete(rec.record, status); cerr != nil {
+		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}

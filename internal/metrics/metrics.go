@@ -21,6 +21,10 @@ var (
 		"Deliveries processed although their signed bytes were seen within ttl under another id (replay_guard flag), by source.",
 		"source")
 
+	AnswersUnrecorded = newCounter("answers_unrecorded_total",
+		"Answers of the application that could not be recorded: the store failed until the request's lease ran out, or the key was no longer the request's. A duplicate of such a delivery is processed again.",
+		"source")
+
 	StoreErrors = newCounter("store_errors_total",
 		"Failed store calls, by source and operation.",
 		"source", "op")
@@ -36,6 +40,10 @@ var (
 	StoreRestarts = newCounter("store_restarts_total",
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
+
+	StoreReplicasShort = newCounter("store_replicas_short_total",
+		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
+		"address", "op")
 
 	InboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
@@ -102,7 +110,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
