@@ -42,7 +42,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	// a broken rule is caught: promtool is really judging the file
-	broken := strings.Replace(readFile(t, "dashboards/alerts.yml"), "increase(caddy_webhook_idempotency_store_restarts_total[10m]) > 0",
+	broken := strings.Replace(testkit.ReadFile(t, "dashboards/alerts.yml"), "increase(caddy_webhook_idempotency_store_restarts_total[10m]) > 0",
 		"increase(caddy_webhook_idempotency_store_restarts_total[10m] > 0", 1)
 	bad := t.TempDir() + "/alerts.yml"
 	if err := os.WriteFile(bad, []byte(broken), 0o644); err != nil {
@@ -52,8 +52,8 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("promtool accepted a rule with unbalanced parentheses:\n%s", out)
 	}
 
-	rules := rulesBody(readFile(t, "dashboards/alerts.yml"))
-	if !strings.Contains(readFile(t, "docs/operating.md"), "```yaml\n"+rules+"```\n") {
+	rules := rulesBody(testkit.ReadFile(t, "dashboards/alerts.yml"))
+	if !strings.Contains(testkit.ReadFile(t, "docs/operating.md"), "```yaml\n"+rules+"```\n") {
 		t.Fatal("docs/operating.md does not show dashboards/alerts.yml (without its comment lines) in a yaml fence: keep them the same")
 	}
 }
@@ -74,7 +74,7 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 	reverse_proxy %s
 }`, testkit.FreePort(t), srv.Addr(), up.Addr()))
 	m := c.Metrics(t)
-	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(readFile(t, "dashboards/alerts.yml"), -1)
+	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(testkit.ReadFile(t, "dashboards/alerts.yml"), -1)
 	slices.Sort(names)
 	names = slices.Compact(names)
 	if len(names) < 3 {
@@ -114,13 +114,4 @@ func rulesBody(s string) string {
 		b.WriteString(line)
 	}
 	return b.String()
-}
-
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

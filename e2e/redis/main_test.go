@@ -10,10 +10,7 @@
 package redise2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -56,31 +53,4 @@ func waitForDedup(t *testing.T, url string, within time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// readLogLines reads the whole lines of a JSON-lines log file that Caddy
-// may still be writing (a last line without its newline is left out).
-func readLogLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	} else {
-		b = nil
-	}
-	var out []map[string]any
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, line)
-		}
-		out = append(out, m)
-	}
-	return out
 }
