@@ -302,3 +302,10 @@ sentinel down-after-milliseconds mymaster 5000
 	t.Fatalf("starting redis sentinel: %v", lastErr)
 	return nil
 }
+
+// FieldString is the value of a field of a Redis stream entry (go-redis
+// gives each as an any) as a string; "" when the entry has no such field.
+func FieldString(v any) string {
+	s, _ := v.(string)
+	return s
+}
