@@ -56,59 +56,6 @@ func redisStoreClientIDs(t *testing.T, rc *redis.Client) []string {
 	return ids
 }
 
-// 20 reloads through the admin API under traffic: no failed request, no
-// new Redis connection, no goroutine left behind.
-func TestRedisReloadsUnderTraffic(t *testing.T) {
-	srv := testkit.StartRedis(t)
-	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	site := func(ttl string) string {
-		return reloadSite(port, "reload", "store redis redis://"+srv.Addr()+" {\n\t\t\tpool_size 8\n\t\t}", ttl, up.Addr())
-	}
-	c := testkit.StartCaddy(t, "", site("1h"))
-	url := testkit.SiteURL(port) + "/hook"
-	rc := srv.Client(t)
-
-	// warm up the pool with the same traffic as during the reloads
-	warm := startTraffic(t, url, 4, true)
-	time.Sleep(time.Second)
-	if failures := warm.finish(); len(failures) > 0 {
-		t.Fatalf("warm-up failures: %v", failures)
-	}
-	testkit.Post(t, url, []byte("kept"), "Idempotency-Key", "evt_kept")
-	idsBefore := redisStoreClientIDs(t, rc)
-	goroutinesBefore := testkit.SettledGoroutines(up, 0, time.Second)
-
-	traffic := startTraffic(t, url, 4, true)
-	for i := range 20 {
-		ttl := "1h"
-		if i%2 == 0 {
-			ttl = "2h"
-		}
-		if err := c.Reload(site(ttl)); err != nil {
-			t.Fatalf("reload %d: %v", i, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if failures := traffic.finish(); len(failures) > 0 {
-		t.Fatalf("%d of %d requests failed during reloads: %v", len(failures), traffic.sent.Load(), failures[:min(5, len(failures))])
-	}
-	t.Logf("%d requests during the reloads, %d retried after a connection reset", traffic.sent.Load(), traffic.resets.Load())
-	if traffic.sent.Load() < 40 {
-		t.Fatalf("only %d requests during the reloads", traffic.sent.Load())
-	}
-	if resp, _ := testkit.PostAfterReload(t, url, []byte("kept"), "Idempotency-Key", "evt_kept"); resp.Header.Get(testkit.ReplayedHeader) != "true" {
-		t.Fatal("a key recorded before the reloads is not replayed after them")
-	}
-
-	wantFewNewRedisClients(t, rc, idsBefore)
-	const slack = 8
-	if after := testkit.SettledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
-		t.Fatalf("goroutines grew from %d to %d over 20 reloads", goroutinesBefore, after)
-	}
-}
-
 // reloadSite is a site on port whose handler for source has ttl and the
 // store lines store, in front of upstream.
 func reloadSite(port int, source, store, ttl, upstream string) string {
