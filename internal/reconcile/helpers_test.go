@@ -14,7 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
@@ -166,25 +165,5 @@ func newInbox(t *testing.T, s store.Store, source, deliverTo string) *inbox.Inbo
 	return ib
 }
 
-// recordedSink wraps a sink and records the keys it entered.
-type recordedSink struct {
-	Sink
-	mu      sync.Mutex
-	entered []string
-}
-
-func (s *recordedSink) Enter(ctx context.Context, ev *event.Request, hash *[32]byte) (Entry, error) {
-	e, err := s.Sink.Enter(ctx, ev, hash)
-	if err == nil && e.Entered {
-		s.mu.Lock()
-		s.entered = append(s.entered, ev.Key)
-		s.mu.Unlock()
-	}
-	return e, err
-}
-
-func (s *recordedSink) keys() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.entered)
-}
+// The inbox is the sink's acceptor as it is.
+var _ Acceptor = (*inbox.Inbox)(nil)

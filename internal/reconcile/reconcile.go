@@ -416,6 +416,7 @@ func (r *Reconciler) pass(ctx context.Context, force bool) (Summary, error) {
 		p.since = st.Pass.Since
 		if p.since.Before(earliest) {
 			p.since = earliest
+			p.st.Pass.Since = earliest
 		}
 	} else {
 		p.since = earliest

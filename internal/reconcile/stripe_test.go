@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
+	"github.com/tidwall/gjson"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
@@ -377,4 +379,38 @@ func TestStripeRequestsAgainstStripeMock(t *testing.T) {
 		t.Fatalf("pass with a refused key: %v, want a 401 (invalid_request_error)", err)
 	}
 	assertSecretNowhere(t, refused, bad, s, logs, err)
+}
+
+// TestStripeEventsKeyedByTheRouteRule: a recovered event is keyed by the
+// route's own rule (here json:data.object.id, one key per payment
+// intent), as Stripe's delivery of it would be.
+func TestStripeEventsKeyedByTheRouteRule(t *testing.T) {
+	a := newStripeApp(t)
+	s := newFileStore(t)
+	srv := newStripeServer(t, stripeKey)
+	ids := srv.add("k", 3, time.Hour)
+	keyOf := func(ev *event.Request) (string, error) {
+		v := gjson.GetBytes(ev.Body, "data.object.id").Str
+		if v == "" {
+			return "", errors.New("no data.object.id")
+		}
+		return v, nil
+	}
+	r := newReconciler(t, Config{Store: s, KeyOf: keyOf, Provider: &Stripe{APIKey: stripeKey, APIURL: srv.URL},
+		Sink: &RedeliverSink{URL: a.URL, Namespace: "idem:stripe", Store: s, TTL: time.Hour}}, &waits{})
+	ctx := context.Background()
+	if sum, err := r.Run(ctx); err != nil || sum.Recovered != 3 {
+		t.Fatalf("pass: %+v %v", sum, err)
+	}
+	for _, id := range ids {
+		if info, err := s.Inspect(ctx, "idem:stripe:pi_"+id[4:]); err != nil || info.State != store.KeyCompleted {
+			t.Errorf("the route's key of %s: %v %v, want completed", id, info.State, err)
+		}
+		if info, _ := s.Inspect(ctx, "idem:stripe:"+id); info.State != store.KeyAbsent {
+			t.Errorf("the event id %s was used as the key", id)
+		}
+	}
+	if sum, err := r.Run(ctx); err != nil || sum.Recovered != 0 || sum.Known != 3 {
+		t.Errorf("second pass: %+v %v", sum, err)
+	}
 }
