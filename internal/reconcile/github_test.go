@@ -296,12 +296,12 @@ func TestGitHubTokenNowhere(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || !strings.Contains(apiErr.Reason, "Bad credentials ([redacted])") {
 		t.Fatalf("pass with a refused token: %v", err)
 	}
-	assertSecretNowhere(t, githubToken, r, s, logs, err)
+	assertSecretNowhere(t, githubToken, r, s, logs, nil, err)
 
 	// and with the token GitHub takes, a whole pass
 	srv.token = githubToken
 	if _, err := r.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	assertSecretNowhere(t, githubToken, r, s, logs)
+	assertSecretNowhere(t, githubToken, r, s, logs, nil)
 }

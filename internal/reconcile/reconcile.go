@@ -36,7 +36,7 @@ const (
 	// DefaultEvery is the time between passes.
 	DefaultEvery = 15 * time.Minute
 	// DefaultLookback is how far back a pass looks, when the route's ttl
-	// is not shorter (see Config.Lookback).
+	// is not shorter (DefaultLookbackFor).
 	DefaultLookback = 3 * 24 * time.Hour
 	// MinEvery is the shortest time between passes: each pass costs API
 	// calls against the provider's rate limit.
@@ -100,6 +100,17 @@ type Config struct {
 	Client *http.Client
 	// Logger is the handler's logger.
 	Logger *zap.Logger
+}
+
+// DefaultLookbackFor is a route's lookback when none is configured:
+// DefaultLookback, shortened to the route's ttl (an event older than it may
+// have been completed and forgotten) and to what the provider keeps.
+func DefaultLookbackFor(p Provider, ttl time.Duration) time.Duration {
+	l := min(DefaultLookback, p.MaxLookback())
+	if ttl > 0 {
+		l = min(l, ttl)
+	}
+	return l
 }
 
 // Check returns the first rule the configuration breaks, naming the

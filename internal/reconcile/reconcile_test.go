@@ -313,6 +313,25 @@ func TestConfigRules(t *testing.T) {
 	}
 }
 
+// TestDefaultLookback: 3 days, or the route's ttl or the provider's
+// retention when shorter.
+func TestDefaultLookback(t *testing.T) {
+	for _, tc := range []struct {
+		p    Provider
+		ttl  time.Duration
+		want time.Duration
+	}{
+		{&Stripe{}, 24 * time.Hour, 24 * time.Hour},
+		{&Stripe{}, 31 * 24 * time.Hour, 3 * 24 * time.Hour},
+		{&GitHub{}, 31 * 24 * time.Hour, 3 * 24 * time.Hour},
+		{&GitHub{}, time.Hour, time.Hour},
+	} {
+		if got := DefaultLookbackFor(tc.p, tc.ttl); got != tc.want {
+			t.Errorf("%s with ttl %s: %s, want %s", tc.p.Name(), tc.ttl, got, tc.want)
+		}
+	}
+}
+
 type nopSigner struct{}
 
 func (nopSigner) Sign(_ *http.Request, body []byte, _ time.Time) ([]byte, error) { return body, nil }

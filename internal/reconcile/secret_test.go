@@ -105,9 +105,9 @@ func redisText(t *testing.T, addr string) string {
 }
 
 // assertSecretNowhere fails the test when the secret, or its last 12
-// characters, shows in the errors, the reconciler's status, its logs or
-// its store.
-func assertSecretNowhere(t *testing.T, secret string, r *Reconciler, s Store, logs *logCapture, errs ...error) {
+// characters, shows in the errors, the reconciler's status, its logs, its
+// store, or what the application received (app may be nil).
+func assertSecretNowhere(t *testing.T, secret string, r *Reconciler, s Store, logs *logCapture, app *stripeApp, errs ...error) {
 	t.Helper()
 	status, err := r.Status(context.Background())
 	if err != nil {
@@ -119,6 +119,12 @@ func assertSecretNowhere(t *testing.T, secret string, r *Reconciler, s Store, lo
 		places["logs"] = logs.text()
 		if len(logs.obs.All()) == 0 {
 			t.Error("no log entry was written: the search would prove nothing")
+		}
+	}
+	if app != nil {
+		places["application"] = app.received()
+		if places["application"] == "" {
+			t.Error("the application received nothing: the search would prove nothing")
 		}
 	}
 	for i, e := range errs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -101,7 +102,8 @@ func TestStripePassEntersEveryEventOnce(t *testing.T) {
 				return 0, nil
 			}
 
-			r := newReconciler(t, Config{Store: st, Sink: sink, Provider: &Stripe{APIKey: stripeKey, APIURL: srv.URL}}, &waits{})
+			logs := captureLogs()
+			r := newReconciler(t, Config{Store: st, Sink: sink, Logger: logs.logger, Provider: &Stripe{APIKey: stripeKey, APIURL: srv.URL}}, &waits{})
 			start := time.Now()
 			sum, err := r.Run(ctx)
 			if err != nil {
@@ -169,6 +171,8 @@ func TestStripePassEntersEveryEventOnce(t *testing.T) {
 					t.Errorf("the application took %s %d times", id, n)
 				}
 			}
+			// the key is in no log line, no stored event, no state
+			assertSecretNowhere(t, stripeKey, r, st, logs, a)
 		})
 	}
 }
@@ -378,7 +382,7 @@ func TestStripeRequestsAgainstStripeMock(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Reason != "invalid_request_error" {
 		t.Fatalf("pass with a refused key: %v, want a 401 (invalid_request_error)", err)
 	}
-	assertSecretNowhere(t, refused, bad, s, logs, err)
+	assertSecretNowhere(t, refused, bad, s, logs, nil, err)
 }
 
 // TestStripeEventsKeyedByTheRouteRule: a recovered event is keyed by the
@@ -412,5 +416,39 @@ func TestStripeEventsKeyedByTheRouteRule(t *testing.T) {
 	}
 	if sum, err := r.Run(ctx); err != nil || sum.Recovered != 0 || sum.Known != 3 {
 		t.Errorf("second pass: %+v %v", sum, err)
+	}
+}
+
+// TestStripeKeyNotInStoredEvents: the events a pass enters into the inbox
+// are stored (here dead-lettered, the application refusing them) without
+// the key anywhere in them.
+func TestStripeKeyNotInStoredEvents(t *testing.T) {
+	for _, rt := range stripeRoutes[:2] {
+		t.Run(rt.name, func(t *testing.T) {
+			a := newStripeApp(t)
+			refusing := newApp(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+				a.mu.Lock()
+				fmt.Fprintf(&a.seen, "%v\n%s\n", r.Header, body)
+				a.mu.Unlock()
+				w.WriteHeader(http.StatusBadRequest) // a permanent failure: dead-lettered at once
+			})
+			a.app = refusing
+			st, sink, ib := rt.open(t, a)
+			srv := newStripeServer(t, stripeKey)
+			srv.add("d", 5, time.Hour)
+			logs := captureLogs()
+			r := newReconciler(t, Config{Store: st, Sink: sink, Logger: logs.logger, Provider: &Stripe{APIKey: stripeKey, APIURL: srv.URL}}, &waits{})
+			if sum, err := r.Run(context.Background()); err != nil || sum.Recovered != 5 {
+				t.Fatalf("pass: %+v %v", sum, err)
+			}
+			testkit.WaitFor(t, 30*time.Second, "the events are dead-lettered", func() (bool, string) {
+				c, err := ib.Counts(context.Background())
+				return err == nil && c.Dead == 5, fmt.Sprintf("%+v %v", c, err)
+			})
+			if text := storeText(t, st); !strings.Contains(text, "evt_d0000") {
+				t.Fatalf("the store holds no stored event: the search would prove nothing")
+			}
+			assertSecretNowhere(t, stripeKey, r, st, logs, a)
+		})
 	}
 }

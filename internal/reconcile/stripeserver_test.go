@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -221,11 +222,15 @@ type stripeApp struct {
 	mu     sync.Mutex
 	events map[string]int
 	bodies map[string][]byte
+	seen   strings.Builder // every request's headers and body
 }
 
 func newStripeApp(t *testing.T) *stripeApp {
 	a := &stripeApp{events: map[string]int{}, bodies: map[string][]byte{}}
 	a.app = newApp(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		a.mu.Lock()
+		fmt.Fprintf(&a.seen, "%v\n%s\n", r.Header, body)
+		a.mu.Unlock()
 		ev, err := webhook.ConstructEvent(body, r.Header.Get("Stripe-Signature"), endpointSecret)
 		if err != nil {
 			t.Errorf("the application's Stripe library refused a delivery: %v", err)
@@ -251,6 +256,13 @@ func (a *stripeApp) counts() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// received is every request the application got, headers and body.
+func (a *stripeApp) received() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seen.String()
 }
 
 func (a *stripeApp) body(id string) []byte {
