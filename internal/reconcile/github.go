@@ -57,7 +57,8 @@ func (g *GitHub) check() error {
 	if g.Token == "" {
 		return errors.New("reconcile for github needs token: one that may read and redeliver the hook's deliveries")
 	}
-	if !githubHook.MatchString(g.Hook) || slices.Contains(strings.Split(g.Hook, "/"), "..") || slices.Contains(strings.Split(g.Hook, "/"), ".") {
+	segments := strings.Split(g.Hook, "/")
+	if !githubHook.MatchString(g.Hook) || slices.Contains(segments, "..") || slices.Contains(segments, ".") {
 		return fmt.Errorf("invalid reconcile hook %q: want repos/<owner>/<repo>/hooks/<id> or orgs/<org>/hooks/<id>", g.Hook)
 	}
 	if g.APIURL != "" {

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
@@ -137,7 +138,7 @@ func (c *Config) Check() error {
 	return c.Provider.check()
 }
 
-// Timing of every reconciler; tests shorten it.
+// Timing of every reconciler.
 var (
 	// leaseTTL is the pass's lease; it is renewed every third of it.
 	leaseTTL = 30 * time.Second
@@ -165,12 +166,12 @@ type Reconciler struct {
 	stateKey string
 	lease    time.Duration
 
-	// now and sleep are time, swapped by tests.
+	// now and sleep are the clock; tests record the waits instead.
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
 
-	recovered   interface{ Inc() }
-	lastSuccess interface{ Set(float64) }
+	recovered   prometheus.Counter
+	lastSuccess prometheus.Gauge
 
 	mu      sync.Mutex
 	running bool // a pass runs on this instance
