@@ -93,6 +93,26 @@ var (
 	AllowListRefreshes = newCounter("allow_list_refreshes_total",
 		"Fetches and reads of allow_ips lists, by list and outcome (ok, failed: unreachable or malformed, the last good list kept).",
 		"list", "outcome")
+
+	Reconciled = newCounter("reconciled_total",
+		"Events reconciliation recovered, by source: entered into the route as if delivered (stripe), or redelivered by the provider at the route's request (github).",
+		"source")
+
+	ReconcilePasses = newCounter("reconcile_passes_total",
+		"Reconciliation passes this instance ran, by source and result (ok, failed: stopped part-way, resumed by the next pass).",
+		"source", "result")
+
+	ReconcileLastSuccess = newGauge("reconcile_last_success_timestamp_seconds",
+		"Unix time the last reconciliation pass of the source completed, by any instance sharing the store; 0 until one has.",
+		"source")
+
+	ReconcileStarted = newGauge("reconcile_started_timestamp_seconds",
+		"Unix time reconciliation of the source started on this instance (its configuration was loaded): the alert on reconcile_last_success_timestamp_seconds counts from here until a first pass succeeds.",
+		"source")
+
+	ReconcileInterval = newGauge("reconcile_interval_seconds",
+		"The configured time between reconciliation passes of the source (every), for alerting rules.",
+		"source")
 )
 
 // BufferedBodies is the number of bytes the request bodies being read or
@@ -114,6 +134,7 @@ var all = []prometheus.Collector{
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
+	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,
 }
 
 // Register registers every collector in reg (a configuration's registry,
@@ -131,6 +152,17 @@ func Register(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// newGauge builds a gauge of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newGauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      name,
+		Help:      help,
+	}, labels)
 }
 
 // newCounter builds a counter of the module's namespace
