@@ -48,7 +48,7 @@ func TestDependencyPolicy(t *testing.T) {
 		{"internal/forward", []string{"signature", "internal/cfparse"}, "the handoff to the application: a signature kept, re-signed, replaced or removed"},
 		{"internal/reconcile", append([]string{"store"}, leaves...), "a subsystem: the contract and leaves; the root hands it the inbox, its key rule and its signer"},
 		{"providers", []string{"signature", "internal/cfparse", "internal/keyset", "internal/query"}, "the presets: declarations over the schemes, knowing no store nor subsystem"},
-		{"internal/admin", append(append([]string{"store", "signature", "providers", "internal/inbox", "internal/archive", "internal/forward"}, leaves...), backends...),
+		{"internal/admin", append(append([]string{"store", "signature", "providers", "internal/inbox", "internal/archive", "internal/forward", "internal/reconcile"}, leaves...), backends...),
 			"the operator surface: the running routes through the view the root publishes, never the root"},
 		{"", append(append([]string{"store", "signature", "providers", "internal/inbox", "internal/archive", "internal/admin", "internal/forward", "internal/reconcile"}, leaves...), backends...), "the root: everything below it"},
 		{"cmd/*", []string{""}, "a Caddy with the module"},

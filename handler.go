@@ -22,6 +22,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
@@ -163,6 +164,11 @@ type Handler struct {
 	// next handler.
 	Forward *ForwardConfig `json:"forward,omitempty"`
 
+	// Reconciliation (docs/reconcile.md): with the `stripe` or `github`
+	// preset, what the provider failed to deliver is recovered on a
+	// schedule through the route's dedup. Default: off.
+	Reconcile *ReconcileConfig `json:"reconcile,omitempty"`
+
 	// The archive (docs/archive.md): every delivery that passed
 	// verification and got a key is kept for audit and reprocessing, with
 	// the answer's status and the handling time, on the handler's store.
@@ -172,6 +178,7 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
+	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
 	fwd          forwarders                // the handoffs to the application (forward.go)
@@ -274,6 +281,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := app.addInbox(h.inbox); err != nil {
 			return err
 		}
+	}
+	if h.Reconcile != nil {
+		if h.reconciler, err = h.newReconciler(); err != nil {
+			return err
+		}
+		app.reconcilers = append(app.reconcilers, h.reconciler)
 	}
 	app.addHandler(h)
 	return nil
@@ -404,6 +417,9 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.Stop()
 	}
+	if h.reconciler != nil {
+		h.reconciler.Stop()
+	}
 	h.verification.Release()
 	h.releaseEdge()
 	if h.archive != nil {
@@ -454,7 +470,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rs.trackStatus()
 		defer rs.archive()
 	}
-	res, err := rs.claim()
+	res, err := rs.claimKey()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)
 	}

@@ -30,6 +30,7 @@ Commands of the webhook_idempotency module:
   key       show a key's state through the admin API
   forget    forget a key, so that the provider's next retry is processed
   tail      print a source's newest archived events, and follow new ones
+  reconcile run a reconciliation pass of a source now (docs/reconcile.md)
   migrate   copy the live records of a file store into Redis, to move
             from one Caddy instance to several without reopening the
             deduplication window
@@ -59,7 +60,7 @@ inbox deliver what it holds (its pending count at 0) before the switch.
 			migrate.Flags().String("from", "", "The file store's file")
 			migrate.Flags().String("to", "", "The Redis URL")
 			migrate.Flags().String("key-prefix", store.DefaultKeyPrefix, "The redis store's key_prefix")
-			cmd.AddCommand(migrate, newSendCommand())
+			cmd.AddCommand(migrate, newSendCommand(), newReconcileCommand())
 			cmd.AddCommand(newAdminCommands()...)
 		},
 	})

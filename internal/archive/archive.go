@@ -144,7 +144,8 @@ func (a *Archive) Add(e *Entry) { a.queue.add(e) }
 // CompleteAndAppend completes a key (and its guard, "" for none) as the
 // store's CompleteGuarded does and appends e in the same round trip. It
 // returns the completion's error; the append's is counted and logged.
-func (a *Archive) CompleteAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) error {
+func (a *Archive) CompleteAndAppend(ctx context.Context, c store.Claim, record []byte, ttl time.Duration, e *Entry) error {
+	key, guard, owner := c.Key, c.CompletionGuard(), c.Owner
 	// a call that times out may still be sent after the request is done
 	// with its pooled body: the event keeps a copy
 	e.OwnBody()

@@ -41,8 +41,8 @@ type Entry struct {
 // event and its key stored in one round trip, or the key's state when it
 // is taken.
 type Acceptor interface {
-	Accept(ctx context.Context, key, guard string, noted bool, owner string, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error)
-	Respond() int
+	Accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error)
+	Respond() (status int, body, contentType string)
 }
 
 // InboxSink enters events into the route's inbox, which delivers them to
@@ -53,14 +53,15 @@ type InboxSink struct {
 
 // Enter implements Sink.
 func (s InboxSink) Enter(ctx context.Context, ev *event.Request, bodyHash *[32]byte) (Entry, error) {
-	res, err := s.Inbox.Accept(ctx, ev.StoreKey, "", false, store.NewOwner(), bodyHash, ev)
+	res, err := s.Inbox.Accept(ctx, store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, bodyHash, ev)
 	if err != nil {
 		return Entry{}, err
 	}
 	if res.State != store.StateClaimed {
 		return Entry{}, nil
 	}
-	return Entry{Entered: true, Status: s.Inbox.Respond()}, nil
+	status, _, _ := s.Inbox.Respond()
+	return Entry{Entered: true, Status: status}, nil
 }
 
 // RedeliverSink sends events to the archive's redeliver_to, the
@@ -85,6 +86,10 @@ type RedeliverSink struct {
 	// Client sends the attempts; nil for one with a 10 s timeout that
 	// follows no redirect, as the archive's redeliveries are sent.
 	Client *http.Client
+	// Prepare, when set, prepares each attempt for the application as the
+	// route forwards (internal/forward): its signature kept, re-signed,
+	// replaced or removed, and the route's outbound headers.
+	Prepare func(r *http.Request, ev *event.Request) error
 }
 
 // redeliverTimeout bounds one attempt to redeliver_to, as an archived
@@ -137,6 +142,11 @@ func (s *RedeliverSink) post(ctx context.Context, ev *event.Request, bodyHash *[
 		}
 	}
 	event.AddVia(req.Header, s.Namespace)
+	if s.Prepare != nil {
+		if err := s.Prepare(req, ev); err != nil {
+			return nil, 0, err
+		}
+	}
 	client := s.Client
 	if client == nil {
 		client = defaultRedeliverClient
