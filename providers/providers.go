@@ -91,6 +91,9 @@ type Preset struct {
 
 	scheme scheme
 	signer presetSigner
+	// examples is how the provider sends the example payloads embedded
+	// in examples/ (examples.go); nil when none are.
+	examples *examplesRule
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
