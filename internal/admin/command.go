@@ -110,10 +110,14 @@ func cmdMigrate(fl caddycmd.Flags) (int, error) {
 		}
 		return nil
 	})
-	fmt.Printf("copied %d records from %s; %d keys Redis held already were left as they are\n", copied, from, kept)
 	if err != nil {
+		// what was written stays in Redis: say how much, when anything was
+		if copied+kept > 0 {
+			return caddy.ExitCodeFailedStartup, fmt.Errorf("copied %d records from %s into Redis (and left %d that Redis held already) before failing: %v", copied, from, kept, err)
+		}
 		return caddy.ExitCodeFailedStartup, err
 	}
+	fmt.Printf("copied %d records from %s; %d keys Redis held already were left as they are\n", copied, from, kept)
 	return caddy.ExitCodeSuccess, nil
 }
 
