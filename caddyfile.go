@@ -205,6 +205,7 @@ var lineOptions = map[string]cfparse.Arity{
 	"max_response": cfparse.One, "methods": cfparse.Some, "fail": cfparse.One, "public_key": cfparse.Some,
 	"verify_token": cfparse.One, "handshake": cfparse.One, "private_key": cfparse.One, "jwks_url": cfparse.One,
 	"jwks_file": cfparse.One, "decrypt": cfparse.None, "replay_guard": cfparse.One,
+	"issuer": cfparse.Some, "audience": cfparse.Some, "claim": cfparse.Some,
 }
 
 // blockOptions are the subdirectives of the handler's block: the line
@@ -277,7 +278,7 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 			return fmt.Errorf("unknown provider '%s'", v)
 		}
 		h.Provider = v
-	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt":
+	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt", "issuer", "audience", "claim":
 		return h.setVerifyOption(name, v, args)
 	case "header":
 		if *keySet {

@@ -93,9 +93,30 @@ func signsKey(signed []string, ks keySource) bool {
 	return false
 }
 
+// nonceGuard makes the delivery's nonce (the preset's Nonce: a value the
+// provider uses once, such as Mailgun's token) its guard, claimed with the
+// key all or none: a delivery whose nonce was seen within ttl under
+// another key is answered as a duplicate of the first.
+func (rs *requestState) nonceGuard() error {
+	v, from, err := resolveKey([]keySource{*rs.h.nonce}, rs.r, rs.content(), &rs.bodyHash)
+	if err != nil || from.kind == keyBody {
+		// no nonce (resolveKey falls back to the body)
+		return err
+	}
+	sum := sha256.Sum256([]byte(v))
+	rs.guard, rs.noted = rs.h.guardKey(noncePrefix, &sum), false
+	return nil
+}
+
+// noncePrefix starts the value of a nonce's guard.
+const noncePrefix = "nonce-sha256:"
+
 // guards reports whether the handler claims any key with a guard
 // (`replay_guard reject`).
 func (h *Handler) guards() bool {
+	if h.nonce != nil {
+		return true
+	}
 	if h.guardMode != guardReject {
 		return false
 	}

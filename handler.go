@@ -178,7 +178,8 @@ type Handler struct {
 	handshake    *providers.HandshakeState // nil: none answered
 	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
 	keys         []keySource
-	keyPrefix    string // "<key_prefix>:<source>:"
+	nonce        *keySource // the preset's nonce, claimed as the guard (guard.go)
+	keyPrefix    string     // "<key_prefix>:<source>:"
 	methods      []string
 	cacheable    statusSet
 	inFlight     inFlightMode
@@ -370,6 +371,13 @@ func (h *Handler) provisionOptions() error {
 	}
 	if h.keys, err = parseKeySources(h.Key); err != nil {
 		return err
+	}
+	if p, ok := providers.Lookup(h.Provider); ok && p.Nonce != "" {
+		ks, err := parseKeySource(p.Nonce)
+		if err != nil {
+			return fmt.Errorf("the %s preset's nonce: %v", h.Provider, err)
+		}
+		h.nonce = &ks
 	}
 	h.cacheable, err = parseStatusSet(h.CacheStatus)
 	return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // Inbox mode (docs/inbox.md): the configuration of a handler's inbox, its
@@ -330,6 +331,10 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 	}
 	if err := checkDeliverTo(ic.DeliverTo); err != nil {
 		return inbox.Config{}, err
+	}
+	if p, ok := providers.Lookup(h.Provider); ok && p.Success != nil && (ic.Respond == 0 || ic.Respond == p.Success.Status) {
+		// the answer the provider expects (Adyen's [accepted])
+		ic.Respond, ic.RespondBody, ic.RespondType = p.Success.Status, p.Success.Body, p.Success.ContentType
 	}
 	if ic.Respond == 0 {
 		ic.Respond = defaultInboxRespond

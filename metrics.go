@@ -36,6 +36,8 @@ type handlerMetrics struct {
 	suspected   prometheus.Counter
 	storeErrors [numStoreOps]prometheus.Counter
 	duration    [numStoreOps]prometheus.Observer
+
+	unrecorded prometheus.Counter // answers whose recording finally failed (lease.go)
 }
 
 // registerMetrics registers the collectors in the configuration's registry
@@ -52,6 +54,7 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 		m.storeErrors[op] = metrics.StoreErrors.WithLabelValues(source, name)
 		m.duration[op] = metrics.StoreDuration.WithLabelValues(name)
 	}
+	m.unrecorded = metrics.AnswersUnrecorded.WithLabelValues(source)
 	return m, nil
 }
 

@@ -233,6 +233,11 @@ func (rs *requestState) resolveKey() error {
 			rs.guard, rs.noted = h.guardKey(notePrefix, &rs.bodyHash), true
 		}
 	}
+	if h.nonce != nil {
+		if err := rs.nonceGuard(); err != nil {
+			return err
+		}
+	}
 	rs.owner = store.NewOwner()
 	return nil
 }
@@ -396,11 +401,17 @@ func (rs *requestState) conflict(res store.ClaimResult) error {
 // accepted answers an event the inbox has stored: `respond`, at once.
 func (rs *requestState) accepted() error {
 	rs.setResult(results.New)
-	respond := rs.h.inbox.Respond()
+	respond, body, contentType := rs.h.inbox.Respond()
+	if contentType != "" {
+		rs.w.Header().Set("Content-Type", contentType)
+	}
 	if bodyAllowed(respond) {
-		rs.w.Header().Set("Content-Length", "0")
+		rs.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	rs.w.WriteHeader(respond)
+	if body != "" && bodyAllowed(respond) {
+		_, _ = io.WriteString(rs.w, body)
+	}
 	return nil
 }
 
@@ -438,7 +449,7 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := rs.complete(rec.record, status); cerr != nil {
+		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
 				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
 		}

@@ -103,7 +103,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	h.store.recent, _ = s.(store.RecentRecords)
 	if h.store.guarded == nil {
 		// a store that holds no guard: every key is claimed alone
-		h.guardMode = guardOff
+		h.guardMode, h.nonce = guardOff, nil
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
@@ -81,4 +83,57 @@ func docsDuration(d time.Duration) string {
 		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 	}
 	return strconv.Itoa(int(d/time.Hour)) + "h"
+}
+
+// TestBlockPresetsAreInTheDocs: docs/providers.md shows the verify block of
+// every preset declared as one, as the preset declares it, so a user can
+// copy it for a provider without a preset.
+func TestBlockPresetsAreInTheDocs(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Join(strings.Fields(string(data)), " ")
+	for _, p := range All() {
+		if p.Block == "" {
+			continue
+		}
+		want := strings.Join(strings.Fields("# "+p.Name+" verify "+p.Block), " ")
+		if !strings.Contains(docs, want) {
+			t.Errorf("docs/providers.md does not show %s's block as it is declared:\n# %s\nverify %s", p.Name, p.Name, p.Block)
+		}
+	}
+}
+
+// TestBlockPresetsEqualTheirBlocks: a delivery the preset's signer signs
+// is verified by the generic scheme built from the block the docs show,
+// with the same secret: the preset is that block.
+func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
+	for _, p := range All() {
+		if p.Block == "" || p.decl.Scheme != "template" || !p.decl.templateSymmetric() {
+			continue
+		}
+		decl, err := parseDeclaration(p.Block)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		decl.Secrets = []string{"block-secret"}
+		generic := mustBuild(t, decl)
+		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{"block-secret"}})
+		s, err := NewSigner(p.Name, SignConfig{Secret: "block-secret", PublicURL: "https://example.com/hook"})
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		body := []byte(`{"id":"evt_block","items":[{"id":"a"}]}`)
+		r := httptest.NewRequest(http.MethodPost, "https://example.com/hook", nil)
+		if body, err = s.Sign(r, body, time.Now()); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		if err := generic.Verify(r, body); err != nil {
+			t.Errorf("%s: the block refuses what the preset signs: %v", p.Name, err)
+		}
+		if err := preset.Verify(r, body); err != nil {
+			t.Errorf("%s: the preset refuses what it signs: %v", p.Name, err)
+		}
+	}
 }

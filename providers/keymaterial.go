@@ -18,10 +18,13 @@ import (
 type KeyMaterial uint8
 
 const (
-	SecretKeys   KeyMaterial = iota // shared secrets (`secret`)
-	Ed25519Keys                     // Ed25519 public keys (`public_key`)
-	RSAKeys                         // RSA public keys (`public_key`)
-	StandardKeys                    // Standard Webhooks: whsec_ secrets, whpk_ public keys, or both
+	SecretKeys              KeyMaterial = iota // shared secrets (`secret`)
+	Ed25519Keys                                // Ed25519 public keys (`public_key`)
+	RSAKeys                                    // RSA public keys (`public_key`)
+	StandardKeys                               // Standard Webhooks: whsec_ secrets, whpk_ public keys, or both
+	JWTKeys                                    // a jwt: secrets, or a key set (jwks_url, jwks_file)
+	TemplateKeys                               // a template: secrets for an HMAC, else public keys or cert_url
+	PublicKeysOrCertificate                    // public keys, or a certificate URL the preset declares
 )
 
 // KeyMaterialOf is the key material of a scheme, and whether the scheme
@@ -36,6 +39,29 @@ func KeyMaterialOf(name string) (KeyMaterial, bool) {
 func checkKeyMaterial(cfg VerifyConfig) error {
 	kind, optional := KeyMaterialOf(cfg.Scheme)
 	switch kind {
+	case JWTKeys:
+		if len(cfg.PublicKeys) > 0 {
+			return fmt.Errorf("%s verifies with secrets or a key set (jwks_url, jwks_file): it takes no public_key", cfg.Scheme)
+		}
+		if len(cfg.Secrets) == 0 && cfg.JWKSURL == "" && cfg.JWKSFile == "" {
+			return fmt.Errorf("%s verification needs secrets, jwks_url or jwks_file (or `verify off`)", cfg.Scheme)
+		}
+		return nil
+	case TemplateKeys:
+		if cfg.templateSymmetric() {
+			kind = SecretKeys
+		} else {
+			kind, optional = PublicKeysOrCertificate, cfg.CertURL != nil
+		}
+	}
+	switch kind {
+	case PublicKeysOrCertificate:
+		if len(cfg.Secrets) > 0 {
+			return fmt.Errorf("%s verifies with a public key: give public_key, not secret", cfg.Scheme)
+		}
+		if len(cfg.PublicKeys) == 0 && !optional {
+			return fmt.Errorf("%s verification needs at least one public_key (or `verify off`)", cfg.Scheme)
+		}
 	case Ed25519Keys, RSAKeys:
 		if len(cfg.Secrets) > 0 {
 			return fmt.Errorf("%s verifies with a public key: give public_key, not secret", cfg.Scheme)

@@ -26,6 +26,12 @@ type Preset struct {
 	// against (docs/providers.md cites them).
 	Docs []string
 
+	// Block is the verify block the preset's scheme equals, for a preset
+	// declared over the generic blocks (`template { … }` or `jwt { … }`):
+	// the route adds its key material (docs/providers.md shows each
+	// preset's block). Empty for a preset with a scheme of its own.
+	Block string
+
 	// DefaultKey is the key chain used when the handler sets none; it
 	// always ends with `body`.
 	DefaultKey []string
@@ -70,6 +76,24 @@ type Preset struct {
 	// when it has none.
 	Handshake *Handshake
 
+	// Success is the answer the provider expects of an accepted delivery
+	// when it asks for more than a status (Adyen's `[accepted]`): an
+	// inbox's answer to what it accepts, and its duplicates'. Nil: the
+	// inbox's `respond` status with no body.
+	Success *Answer
+
+	// Nonce is a key source (`json:<path>`, `header:<Name>`) whose value
+	// the provider uses once: a delivery whose nonce was seen within ttl
+	// under another key is answered as a duplicate of the first, as a
+	// replay of captured credentials (Mailgun's token, whose signature
+	// does not cover the body). Empty for none.
+	Nonce string
+
+	// Batch is where a provider that sends several events in one request
+	// puts them, and each one's stable id (docs/providers.md: Batches);
+	// nil for a provider that sends one event per request.
+	Batch *Batch
+
 	// Edge checks a route's allow_ips and client_cert against what the
 	// provider needs; nil for no rule.
 	Edge func(EdgeConfig) (warning string, err error)
@@ -91,9 +115,25 @@ type Preset struct {
 
 	scheme scheme
 	signer presetSigner
+	decl   *VerifyConfig // Block, parsed
 	// examples is how the provider sends the example payloads embedded
 	// in examples/ (examples.go); nil when none are.
 	examples *examplesRule
+}
+
+// Answer is an HTTP answer: status, content type and body.
+type Answer struct {
+	Status      int
+	ContentType string
+	Body        string
+}
+
+// Batch is a provider's batch: the `json:` path of its array of events
+// (`json:#` for a body that is the array), and the key sources of an item
+// within it, tried in order.
+type Batch struct {
+	Path string
+	Key  []string
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
@@ -128,6 +168,19 @@ func register(p *Preset) {
 	}
 	if n := len(p.DefaultKey); n == 0 || p.DefaultKey[n-1] != "body" {
 		panic("providers: preset " + p.Name + "'s default key must end with body")
+	}
+	if p.Block != "" {
+		s, decl := blockScheme(p.Block)
+		p.scheme, p.decl = s, &decl
+		if p.signer.build == nil {
+			p.signer = declSigner(decl)
+		}
+		if p.resigns == nil && decl.resignable() {
+			p.resigns = always
+		}
+		if p.Credentials == nil && p.CredentialQuery == nil {
+			p.Credentials, p.CredentialQuery = decl.credentials()
+		}
 	}
 	presets[p.Name] = p
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/keyset"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -99,6 +100,108 @@ type VerifyConfig struct {
 	// application/json` and its Content-Length. Default: false (the
 	// raw body is passed on).
 	Decrypt bool `json:"decrypt,omitempty"`
+
+	// For `jwt`, the authentication scheme written before the token in
+	// its header. Default: `Bearer` in Authorization (or `prefix`), none
+	// in another header.
+	AuthScheme string `json:"auth_scheme,omitempty"`
+
+	// For `template`: the signed message, as a template over the request
+	// (docs/providers.md: Generic schemes): text, `{body}`, `{method}`,
+	// `{url}`, `{header.<Name>}`, `{json.<path>}`, `{query.<name>}`,
+	// `{body.crc32}`, `{body.sha256}`, escapes such as `\n`, and parts in
+	// brackets left out when a field in them is absent. Required.
+	String string `json:"string,omitempty"`
+
+	// For `template`, instead of algorithm: the field (`header:<Name>`,
+	// `json:<path>`, `query:<name>`) whose value chooses each delivery's
+	// algorithm through algorithm_values (Amazon SNS's
+	// SignatureVersion). Default: none.
+	AlgorithmField  string            `json:"algorithm_field,omitempty"`
+	AlgorithmValues map[string]string `json:"algorithm_values,omitempty"`
+
+	// For `template`: where the signature is and how it is written.
+	// Required.
+	Signature *SignatureConfig `json:"signature,omitempty"`
+
+	// For `template`: where the signed timestamp is, checked against
+	// tolerance. Default: none.
+	Timestamp *TimestampConfig `json:"timestamp,omitempty"`
+
+	// For `template`: how the secrets are written, `raw` (used as
+	// written), `hex` or `base64`. Default: `raw`.
+	SecretEncoding string `json:"secret_encoding,omitempty"`
+
+	// For `template`: the key of each delivery taken from the
+	// certificate at the URL the delivery names, fetched only over https
+	// from the hosts allowed. Default: none.
+	CertURL *CertURLConfig `json:"cert_url,omitempty"`
+
+	// For `template`: `json:<path>` to an array whose items are signed
+	// one by one (`#` standing for the array, as in
+	// `json:notificationItems.#.NotificationRequestItem`), and the most
+	// items a delivery may hold. Default: none; 1000 items.
+	Items    string `json:"items,omitempty"`
+	MaxItems int    `json:"max_items,omitempty"`
+
+	// For `jwt`: the accepted `iss` values. Default: any.
+	Issuers []string `json:"issuers,omitempty"`
+
+	// For `jwt`: the accepted `aud` values; required with a key set.
+	Audiences []string `json:"audiences,omitempty"`
+
+	// For `jwt`: the accepted `alg` values (never `none`, never an HMAC
+	// algorithm with a key set). Default: HS256 with secrets, RS256 with a
+	// key set.
+	JWTAlgorithms []string `json:"algorithms,omitempty"`
+
+	// For `jwt`: claims the token must carry, each with one of its
+	// values (compared as text). Default: none.
+	Claims map[string][]string `json:"claims,omitempty"`
+
+	// keySet is the key set of jwks_url or jwks_file, loaded by
+	// Provision for a `jwt` scheme.
+	keySet *keyset.Set
+}
+
+// SignatureConfig is where a template's signature is and how it is
+// written.
+type SignatureConfig struct {
+	// `header:<Name>`, `json:<path>` or `query:<name>`. Required.
+	From string `json:"from,omitempty"`
+	// Written before the signature (`sha256=`). Default: none.
+	Prefix string `json:"prefix,omitempty"`
+	// `hex` or `base64`. Default: hex for an HMAC, base64 otherwise.
+	Encoding string `json:"encoding,omitempty"`
+	// An ECDSA signature's form, `der` or `raw`. Default: der.
+	Format string `json:"format,omitempty"`
+	// Splits one value into several signatures (rotation). Default: none.
+	Separator string `json:"separator,omitempty"`
+}
+
+// TimestampConfig is where a template's signed time is.
+type TimestampConfig struct {
+	// `header:<Name>`, `json:<path>` or `query:<name>`. Required.
+	From string `json:"from,omitempty"`
+	// `s`, `ms` or `rfc3339`. Default: s.
+	Unit string `json:"unit,omitempty"`
+}
+
+// CertURLConfig is where a template's certificate comes from.
+type CertURLConfig struct {
+	// `header:<Name>` or `json:<path>`: the value that holds the URL.
+	// Required.
+	From string `json:"from,omitempty"`
+	// Anchored regular expressions, one of which the URL's host must
+	// match; a URL outside them is refused before any fetch. Required.
+	Hosts []string `json:"hosts,omitempty"`
+	// Anchored regular expressions of the URL's path, and of the
+	// certificate's names. Default: any.
+	Paths    []string `json:"paths,omitempty"`
+	Subjects []string `json:"subjects,omitempty"`
+	// How long a fetched certificate is kept, at most until it expires.
+	// Default: 24h.
+	Cache caddy.Duration `json:"cache,omitempty"`
 }
 
 // scheme is how a verification scheme is built: a preset's, or a generic
@@ -130,15 +233,17 @@ const (
 	optPrefix
 	optURL
 	optKeyMaterial // private_key, jwks_url, jwks_file, decrypt (stone)
+	optKeySet      // jwks_url, jwks_file, issuer, audience, algorithms, claim (a jwt)
 )
 
 // genericSchemes are the schemes besides the presets, by name.
 var genericSchemes = map[string]scheme{
-	"hmac":    {build: newHMACVerifier},
-	"token":   {build: newTokenVerifier},
-	"jwt":     {build: newJWTVerifier},
-	"ed25519": {build: newEd25519Verifier, keys: Ed25519Keys},
-	"rsa":     {build: newRSAVerifier, keys: RSAKeys},
+	"hmac":     {build: newHMACVerifier},
+	"token":    {build: newTokenVerifier},
+	"jwt":      {build: newJWTScheme, keys: JWTKeys, options: optKeySet},
+	"template": {build: newTemplateVerifier, keys: TemplateKeys},
+	"ed25519":  {build: newEd25519Verifier, keys: Ed25519Keys},
+	"rsa":      {build: newRSAVerifier, keys: RSAKeys},
 }
 
 // KnownScheme reports whether name is a verification scheme: a preset, a
@@ -256,6 +361,13 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 	if s.provision != nil {
 		return s.provision(ctx, cfg)
 	}
+	if p, ok := presets[cfg.Scheme]; ok && p.decl != nil {
+		// a preset declared as a block: its key set unless the route
+		// gives its own
+		if cfg.JWKSURL == "" && cfg.JWKSFile == "" {
+			cfg.JWKSURL, cfg.JWKSFile = p.decl.JWKSURL, p.decl.JWKSFile
+		}
+	}
 	repl := caddy.NewReplacer()
 	secrets := make([]string, 0, len(cfg.Secrets))
 	for i, sec := range cfg.Secrets {
@@ -279,8 +391,19 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 	if err := checkKeyMaterial(cfg); err != nil {
 		return nil, err
 	}
+	var release func()
+	if s.options&optKeySet != 0 && (cfg.JWKSURL != "" || cfg.JWKSFile != "") {
+		ks, err := loadKeySet(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		cfg.keySet, release = ks, ks.Release
+	}
 	v, err := buildVerifier(cfg)
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		return nil, fmt.Errorf("%s verification: %v", cfg.Scheme, err)
 	}
 	if v == nil {
@@ -288,7 +411,10 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 		// without its token: the client certificate authenticates)
 		return nil, nil
 	}
-	ver := &Verification{Verifier: v}
+	ver := &Verification{Verifier: v, release: release}
+	if release != nil {
+		ver.retryAfter = keyset.RetryAfter
+	}
 	if Resigns(cfg) {
 		if ver.resign, err = NewResigner(cfg); errors.Is(err, ErrNoResign) {
 			// no secret of the route can sign (public keys alone)
@@ -367,6 +493,10 @@ func (p *Preset) takes(option string) bool {
 		return o&optPrefix != 0
 	case option == "url":
 		return o&optURL != 0
+	case option == "jwks_url" || option == "jwks_file":
+		return o&(optKeyMaterial|optKeySet) != 0
+	case option == "issuer" || option == "audience" || option == "claim":
+		return o&optKeySet != 0
 	case sealedOptions[option]:
 		return o&optKeyMaterial != 0
 	case option == "public_key":
@@ -392,8 +522,19 @@ func (cfg VerifyConfig) OptionsSet() []string {
 		{"decrypt", cfg.Decrypt},
 		{"public_key", len(cfg.PublicKeys) > 0},
 		{"padding", cfg.Padding != ""},
-		{"algorithm", cfg.Algorithm != ""},
+		{"algorithm", cfg.Algorithm != "" || cfg.AlgorithmField != ""},
 		{"encoding", cfg.Encoding != ""},
+		{"string", cfg.String != ""},
+		{"signature", cfg.Signature != nil},
+		{"timestamp", cfg.Timestamp != nil},
+		{"secret_encoding", cfg.SecretEncoding != ""},
+		{"cert_url", cfg.CertURL != nil},
+		{"items", cfg.Items != ""},
+		{"max_items", cfg.MaxItems != 0},
+		{"issuer", len(cfg.Issuers) > 0},
+		{"audience", len(cfg.Audiences) > 0},
+		{"algorithms", len(cfg.JWTAlgorithms) > 0},
+		{"claim", len(cfg.Claims) > 0},
 	} {
 		if o.set {
 			set = append(set, o.name)
@@ -413,16 +554,20 @@ var sealedOptions = map[string]bool{"private_key": true, "jwks_url": true, "jwks
 // jwks_file exclude each other, and jwks_url is an http(s) URL.
 func CheckSchemeOptions(schemeName string, cfg VerifyConfig) error {
 	if schemeName != "" && schemeName != "off" {
-		if s, ok := schemeOf(schemeName); !ok || s.options&optKeyMaterial == 0 {
-			for _, name := range cfg.OptionsSet() {
-				if sealedOptions[name] {
-					return fmt.Errorf("%s: only the stone scheme takes %s", schemeName, name)
-				}
+		s, ok := schemeOf(schemeName)
+		for _, name := range cfg.OptionsSet() {
+			keySet := name == "jwks_url" || name == "jwks_file"
+			switch {
+			case keySet && ok && s.options&(optKeyMaterial|optKeySet) != 0:
+			case keySet:
+				return fmt.Errorf("%s: only the stone and jwt schemes take %s", schemeName, name)
+			case sealedOptions[name] && (!ok || s.options&optKeyMaterial == 0):
+				return fmt.Errorf("%s: only the stone scheme takes %s", schemeName, name)
 			}
 		}
 	}
 	if cfg.JWKSURL != "" && cfg.JWKSFile != "" {
-		return errors.New("jwks_url and jwks_file both give Stone's key set: use one")
+		return errors.New("jwks_url and jwks_file both give a key set: use one")
 	}
 	if cfg.JWKSURL != "" {
 		return cfparse.CheckHTTPURL("jwks_url", cfg.JWKSURL)

@@ -92,7 +92,7 @@ func provisionStone(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) 
 	if err != nil {
 		return nil, err
 	}
-	v, err := signature.NewStone(key, stoneKeys{keys})
+	v, err := signature.NewStone(key, keys.KeySet)
 	if err != nil {
 		keys.Release()
 		return nil, fmt.Errorf("stone verification: %v", err)
@@ -105,14 +105,6 @@ func provisionStone(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) 
 		release:    keys.Release,
 	}, nil
 }
-
-// stoneKeys is Stone's key set as the stone scheme reads it.
-type stoneKeys struct{ *keyset.Set }
-
-// StoneKey implements signature.StoneKeys.
-func (k stoneKeys) StoneKey(kid string) (*rsa.PublicKey, error) { return k.Key(kid) }
-
-var _ signature.StoneKeys = stoneKeys{}
 
 // parseRSAPrivateKey parses the first PEM block, PKCS #1 or PKCS #8, as an
 // RSA private key of at least 2048 bits. Errors never quote the key.

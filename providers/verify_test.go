@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,11 @@ func TestVerifyPresetsCoverEveryProvider(t *testing.T) {
 		// secret: the root's stone_test.go and e2e cover it; efi's token
 		// is in the URL's query, not a header: the root's efi_test.go and
 		// signature's querytoken_test.go cover it
-		if !tested[name] && name != "stone" && name != "efi" {
-			t.Errorf("provider %s has no test case", name)
+		// a preset declared as a block has its vectors in a test file of
+		// its own (<name>_test.go)
+		_, err := os.Stat(name + "_test.go")
+		if !tested[name] && err != nil && name != "stone" && name != "efi" {
+			t.Errorf("provider %s has no test case: add one to internal/sigtest, or %s_test.go with its provider's vectors", name, name)
 		}
 	}
 }

@@ -297,3 +297,18 @@ func fitRight(dst, b []byte) bool {
 	copy(dst[len(dst)-len(b):], b)
 	return true
 }
+
+// CheckAlgorithm returns an error, listing the names there are, unless
+// name is an algorithm of NewTemplate (for parsers, before a template is
+// built).
+func CheckAlgorithm(name string) error {
+	_, err := lookupAlgorithm(name)
+	return err
+}
+
+// IsSymmetric reports whether a template algorithm is an HMAC (its
+// deliveries can be signed again with the route's secret).
+func IsSymmetric(name string) bool {
+	a, err := lookupAlgorithm(name)
+	return err == nil && a.family == familyHMAC
+}

@@ -38,14 +38,17 @@ import (
 // Config is an inbox's resolved configuration: every value set and
 // checked (the handler's InboxConfig applies the defaults and rules).
 type Config struct {
-	Source      string
-	DeliverTo   string          // the URL every event is delivered to
-	Respond     int             // the status that answers an accepted event
-	Retries     []time.Duration // the waits between attempts after the first
-	Jitter      float64         // how much each wait varies, as a fraction
-	Timeout     time.Duration   // the bound of one delivery attempt
-	Concurrency int             // deliveries in progress at once
-	TTL         time.Duration   // how long a delivered event's key answers duplicates
+	Source    string
+	DeliverTo string // the URL every event is delivered to
+	Respond   int    // the status that answers an accepted event
+	// RespondBody and RespondType are its body and content type (the
+	// provider's expected answer, Adyen's `[accepted]`); "" for none.
+	RespondBody, RespondType string
+	Retries                  []time.Duration // the waits between attempts after the first
+	Jitter                   float64         // how much each wait varies, as a fraction
+	Timeout                  time.Duration   // the bound of one delivery attempt
+	Concurrency              int             // deliveries in progress at once
+	TTL                      time.Duration   // how long a delivered event's key answers duplicates
 	// Namespace is the route's key namespace, `<key_prefix>:<source>`,
 	// added to every delivery's Webhook-Via (event.ViaHeader).
 	Namespace string
@@ -179,8 +182,11 @@ func Supports(s store.Store) error {
 // Source returns the inbox's source.
 func (ib *Inbox) Source() string { return ib.cfg.Source }
 
-// Respond returns the status that answers an accepted event.
-func (ib *Inbox) Respond() int { return ib.cfg.Respond }
+// Respond returns the status that answers an accepted event, and its body
+// and content type ("" for none).
+func (ib *Inbox) Respond() (status int, body, contentType string) {
+	return ib.cfg.Respond, ib.cfg.RespondBody, ib.cfg.RespondType
+}
 
 // AcceptTTL returns how long an accepted event's key is kept before it is
 // delivered: the handler's ttl plus the retry horizon.
@@ -192,7 +198,11 @@ func (ib *Inbox) AcceptTTL() time.Duration { return ib.acceptTTL }
 // store.GuardedStore): a note that holds another key marks the event as a
 // suspected replay, delivered with Webhook-Replay-Suspected.
 func (ib *Inbox) Accept(ctx context.Context, key, guard string, noted bool, owner string, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
-	rec := record.Encode(make([]byte, 0, record.FixedLen+1), ib.cfg.Respond, nil, bodyHash)
+	var hdr http.Header
+	if ib.cfg.RespondType != "" {
+		hdr = http.Header{"Content-Type": {ib.cfg.RespondType}}
+	}
+	rec := append(record.Encode(make([]byte, 0, record.FixedLen+1+len(ib.cfg.RespondBody)), ib.cfg.Respond, hdr, bodyHash), ib.cfg.RespondBody...)
 	res, id, err := ib.q.accept(ctx, key, guard, noted, owner, rec, ev, ib.groupOf(ev))
 	if err == nil && res.State == store.StateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {

@@ -21,6 +21,10 @@ var (
 		"Deliveries processed although their signed bytes were seen within ttl under another id (replay_guard flag), by source.",
 		"source")
 
+	AnswersUnrecorded = newCounter("answers_unrecorded_total",
+		"Answers of the application that could not be recorded: the store failed until the request's lease ran out, or the key was no longer the request's. A duplicate of such a delivery is processed again.",
+		"source")
+
 	StoreErrors = newCounter("store_errors_total",
 		"Failed store calls, by source and operation.",
 		"source", "op")
@@ -36,6 +40,10 @@ var (
 	StoreRestarts = newCounter("store_restarts_total",
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
+
+	StoreReplicasShort = newCounter("store_replicas_short_total",
+		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
+		"address", "op")
 
 	InboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
@@ -85,6 +93,26 @@ var (
 	AllowListRefreshes = newCounter("allow_list_refreshes_total",
 		"Fetches and reads of allow_ips lists, by list and outcome (ok, failed: unreachable or malformed, the last good list kept).",
 		"list", "outcome")
+
+	Reconciled = newCounter("reconciled_total",
+		"Events reconciliation recovered, by source: entered into the route as if delivered (stripe), or redelivered by the provider at the route's request (github).",
+		"source")
+
+	ReconcilePasses = newCounter("reconcile_passes_total",
+		"Reconciliation passes this instance ran, by source and result (ok, failed: stopped part-way, resumed by the next pass).",
+		"source", "result")
+
+	ReconcileLastSuccess = newGauge("reconcile_last_success_timestamp_seconds",
+		"Unix time the last reconciliation pass of the source completed, by any instance sharing the store; 0 until one has.",
+		"source")
+
+	ReconcileStarted = newGauge("reconcile_started_timestamp_seconds",
+		"Unix time reconciliation of the source started on this instance (its configuration was loaded): the alert on reconcile_last_success_timestamp_seconds counts from here until a first pass succeeds.",
+		"source")
+
+	ReconcileInterval = newGauge("reconcile_interval_seconds",
+		"The configured time between reconciliation passes of the source (every), for alerting rules.",
+		"source")
 )
 
 // BufferedBodies is the number of bytes the request bodies being read or
@@ -102,10 +130,11 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
+	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,
 }
 
 // Register registers every collector in reg (a configuration's registry,
@@ -123,6 +152,17 @@ func Register(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// newGauge builds a gauge of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newGauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      name,
+		Help:      help,
+	}, labels)
 }
 
 // newCounter builds a counter of the module's namespace
