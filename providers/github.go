@@ -20,5 +20,11 @@ func init() {
 		Credentials: []string{"X-Hub-Signature-256", "X-Hub-Signature"},
 		resigns:     always,
 		signer:      bodyHMACSigner("X-Hub-Signature-256", "sha256="),
+		// https://docs.github.com/en/webhooks/webhook-events-and-payloads#delivery-headers
+		examples: &examplesRule{
+			eventHeader: "X-GitHub-Event",
+			header:      map[string]string{"Content-Type": "application/json"},
+			newID:       uuidV4,
+		},
 	})
 }

@@ -221,7 +221,7 @@ lease left) or completed (with the recorded status, when it was recorded
 and when it expires). <key> is the resolved key value, as in
 {http.webhook_idempotency.key}: the event id, or sha256:<hex> of a body.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdKey),
+		RunE: commandFunc(cmdKey),
 	}
 	forget := &cobra.Command{
 		Use:   "forget <source> <key>",
@@ -232,7 +232,7 @@ Forgets a completed key through the admin API
 next retry of it reaches the application. A key in flight cannot be
 forgotten (its delivery is being processed); an absent one is an error.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdForget),
+		RunE: commandFunc(cmdForget),
 	}
 	tail := &cobra.Command{
 		Use:   "tail <source> [--count <n>] [--follow] [--result <r>] [--status <s>] [--key <k>] [--json]",
@@ -245,7 +245,7 @@ id. With --follow it then polls for new events (every --interval) and
 prints them as they are archived. --json prints each event as the API
 answers it, one JSON object per line. The route needs an archive.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdTail),
+		RunE: commandFunc(cmdTail),
 	}
 	f := tail.Flags()
 	f.Int("count", 20, "How many of the newest events to print first")

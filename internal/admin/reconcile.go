@@ -84,7 +84,7 @@ failed to deliver are recovered through the route's dedup
 status is printed; with --wait the command waits for the pass and prints
 what it recovered.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdReconcile),
+		RunE: commandFunc(cmdReconcile),
 	}
 	c.Flags().Bool("wait", false, "Wait for the pass and print its summary")
 	adminFlags(c)
