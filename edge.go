@@ -108,6 +108,7 @@ func (rs *requestState) edgeRefused() (bool, error) {
 			return true, rs.forbidden(msgAddressRefused, addr)
 		case addrUnavailable:
 			rs.setResult(results.Unavailable)
+			rs.refused(http.StatusServiceUnavailable, msgAllowListMissing)
 			return true, writeError(rs.w, http.StatusServiceUnavailable, msgAllowListMissing, allowListRetryAfter)
 		}
 	}
@@ -122,6 +123,7 @@ func (rs *requestState) edgeRefused() (bool, error) {
 // forbidden answers a refused request: 403, result forbidden.
 func (rs *requestState) forbidden(reason string, addr netip.Addr) error {
 	rs.setResult(results.Forbidden)
+	rs.refused(http.StatusForbidden, reason)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused request"); ce != nil {
 		ce.Write(zap.String("reason", reason), zap.Stringer("client_ip", addr))
 	}

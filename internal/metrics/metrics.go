@@ -79,6 +79,12 @@ var (
 		"Events that could not be appended to the archive (a store error), by source.",
 		"source")
 
+	RefusalsListed = newCounter("refusals_listed_total",
+		"Refused requests added to their source's list of refusals.", "source")
+	RefusalsUnlisted = newCounter("refusals_unlisted_total",
+		"Refused requests left out of their source's list of refusals: past the rate at which the list is written (a flood of forgeries), or its queue full.", "source")
+	RefusalsErrors = newCounter("refusals_errors_total",
+		"Refused requests the store failed to add to their source's list of refusals.", "source")
 	ArchiveDropped = newCounter("archive_dropped_total",
 		"Events not archived because the archive's background queue was full, by source.",
 		"source")
@@ -131,7 +137,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
 	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
-	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
 	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,
