@@ -18,7 +18,7 @@ func init() {
 		// "Payloads are capped at 25 MB" (Webhook events and payloads:
 		// Payload cap), and GitHub never retries a 413
 		MaxBody: 25 << 20,
-		scheme:     bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		scheme:  bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 		// the meta API's hooks ranges
 		Addresses:   &AddressList{URL: "https://api.github.com/meta", Field: "hooks"},
 		Credentials: []string{"X-Hub-Signature-256", "X-Hub-Signature"},
