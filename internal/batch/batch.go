@@ -31,29 +31,53 @@ type Batch struct {
 	arrays [][2]int // each array's bytes, `[` to `]`, in body order
 }
 
-// ErrNotABatch is the error of a body whose path does not lead to an
-// array.
-var ErrNotABatch = errors.New("the body holds no array at the batch's path")
+// Errors of bodies that are not batches Split takes.
+var (
+	// ErrNotABatch is the error of a body whose path does not lead to an
+	// array.
+	ErrNotABatch = errors.New("the body holds no array at the batch's path")
+	// ErrTooManyItems is the error of a body with more items than the
+	// batch takes.
+	ErrTooManyItems = errors.New("too many items in the batch")
+)
 
-// CheckPath is the rule of a batch path: dot-separated members and `#`
-// (every element of an array), ending at an array.
-func CheckPath(path string) error {
+// ParsePath returns a batch path in the form Split takes, or why it is
+// not one: dot-separated members and `#` (every element of an array),
+// ending at an array. `[*]` and `[]` after a member, the notation of the
+// providers' docs, are `.#` (`entry[*].changes` is `entry.#.changes`);
+// `[*]`, `[]` or `#` alone is the body itself.
+func ParsePath(path string) (string, error) {
+	orig := path
+	for _, brackets := range []string{"[*]", "[]"} {
+		if strings.HasPrefix(path, brackets) {
+			path = "#" + path[len(brackets):]
+		}
+		path = strings.ReplaceAll(path, brackets, ".#")
+	}
 	if path == "" {
-		return errors.New("empty batch path")
+		return "", errors.New("empty batch path")
 	}
-	for _, seg := range strings.Split(path, ".") {
+	segs := strings.Split(path, ".")
+	for i, seg := range segs {
 		if seg == "" {
-			return fmt.Errorf("invalid batch path %q: an empty segment", path)
+			return "", fmt.Errorf("invalid batch path %q: an empty segment", orig)
 		}
-		if strings.ContainsAny(seg, "*?|@!=<>%") {
-			return fmt.Errorf("invalid batch path %q: segment %q: want member names and #", path, seg)
+		if strings.ContainsAny(seg, "*?|@!=<>%[]{}\\") || (seg != "#" && strings.Contains(seg, "#")) {
+			return "", fmt.Errorf("invalid batch path %q: segment %q: want member names, and # for every element of an array", orig, seg)
+		}
+		if seg == "#" && i > 0 && segs[i-1] == "#" {
+			return "", fmt.Errorf("invalid batch path %q: # must follow a member", orig)
 		}
 	}
-	return nil
+	if segs[len(segs)-1] == "#" && len(segs) > 1 {
+		// `value.#` is `value`: the path ends at the array
+		path = strings.Join(segs[:len(segs)-1], ".")
+	}
+	return path, nil
 }
 
-// Split returns the items of body at path, in body order; at most max
-// items (more is an error).
+// Split returns the items of body at path (one ParsePath returned), in
+// body order; at most max items (more is ErrTooManyItems).
 func Split(body []byte, path string, max int) (*Batch, error) {
 	b := &Batch{}
 	segs := strings.Split(path, ".")
@@ -122,7 +146,7 @@ func (b *Batch) walkArray(body []byte, base int, arr gjson.Result, rest []string
 		at := base + el.Index
 		if len(rest) == 0 {
 			if len(b.Items) == max {
-				err = fmt.Errorf("more than %d items", max)
+				err = fmt.Errorf("%w: more than %d", ErrTooManyItems, max)
 				return false
 			}
 			b.Items = append(b.Items, Item{Start: at, End: at + len(el.Raw), array: idx})

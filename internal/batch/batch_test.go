@@ -2,6 +2,7 @@ package batch
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -78,12 +79,30 @@ func TestSplitRefuses(t *testing.T) {
 			t.Errorf("%s in %s: split", tc.path, tc.body)
 		}
 	}
-	if _, err := Split([]byte(`[1,2,3]`), "#", 2); err == nil || !strings.Contains(err.Error(), "more than 2 items") {
+	if _, err := Split([]byte(`[1,2,3]`), "#", 2); !errors.Is(err, ErrTooManyItems) || !strings.Contains(err.Error(), "more than 2") {
 		t.Fatalf("over the bound: %v", err)
 	}
-	for _, p := range []string{"", "a..b", "a.*", "a|b"} {
-		if CheckPath(p) == nil {
-			t.Errorf("path %q accepted", p)
+	for _, p := range []string{"", "a..b", "a.*", "a|b", "a.#.#", "a#", "a[0]"} {
+		if got, err := ParsePath(p); err == nil {
+			t.Errorf("path %q accepted as %q", p, got)
+		}
+	}
+}
+
+func TestParsePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"value":            "value",
+		"value.#":          "value",
+		"#":                "#",
+		"[*]":              "#",
+		"[]":               "#",
+		"entry[*].changes": "entry.#.changes",
+		"entry[].changes":  "entry.#.changes",
+		"entry.#.changes":  "entry.#.changes",
+		"a.b[*]":           "a.b",
+	} {
+		if got, err := ParsePath(in); err != nil || got != want {
+			t.Errorf("ParsePath(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }
@@ -93,7 +112,8 @@ func FuzzSplit(f *testing.F) {
 	f.Add([]byte(`[1,"two",{"3":[4]}]`), "#")
 	f.Add([]byte(`{"entry":[{"changes":[1,2]},{"changes":[3]}]}`), "entry.#.changes")
 	f.Fuzz(func(t *testing.T, body []byte, path string) {
-		if CheckPath(path) != nil || !json.Valid(body) {
+		path, err := ParsePath(path)
+		if err != nil || !json.Valid(body) {
 			return
 		}
 		b, err := Split(body, path, 1000)
