@@ -2,11 +2,8 @@ package providers
 
 import (
 	"encoding/base64"
-	"strconv"
 	"testing"
 	"time"
-
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -16,15 +13,7 @@ import (
 // with its JavaScript twin, `standardwebhooks`), under svix- headers.
 func svixDelivery(t *testing.T, secret, id string, at time.Time, body []byte) []string {
 	t.Helper()
-	wh, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := wh.Sign(id, at, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"svix-id", id, "svix-timestamp", strconv.FormatInt(at.Unix(), 10), "svix-signature", sig}
+	return standardDelivery(t, secret, "svix-", id, at, body)
 }
 
 // checkSvixSender checks a sender that delivers through Svix: the library's

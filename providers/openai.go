@@ -5,18 +5,8 @@ package providers
 // `{id}.{timestamp}.{body}`, keyed with the project's `whsec_…` secret; the
 // message id, signed with the body, is the key.
 func init() {
-	register(&Preset{
-		Name: "openai",
-		Docs: []string{
-			"https://developers.openai.com/ja-JP/api/docs/guides/webhooks",
-			"https://github.com/openai/openai-go/blob/4e5a07a6a205761650d73593fe75cd79ea7a25ec/webhooks/webhook_helpers.go",
-		},
-		DefaultKey:  []string{"header:webhook-id", "body"},
-		scheme:      standardWebhooks("webhook-"),
-		Volatile:    []string{"webhook-signature", "webhook-timestamp"},
-		Signed:      []string{"header:webhook-id"},
-		Credentials: []string{"webhook-signature", "webhook-timestamp"},
-		resigns:     always,
-		signer:      standardSigner("webhook-"),
-	})
+	register(standardSender("openai", []string{
+		"https://developers.openai.com/ja-JP/api/docs/guides/webhooks",
+		"https://github.com/openai/openai-go/blob/4e5a07a6a205761650d73593fe75cd79ea7a25ec/webhooks/webhook_helpers.go",
+	}))
 }

@@ -2,11 +2,8 @@ package providers
 
 import (
 	"encoding/base64"
-	"strconv"
 	"testing"
 	"time"
-
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -22,15 +19,7 @@ func TestPolar(t *testing.T) {
 	legacy := "whsec_pK3-9xQ_vR2mLz8Yt7bNwE4uHc1dAs6F" // not base64: Polar's older secrets
 	current := "whsec_" + base64.StdEncoding.EncodeToString([]byte("polar-standard-secret-32-bytes!!"))
 	sign := func(libSecret, id string, at time.Time, b []byte) []string {
-		wh, err := standardwebhooks.NewWebhook(libSecret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sig, err := wh.Sign(id, at, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []string{"webhook-id", id, "webhook-timestamp", strconv.FormatInt(at.Unix(), 10), "webhook-signature", sig}
+		return standardDelivery(t, libSecret, "webhook-", id, at, b)
 	}
 	now := time.Now()
 	for _, c := range []struct {

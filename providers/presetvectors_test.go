@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/tidwall/gjson"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -105,6 +107,57 @@ func nodeVectors(t *testing.T, name string, v any) {
 	if !strings.Contains(string(data), `"produced_by"`) {
 		t.Fatalf("%s.json says nothing of what produced it", name)
 	}
+}
+
+// headerVectors are deliveries a provider's package signed in one header,
+// with its verdict on each (testdata/<preset>.json).
+type headerVectors struct {
+	Secret  string
+	Vectors []struct {
+		Label, Body, Header string
+		Verdict             bool
+	}
+}
+
+// checkHeaderVectors reads testdata/<preset>.json and verifies its
+// deliveries at the time they were judged: the preset accepts what the
+// package accepted, and refuses the others (those labelled "stale" for
+// their timestamp).
+func checkHeaderVectors(t *testing.T, preset, header string) headerVectors {
+	t.Helper()
+	var vec headerVectors
+	nodeVectors(t, preset, &vec)
+	rt := route{secrets: []string{vec.Secret}}
+	at(t, vectorsAt, func(t *testing.T) {
+		for _, v := range vec.Vectors {
+			want := signature.ErrInvalid
+			switch {
+			case v.Verdict:
+				want = nil
+			case v.Label == "stale":
+				want = signature.ErrTimestamp
+			}
+			rt.check(t, preset, post(header, v.Header), []byte(v.Body), want)
+		}
+	})
+	return vec
+}
+
+// standardDelivery is body signed with the Standard Webhooks reference
+// library under libSecret (as it takes it: `whsec_` and base64, or
+// base64), as the headers `<prefix>id`, `<prefix>timestamp` and
+// `<prefix>signature` carry it.
+func standardDelivery(t *testing.T, libSecret, prefix, id string, at time.Time, body []byte) []string {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(libSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := wh.Sign(id, at, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{prefix + "id", id, prefix + "timestamp", strconv.FormatInt(at.Unix(), 10), prefix + "signature", sig}
 }
 
 // keyOf is the value of the first source of a preset's default key that

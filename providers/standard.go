@@ -6,11 +6,20 @@ import "time"
 // header names): `{id}.{ts}.{body}` signed `v1` (HMAC-SHA256, a `whsec_`
 // secret) or `v1a` (Ed25519, a `whpk_` key); the message id is signed.
 func init() {
-	register(&Preset{
-		Name: "standard",
-		Docs: []string{
-			"https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
-		},
+	register(standardSender("standard", nil))
+	svix := svixSender("svix", []string{"https://docs.svix.com/receiving/source-ip-addresses"})
+	// every region's addresses (a sender through Svix takes `allow_ips svix`)
+	svix.Addresses = &AddressList{URL: "https://docs.svix.com/webhook-ips.json"}
+	register(svix)
+}
+
+// standardSender is the preset of a sender in the Standard Webhooks format
+// (the standard preset, and providers that send it under their own name):
+// its webhook- headers, the message id as the key.
+func standardSender(name string, docs []string) *Preset {
+	return &Preset{
+		Name:       name,
+		Docs:       append(docs, "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md"),
 		DefaultKey: []string{"header:webhook-id", "body"},
 		scheme:     standardWebhooks("webhook-"),
 		Volatile:   []string{"webhook-signature", "webhook-timestamp"},
@@ -19,11 +28,7 @@ func init() {
 		Credentials: []string{"webhook-signature", "webhook-timestamp"},
 		resigns:     always,
 		signer:      standardSigner("webhook-"),
-	})
-	svix := svixSender("svix", []string{"https://docs.svix.com/receiving/source-ip-addresses"})
-	// every region's addresses (a sender through Svix takes `allow_ips svix`)
-	svix.Addresses = &AddressList{URL: "https://docs.svix.com/webhook-ips.json"}
-	register(svix)
+	}
 }
 
 // svixSender is the preset of a sender that delivers through Svix (the

@@ -12,20 +12,30 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
+// startRoutes starts Caddy with a route per path and directive, given in
+// pairs, each in front of up, and returns the site's URL.
+func startRoutes(t *testing.T, up *testkit.Upstream, pathsAndDirectives ...string) string {
+	t.Helper()
+	port := testkit.FreePort(t)
+	var site strings.Builder
+	fmt.Fprintf(&site, ":%d {\n", port)
+	for i := 0; i+1 < len(pathsAndDirectives); i += 2 {
+		fmt.Fprintf(&site, "\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", pathsAndDirectives[i], pathsAndDirectives[i+1], up.Addr())
+	}
+	site.WriteString("}\n")
+	testkit.StartCaddy(t, "", site.String())
+	return testkit.SiteURL(port)
+}
+
 // Dropbox's and Nylas's `GET ?challenge=` is answered by Caddy with the
 // challenge as text/plain, nosniff: the application is not called; a GET
 // without it passes through as any GET; deliveries are verified and
 // deduplicated as usual.
 func TestChallengeAnsweredAtTheEdge(t *testing.T) {
 	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	route := func(path, directive string) string {
-		return fmt.Sprintf("\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", path, directive, up.Addr())
-	}
-	testkit.StartCaddy(t, "", fmt.Sprintf(":%d {\n%s%s}", port,
-		route("/dropbox", "webhook_idempotency dropbox secret dropbox-app-secret"),
-		route("/nylas", "webhook_idempotency nylas secret nylas-webhook-secret")))
-	base := testkit.SiteURL(port)
+	base := startRoutes(t, up,
+		"/dropbox", "webhook_idempotency dropbox secret dropbox-app-secret",
+		"/nylas", "webhook_idempotency nylas secret nylas-webhook-secret")
 	for _, path := range []string{"/dropbox", "/nylas"} {
 		resp, body := testkit.Do(t, http.MethodGet, base+path+"?challenge=Zx8%2Bq_1", nil)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/plain" ||
@@ -115,15 +125,10 @@ func TestAsanaHandshakeRoutedToTheApplication(t *testing.T) {
 // event once.
 func TestRetriesWithNewBytesAreReplayed(t *testing.T) {
 	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	route := func(path, directive string) string {
-		return fmt.Sprintf("\troute %s {\n\t\t%s\n\t\treverse_proxy %s\n\t}\n", path, directive, up.Addr())
-	}
-	testkit.StartCaddy(t, "", fmt.Sprintf(":%d {\n%s%s%s}", port,
-		route("/notion", "webhook_idempotency notion secret secret_notion_token"),
-		route("/mux", "webhook_idempotency mux secret mux-signing-secret"),
-		route("/line", "webhook_idempotency line secret line-channel-secret")))
-	base := testkit.SiteURL(port)
+	base := startRoutes(t, up,
+		"/notion", "webhook_idempotency notion secret secret_notion_token",
+		"/mux", "webhook_idempotency mux secret mux-signing-secret",
+		"/line", "webhook_idempotency line secret line-channel-secret")
 	muxHeader := func(body string) string {
 		ts := strconv.FormatInt(time.Now().Unix(), 10)
 		return "t=" + ts + ",v1=" + sigtest.HMACHex("mux-signing-secret", ts, ".", body)
