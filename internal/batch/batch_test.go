@@ -10,8 +10,8 @@ import (
 func TestSplitAndEnvelope(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, body string
-		items           []string
-		keepOdd         string // the envelope keeping items 1, 3, …
+		items            []string
+		keepOdd          string // the envelope keeping items 1, 3, …
 	}{
 		{
 			name: "the body is the array (SendGrid)", path: "#",
