@@ -64,6 +64,15 @@ var (
 const (
 	shards        = 64
 	cachePerShard = 1024 // records cached per shard (65,536 in all)
+	// cacheBytesPerShard bounds the bytes cached per shard (64 MiB in
+	// all, as the redis store's copy of recent records): recorded answers
+	// can be large, and 65,536 of them unbounded in size held gigabytes
+	// (docs/stores.md, "Fast duplicates").
+	cacheBytesPerShard = 1 << 20
+	// cacheMaxValue is the largest value cached: a larger one is read
+	// from the file each time it is asked for, so one large answer never
+	// pushes out a shard's worth of small ones.
+	cacheMaxValue = 64 << 10
 	batchMax      = 1024 // writes per commit at most
 	sweepBatch    = 4096 // expired records deleted per commit at most
 )
@@ -90,6 +99,8 @@ type db struct {
 	stop     chan struct{}
 	done     sync.WaitGroup
 
+	mapped mapped // the file's pages made resident by large values (mapped.go)
+
 	// what the disk was asked for so far: records written to the log
 	// (one fdatasync each) and commits of the tree (two each, when synced)
 	logWrites, treeCommits atomic.Uint64
@@ -105,6 +116,7 @@ type shard struct {
 	mu      sync.Mutex
 	claims  map[string]*claim
 	cache   map[string]cached
+	cached  int                // bytes of cache (cachedSize)
 	pending map[string]pending // in the log, not in the tree yet (commit.go)
 	_       [32]byte           // keep shards on separate cache lines
 }
@@ -203,6 +215,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
 		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
 	}
+	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
 	d.filter.seed = maphash.MakeSeed()
 	if err := d.filter.build(d, nil); err != nil {
@@ -220,7 +233,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		d.keepPending(r.puts, r.seq)
 		d.ap.add([]applyItem{{puts: r.puts, seq: r.seq}})
 	}
-	d.done.Add(4)
+	d.done.Add(5)
 	go d.commitLoop()
 	go func() {
 		defer d.done.Done()
@@ -228,6 +241,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	}()
 	go d.sweepLoop()
 	go d.syncLoop()
+	go d.mappedLoop()
 	return d, nil
 }
 
@@ -377,7 +391,7 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 		if c.expires > nowNano {
 			return c, true, nil
 		}
-		delete(s.cache, key)
+		s.drop(key)
 	}
 	if !d.filter.mayHave(key) {
 		return cached{}, false, nil
@@ -391,6 +405,9 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 		}
 		c = cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
 		found = c.expires > nowNano
+		if len(v) > cacheMaxValue {
+			d.touched(len(v))
+		}
 		return nil
 	})
 	if err != nil || !found {
@@ -400,17 +417,36 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 	return c, true, nil
 }
 
-// remember caches a value, making room by dropping another when the shard
-// is full (the file keeps every value: the cache loses nothing).
+// remember caches a value, making room by dropping others when the shard
+// is full, in records or in bytes (the file keeps every value: the cache
+// loses nothing). A value over cacheMaxValue is not cached.
 func (s *shard) remember(key string, c cached) {
-	if _, ok := s.cache[key]; !ok && len(s.cache) >= cachePerShard {
+	s.drop(key)
+	size := cachedSize(key, c)
+	if size > cacheMaxValue {
+		return
+	}
+	for len(s.cache) > 0 && (len(s.cache) >= cachePerShard || s.cached+size > cacheBytesPerShard) {
 		for k := range s.cache {
-			delete(s.cache, k)
+			s.drop(k)
 			break
 		}
 	}
 	s.cache[key] = c
+	s.cached += size
 }
+
+// drop forgets key's cached value, if any.
+func (s *shard) drop(key string) {
+	if c, ok := s.cache[key]; ok {
+		s.cached -= cachedSize(key, c)
+		delete(s.cache, key)
+	}
+}
+
+// cachedSize is what a cached value costs: its key, its payload, and
+// about what the map and the value's fields take.
+func cachedSize(key string, c cached) int { return len(key) + len(c.payload) + 64 }
 
 // view runs fn in a read transaction; a panic (a damaged page) is an
 // error.
@@ -672,7 +708,7 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 		return store.KeyInfo{}, err
 	}
 	unlock := d.lockShards(key, "")
-	delete(d.shardOf(key).cache, key)
+	d.shardOf(key).drop(key)
 	unlock()
 	return info, nil
 }
@@ -798,7 +834,7 @@ func (d *db) sweepClaims() {
 		}
 		for k, c := range s.cache {
 			if c.expires <= nowNano {
-				delete(s.cache, k)
+				s.drop(k)
 			}
 		}
 		s.mu.Unlock()

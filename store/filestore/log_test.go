@@ -271,6 +271,7 @@ func TestFilterHasEveryKeyOfTheTree(t *testing.T) {
 		s := &d.shards[i]
 		s.mu.Lock()
 		clear(s.cache)
+		s.cached = 0
 		s.mu.Unlock()
 	}
 	for key := range want {

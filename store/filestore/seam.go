@@ -109,6 +109,6 @@ func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 func (sm Seam) DropCached(key string) {
 	d := sm.s.db
 	unlock := d.lockShards(key, "")
-	delete(d.shardOf(key).cache, key)
+	d.shardOf(key).drop(key)
 	unlock()
 }
