@@ -45,7 +45,11 @@ func (fa *fileArchive) Destruct() error {
 
 // fileBackend is one handler's archive on the file store.
 type fileBackend struct {
-	fa        *fileArchive
+	fa *fileArchive
+	// seam is the handler's store's: a key's completion goes to the file
+	// the key was claimed in, which holds it open until then, even after
+	// a reload stopped the archive (fa's may be another configuration's)
+	seam      filestore.Seam
 	key       string // in fileArchives
 	a         *Archive
 	closeOnce sync.Once
@@ -77,7 +81,7 @@ func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fileBackend{fa: val.(*fileArchive), key: key, a: a}, nil
+	return &fileBackend{fa: val.(*fileArchive), seam: seam, key: key, a: a}, nil
 }
 
 // fileID encodes an id as a bucket key.
@@ -159,7 +163,7 @@ func (b *fileBackend) failed() {
 }
 
 func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
-	appendErr, err = b.fa.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
+	appendErr, err = b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
 	if appendErr != nil {
 		b.failed()
 	}

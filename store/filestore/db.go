@@ -106,8 +106,8 @@ type db struct {
 	logWrites, treeCommits atomic.Uint64
 
 	syncMu    sync.Mutex
-	syncs     map[*Store]time.Duration // the sync setting of every store in use
-	syncEvery atomic.Int64             // the strictest (0: always)
+	syncs     map[*use]time.Duration // the sync setting of every configuration using the file
+	syncEvery atomic.Int64           // the strictest (0: always)
 	syncKick  chan struct{}
 }
 
@@ -132,6 +132,10 @@ type claim struct {
 	// the key's completion.
 	note    string
 	noteTTL time.Duration
+	// by is the configuration's use of the file the claim was taken
+	// through: a use cleaned up by a reload keeps the file until its
+	// claims are done (use.go).
+	by *use
 }
 
 // cached is a value read from or written to the file lately.
@@ -213,7 +217,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	d := &db{
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
-		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
+		syncs: make(map[*use]time.Duration), syncKick: make(chan struct{}, 1),
 	}
 	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
@@ -282,19 +286,19 @@ func (d *db) writeFreelist() {
 	}
 }
 
-// setSync records a store's sync setting and applies the strictest in use.
-func (d *db) setSync(s *Store, every time.Duration) {
+// setSync records a use's sync setting and applies the strictest in use.
+func (d *db) setSync(u *use, every time.Duration) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	d.syncs[s] = every
+	d.syncs[u] = every
 	d.applySync()
 }
 
-// dropSync forgets the setting of a store no longer in use.
-func (d *db) dropSync(s *Store) {
+// dropSync forgets the setting of a use that ended.
+func (d *db) dropSync(u *use) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	delete(d.syncs, s)
+	delete(d.syncs, u)
 	d.applySync()
 }
 
@@ -467,8 +471,9 @@ const (
 	claimNoted          // the key, and its note read and taken when free
 )
 
-// claim claims key (and second, its guard or note, by mode) for owner.
-func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (store.ClaimResult, string, error) {
+// claim claims key (and second, its guard or note, by mode) for owner,
+// through the use by (nil in tests).
+func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int, by *use) (store.ClaimResult, string, error) {
 	if mode != claimPlain && second == "" {
 		mode = claimPlain
 	}
@@ -497,9 +502,9 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 		if err != nil || gres.State != store.StateClaimed {
 			return gres, "", err
 		}
-		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease)}
+		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	}
-	c := &claim{owner: owner, expires: nowNano + int64(lease)}
+	c := &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	if mode == claimNoted && prev == "" {
 		// the note is this key's from now on: kept in memory at once and
 		// written with the key's completion
@@ -528,6 +533,24 @@ func (d *db) state(s *shard, key string, nowNano int64) (store.ClaimResult, erro
 		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}, nil
 	}
 	return store.ClaimResult{State: store.StateClaimed}, nil
+}
+
+// claimsOf reports whether a claim taken through u is in flight: being
+// completed, or within its lease.
+func (d *db) claimsOf(u *use) bool {
+	nowNano := now().UnixNano()
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		for _, c := range sh.claims {
+			if c.by == u && (c.pinned || c.expires > nowNano) {
+				sh.mu.Unlock()
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
 }
 
 // owned returns key's claim if owner holds it live and unpinned. Called

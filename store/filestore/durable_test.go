@@ -145,14 +145,17 @@ func TestRecordsSurviveCloseAndReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// a key in flight at close is not kept: in-flight claims belong to the process
-	if _, err := s.Claim(t.Context(), "reopen:in-flight", store.NewOwner(), time.Minute); err != nil {
+	// a key in flight at close is not kept: in-flight claims belong to the
+	// process. The file stays open for it until its lease ends (a request
+	// still running when its configuration is cleaned up completes in it)
+	if _, err := s.Claim(t.Context(), "reopen:in-flight", store.NewOwner(), 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
+	testkit.Eventually(t, 10*time.Second, "the file closed once the claim's lease ended", func() bool { return !fileHeld(t, path) })
 
 	s2 := open(t, path, "")
 	for _, key := range keys {
