@@ -358,8 +358,14 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal("64 completions of 64KiB each fit a 512KiB disk")
 	}
 	testkit.MustContain(t, failed.Error(), "no space left on device")
-	res, err := s.Claim(t.Context(), failedKey, store.NewOwner(), time.Minute)
+	owner := store.NewOwner()
+	res, err := s.Claim(t.Context(), failedKey, owner, time.Minute)
 	if err != nil || res.State != store.StateClaimed {
 		t.Fatalf("the key whose completion failed: %s, %v; want it released and claimed again", res.State, err)
+	}
+	// released, as its request would: the file closes with the store, and
+	// the disk can be unmounted
+	if err := s.Release(t.Context(), failedKey, owner); err != nil {
+		t.Fatal(err)
 	}
 }
