@@ -59,12 +59,13 @@ func TestAlertRules(t *testing.T) {
 }
 
 // TestAlertRulesSeriesExistAtZero: every metric the rules read has series
-// from the first provision on, before any traffic, at zero, so that a
-// rule on its rate or increase sees the first event (the first Redis
-// restart above all).
+// from the first provision on, before any traffic, at zero (a file store
+// healthy at one), so that a rule on its rate or increase sees the first
+// event (the first Redis restart, the first file lost, above all).
 func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	up := testkit.NewUpstream(t, nil)
+	file := t.TempDir() + "/alerts.db"
 	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source alerts
@@ -72,7 +73,14 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		store redis redis://%s
 	}
 	reverse_proxy %s
-}`, testkit.FreePort(t), srv.Addr(), up.Addr()))
+}
+:%d {
+	webhook_idempotency {
+		source alerts_file
+		store file %s
+	}
+	reverse_proxy %s
+}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), file, up.Addr()))
 	m := c.Metrics(t)
 	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(readFile(t, "dashboards/alerts.yml"), -1)
 	slices.Sort(names)
@@ -84,10 +92,15 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		found := false
 		for _, line := range strings.Split(m.Raw, "\n") {
 			// this Caddy's series: the test process's other tests count too
-			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`)
+			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`) ||
+				strings.Contains(line, `path="`+file+`"`)
 			if strings.HasPrefix(line, name+"{") && ours {
 				found = true
-				if !strings.HasSuffix(line, " 0") {
+				want := " 0"
+				if name == "caddy_webhook_idempotency_store_file_healthy" {
+					want = " 1"
+				}
+				if !strings.HasSuffix(line, want) {
 					t.Errorf("before any traffic: %s", line)
 				}
 			}

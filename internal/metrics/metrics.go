@@ -37,6 +37,17 @@ var (
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
 
+	StoreFileHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_file_healthy",
+		Help:      "1 while the file store's file and its log are the files Caddy opened, 0 once either was deleted or replaced under the running Caddy (what is recorded since is lost at the next restart), by path.",
+	}, []string{"path"})
+
+	StoreFileLost = newCounter("store_file_lost_total",
+		"Times the file store's file or its log was found deleted or replaced under the running Caddy, by path.",
+		"path")
+
 	InboxEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "caddy",
 		Subsystem: "webhook_idempotency",
@@ -102,7 +113,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts,
+	Requests, ReplaysSuspected, StoreErrors, StoreDuration, StoreRestarts, StoreFileHealthy, StoreFileLost,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,

@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -99,7 +100,8 @@ type db struct {
 	stop     chan struct{}
 	done     sync.WaitGroup
 
-	mapped mapped // the file's pages made resident by large values (mapped.go)
+	mapped mapped     // the file's pages made resident by large values (mapped.go)
+	health fileHealth // the files under the running Caddy (health.go)
 
 	// what the disk was asked for so far: records written to the log
 	// (one fdatasync each) and commits of the tree (two each, when synced)
@@ -231,13 +233,20 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		d.shards[i].cache = make(map[string]cached)
 		d.shards[i].pending = make(map[string]pending)
 	}
+	if err := d.watch(); err != nil {
+		_ = b.Close()
+		if log != nil {
+			_ = log.f.Close()
+		}
+		return nil, fmt.Errorf("file store: %s: %v", path, err)
+	}
 	// what the log holds and the tree does not: answered before the
 	// process ended, so kept as if just written
 	for _, r := range recovered {
 		d.keepPending(r.puts, r.seq)
 		d.ap.add([]applyItem{{puts: r.puts, seq: r.seq}})
 	}
-	d.done.Add(5)
+	d.done.Add(6)
 	go d.commitLoop()
 	go func() {
 		defer d.done.Done()
@@ -246,6 +255,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	go d.sweepLoop()
 	go d.syncLoop()
 	go d.mappedLoop()
+	go d.healthLoop()
 	return d, nil
 }
 
@@ -270,6 +280,8 @@ func (d *db) Destruct() error {
 		}
 		_ = d.log.f.Close()
 	}
+	d.health.close()
+	metrics.StoreFileHealthy.DeleteLabelValues(d.path)
 	return d.bolt.Close()
 }
 

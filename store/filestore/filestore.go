@@ -237,6 +237,7 @@ var (
 	_ store.GuardedStore    = (*Store)(nil)
 	_ store.KeyAdmin        = (*Store)(nil)
 	_ store.Prefixer        = (*Store)(nil)
+	_ store.HealthReporter  = (*Store)(nil)
 	_ caddy.Provisioner     = (*Store)(nil)
 	_ caddy.Validator       = (*Store)(nil)
 	_ caddy.CleanerUpper    = (*Store)(nil)
