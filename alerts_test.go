@@ -71,6 +71,7 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		source alerts
 		fail closed
 		store redis redis://%s
+		archive
 	}
 	reverse_proxy %s
 }
