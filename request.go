@@ -156,13 +156,8 @@ func (rs *requestState) loop() error {
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
-		// the rest of the body (all of it, when its length was announced
-		// over the limit) stays unread: the connection goes, so the
-		// server neither reads nor waits for it before it answers, and
-		// never asks for it with 100 Continue (docs/caddyfile.md)
 		rs.setResult(resultTooLarge)
-		rs.w.Header().Set("Connection", "close")
-		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+		return rs.tooLarge()
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes
