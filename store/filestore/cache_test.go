@@ -27,8 +27,8 @@ func cachedBytes(d *db) (total, largest int) {
 func TestCacheIsBoundedInBytes(t *testing.T) {
 	t.Parallel()
 	d := openTest(t, filepath.Join(t.TempDir(), "store.db"))
-	// 2,000 records of 60 KB: 120 MB, cached up to the bound
-	medium := completeKeys(t, d, "medium", 2000, 8, 60_000)
+	// 6,000 records of 14 KB: 84 MB, cached up to the bound
+	medium := completeKeys(t, d, "medium", 6000, 8, 14_000)
 	waitApplied(t, d)
 	// 100 of 1 MB: none cached, each read from the file
 	large := completeKeys(t, d, "large", 100, 4, 1<<20)

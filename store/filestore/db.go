@@ -71,9 +71,10 @@ const (
 	// (docs/stores.md, "Fast duplicates").
 	cacheBytesPerShard = 1 << 20
 	// cacheMaxValue is the largest value cached: a larger one is read
-	// from the file each time it is asked for, so one large answer never
-	// pushes out a shard's worth of small ones.
-	cacheMaxValue = 64 << 10
+	// from the file each time it is asked for, so that a shard holds at
+	// least 64 values however large the answers, and large answers never
+	// push out the small ones.
+	cacheMaxValue = 16 << 10
 	batchMax      = 1024 // writes per commit at most
 	sweepBatch    = 4096 // expired records deleted per commit at most
 )
