@@ -159,19 +159,7 @@ func TestArchiveLargeBodiesAreReadOnlyWhenShown(t *testing.T) {
 			if held > 48<<20 {
 				t.Errorf("while the reader waits, the export holds %d MB for an archive of %d MB", held>>20, n*size>>20)
 			}
-			lines := [][]byte{first}
-			for {
-				line, err := r.ReadBytes('\n')
-				if len(line) > 0 {
-					lines = append(lines, line)
-				}
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			lines := append([][]byte{first}, readLines(t, r)...)
 			if len(lines) != n {
 				t.Fatalf("export: %d lines, want %d", len(lines), n)
 			}
@@ -185,6 +173,24 @@ func TestArchiveLargeBodiesAreReadOnlyWhenShown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readLines reads lines (NDJSON) until the end of r.
+func readLines(t *testing.T, r *bufio.Reader) [][]byte {
+	t.Helper()
+	var lines [][]byte
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			lines = append(lines, line)
+		}
+		if err == io.EOF {
+			return lines
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -493,19 +499,7 @@ func TestArchiveExportCutShortSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Kill()
-	var lines [][]byte
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			lines = append(lines, line)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	lines := readLines(t, r)
 	if len(lines) == 0 || len(lines) >= n {
 		t.Fatalf("export with Redis gone: %d more lines of %d", len(lines), n)
 	}

@@ -2,63 +2,13 @@ package restart
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
-
-// mountTmpfs mounts a tmpfs of opts at dir until the test ends: a disk
-// that fills up (as store/filestore's TestDiskFull does).
-func mountTmpfs(t *testing.T, dir, opts string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("mounting a small tmpfs needs root (make test in CI runs as root)")
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mounting a small tmpfs at %s: %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("unmounting %s: %v: %s", dir, err, out)
-		}
-	})
-}
-
-// fillDisk writes a file in dir until the disk is full.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	for len(block) > 1 { // the last blocks too
-		block = block[:len(block)/2]
-		for {
-			if _, err := f.Write(block); err != nil {
-				break
-			}
-		}
-	}
-}
 
 // TestRestartOnAFullDisk: Caddy, its data directory (and the file store in
 // it) on a disk that is full when it restarts, starts and replays every
@@ -73,7 +23,7 @@ func TestRestartOnAFullDisk(t *testing.T) {
 			const deliveries = 200
 			up := newKeyedUpstream(t)
 			data := t.TempDir()
-			mountTmpfs(t, data, "size=16m")
+			testkit.MountTmpfs(t, data, "size=16m")
 			port := testkit.FreePort(t)
 			url := testkit.SiteURL(port) + "/hook"
 			site := func(archive string) string {
@@ -94,7 +44,7 @@ func TestRestartOnAFullDisk(t *testing.T) {
 			// the disk fills up under the running Caddy, and the store
 			// takes what room its file had left: large answers, some of
 			// them recorded, the rest not (their keys released)
-			fillDisk(t, data)
+			testkit.FillDisk(t, data)
 			for i := range 40 {
 				big := fmt.Sprint("big-", i)
 				resp, b := testkit.Post(t, url, []byte(`{"id":"`+big+`"}`), "Idempotency-Key", big, "X-Answer-Size", "65536")

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,18 +26,8 @@ import (
 // once there is room. Before, building it failed ("no space left on
 // device") and Caddy did not start.
 func TestFileArchiveOnAFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("TestFileArchiveOnAFullDisk mounts an 8 MiB tmpfs and needs root (make test in CI runs as root)")
-	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mounting a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("unmounting %s: %v: %s", dir, err, out)
-		}
-	})
+	testkit.MountTmpfs(t, dir, "size=8m")
 	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	s := &filestore.Store{Path: filepath.Join(dir, "store.db")}
@@ -51,17 +39,7 @@ func TestFileArchiveOnAFullDisk(t *testing.T) {
 	// the disk fills up, and the store's file takes the room it had left:
 	// completions are answered from its log, which the file cannot take
 	// (as at a restart on a full disk, with the log's records to apply)
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err = f.Write(make([]byte, 4096)); err == nil; _, err = f.Write(make([]byte, 4096)) {
-	}
-	f.Close()
-	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatal(err)
-	}
+	filler := testkit.FillDisk(t, dir)
 	big := make([]byte, 32<<10)
 	complete := func(key string) error {
 		owner := store.NewOwner()

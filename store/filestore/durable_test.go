@@ -303,7 +303,7 @@ func TestUnwritableDirectory(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		// root writes anywhere: a read-only mount stands in
-		mountTmpfs(t, filepath.Join(dir, "ro"), "ro,size=64k")
+		testkit.MountTmpfs(t, filepath.Join(dir, "ro"), "ro,size=64k")
 	}
 	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
@@ -312,20 +312,6 @@ func TestUnwritableDirectory(t *testing.T) {
 		t.Fatal("provisioning in a directory that cannot be written succeeded")
 	}
 	testkit.MustContain(t, err.Error(), path)
-}
-
-// mountTmpfs mounts a tmpfs of opts at dir until the test ends.
-func mountTmpfs(t *testing.T, dir, opts string) {
-	t.Helper()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mounting a small tmpfs at %s (needs root, as make test in CI runs): %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("unmounting %s: %v: %s", dir, err, out)
-		}
-	})
 }
 
 // TestDiskFull: once the disk is full a completion fails with an error
@@ -337,7 +323,7 @@ func TestDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("TestDiskFull mounts a 512KiB tmpfs and needs root (make test in CI runs as root)")
 	}
-	mountTmpfs(t, dir, "size=512k")
+	testkit.MountTmpfs(t, dir, "size=512k")
 	s := open(t, filepath.Join(dir, "store.db"), "")
 	big := make([]byte, 64<<10)
 	var failed error
