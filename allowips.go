@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +27,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/ipset"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/usage"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // AllowIPsConfig is the `allow_ips` option (docs/caddyfile.md: Addresses
@@ -75,36 +75,28 @@ var (
 // holds every range GitHub publishes, is a few hundred KB).
 const maxAllowList = 8 << 20
 
-// publishedList is where a provider publishes the addresses it sends
-// webhooks from, in the provider table (providers.go).
-type publishedList struct {
-	url   string
-	field string // the JSON field holding the list; "" for every array
-}
-
-// listURL is the URL a provider's list is fetched from; tests point it at a
-// local server.
-var listURL = func(provider string, l publishedList) string { return l.url }
+// listURL is the URL a provider's list (package providers: each preset's
+// Addresses) is fetched from; tests point it at a local server.
+var listURL = func(provider string, l providers.AddressList) string { return l.URL }
 
 // listProviders names the providers that publish a list, sorted.
 func listProviders() []string {
 	var names []string
-	for name, p := range providers {
-		if p.addresses != nil {
-			names = append(names, name)
+	for _, p := range providers.All() {
+		if p.Addresses != nil {
+			names = append(names, p.Name)
 		}
 	}
-	slices.Sort(names)
 	return names
 }
 
 // checkListProvider is the rule of a provider named in allow_ips.
 func checkListProvider(name string) error {
-	p, ok := providers[name]
+	p, ok := providers.Lookup(name)
 	if !ok {
 		return fmt.Errorf("'%s' is neither a provider that publishes its addresses (%s) nor an address or CIDR range", name, strings.Join(listProviders(), ", "))
 	}
-	if p.addresses == nil {
+	if p.Addresses == nil {
 		return fmt.Errorf("%s publishes no address list that can be fetched (docs/providers.md: Published addresses): write the addresses it documents as ranges", name)
 	}
 	return nil
@@ -130,7 +122,7 @@ func (h *Handler) parseAllowIPs(d *caddyfile.Dispenser) error {
 			}
 			i++
 			if v == "url" {
-				if err := checkHTTPURL("allow_ips url", args[i]); err != nil {
+				if err := cfparse.CheckHTTPURL("allow_ips url", args[i]); err != nil {
 					return d.Errf("%v", err)
 				}
 				a.URLs = append(a.URLs, args[i])
@@ -253,15 +245,15 @@ func newAllowIPs(cfg *AllowIPsConfig, logger *zap.Logger) (*allowIPs, error) {
 		if err := checkListProvider(name); err != nil {
 			return nil, fmt.Errorf("allow_ips: %v", err)
 		}
-		pl := *providers[name].addresses
-		sources = append(sources, allowListSource{name: name, kind: "provider", url: listURL(name, pl), field: pl.field})
+		p, _ := providers.Lookup(name)
+		sources = append(sources, allowListSource{name: name, kind: "provider", url: listURL(name, *p.Addresses), field: p.Addresses.Field})
 	}
 	for _, u := range cfg.URLs {
 		v, err := repl.ReplaceOrErr(u, true, true)
 		if err != nil {
 			return nil, fmt.Errorf("allow_ips url: resolving %q: %v", u, err)
 		}
-		if err := checkHTTPURL("allow_ips url", v); err != nil {
+		if err := cfparse.CheckHTTPURL("allow_ips url", v); err != nil {
 			return nil, err
 		}
 		sources = append(sources, allowListSource{name: displayURL(v), kind: "url", url: v})

@@ -23,7 +23,9 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/ipset"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // listServer stands in for the endpoints providers publish their address
@@ -71,7 +73,7 @@ func (s *listServer) set(path string, status int, body string) {
 func useListServer(t *testing.T, s *listServer) {
 	t.Helper()
 	old := listURL
-	listURL = func(provider string, _ publishedList) string { return s.URL + "/" + provider }
+	listURL = func(provider string, _ providers.AddressList) string { return s.URL + "/" + provider }
 	t.Cleanup(func() { listURL = old })
 }
 
@@ -132,7 +134,7 @@ func TestAllowIPsRanges(t *testing.T) {
 			t.Errorf("from %s: %d %s, want %d", addr, s.w.Code, s.w.Body, want)
 		}
 		if want == 403 {
-			if s.result != resultForbidden || s.key != "" {
+			if s.result != results.Forbidden || s.key != "" {
 				t.Errorf("from %s: result %q key %q, want forbidden and no key", addr, s.result, s.key)
 			}
 			if got := s.w.Body.String(); got != `{"error":"address not allowed"}` || s.w.Header().Get("Content-Type") != "application/json" {
@@ -159,7 +161,7 @@ func TestAllowIPsBeforeTheBody(t *testing.T) {
 		t.Fatalf("the refused request's body was read %d times", body.reads.Load())
 	}
 	get := httptest.NewRequest(http.MethodGet, "/health", nil)
-	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != resultForbidden {
+	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != results.Forbidden {
 		t.Fatalf("GET from outside: %d %q", s.w.Code, s.result)
 	}
 }
@@ -417,7 +419,7 @@ func TestAllowListNeverLoaded(t *testing.T) {
 	wantVerdict(t, h, "192.0.2.1", 200)
 	var calls atomic.Int64
 	s := postFrom(h, "192.0.2.9", "never-1", countingNext(&calls))
-	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != resultUnavailable || calls.Load() != 0 {
+	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != results.Unavailable || calls.Load() != 0 {
 		t.Fatalf("status %d %s result %q calls %d", s.w.Code, s.w.Body, s.result, calls.Load())
 	}
 	st := h.edgeStatus()
@@ -492,7 +494,7 @@ func TestAllowListDisplayURL(t *testing.T) {
 // route's signature header is a WARN (the provider's list may have
 // changed), at most one every ten seconds; one without is not.
 func TestAllowIPsWarnsOfSignedRefusals(t *testing.T) {
-	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &VerifyConfig{Secrets: []string{"s3cr3t"}},
+	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &providers.VerifyConfig{Secrets: []string{"s3cr3t"}},
 		AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
 	core, logs := observer.New(zapcore.WarnLevel)
 	h.logger = zap.New(core)
@@ -531,7 +533,7 @@ func BenchmarkAllowIPs(b *testing.B) {
 	ranges := []string{"192.30.252.0/22", "185.199.108.0/22", "140.82.112.0/20", "143.55.64.0/20", "2a0a:a440::/29", "2606:50c0::/32",
 		"3.18.12.63", "3.130.192.231", "13.235.14.237", "13.235.122.149", "18.211.135.69", "35.154.171.200", "35.157.207.129",
 		"52.15.183.38", "54.88.130.119", "54.88.130.237", "54.187.174.169", "54.187.205.235", "54.187.216.72"}
-	h := &Handler{Source: "bench", edge: &edgeGuard{}}
+	h := &Handler{Source: "bench", edge: &edgeChecks{}}
 	ips, err := newAllowIPs(&AllowIPsConfig{Ranges: ranges}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

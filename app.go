@@ -3,17 +3,20 @@ package webhookidempotency
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/admin"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -40,6 +43,7 @@ type App struct {
 	// and stops one configuration's modules one after another.
 	presetSources map[string]bool
 	inboxes       []*inbox.Inbox
+	reconcilers   []*reconcile.Reconciler
 	handlers      []*Handler
 }
 
@@ -82,12 +86,19 @@ func (a *App) Provision(ctx caddy.Context) error {
 }
 
 // Start starts the inbox workers of this configuration's handlers and
-// makes its sources the ones the admin API shows.
+// makes its routes the ones the operator surface shows (internal/admin).
 func (a *App) Start() error {
 	for _, ib := range a.inboxes {
 		ib.Start()
 	}
-	running.Store(&runningSources{app: a, handlers: a.handlers})
+	for _, r := range a.reconcilers {
+		r.Start()
+	}
+	routes := make([]admin.Route, len(a.handlers))
+	for i, h := range a.handlers {
+		routes[i] = adminRoute{h}
+	}
+	admin.Publish(a, routes)
 	return nil
 }
 
@@ -95,12 +106,13 @@ func (a *App) Start() error {
 // the inboxes stop side by side, so a reload waits for one delivery
 // timeout at most.
 func (a *App) Stop() error {
-	if cur := running.Load(); cur != nil && cur.app == a {
-		running.CompareAndSwap(cur, nil)
-	}
+	admin.Withdraw(a)
 	var wg sync.WaitGroup
 	for _, ib := range a.inboxes {
 		wg.Go(ib.Stop)
+	}
+	for _, r := range a.reconcilers {
+		wg.Go(r.Stop)
 	}
 	wg.Wait()
 	return nil
@@ -118,53 +130,10 @@ func (a *App) addInbox(ib *inbox.Inbox) error {
 	return nil
 }
 
-// addHandler records a handler of this configuration, for the admin API.
+// addHandler records a handler of this configuration, for the operator
+// surface.
 func (a *App) addHandler(h *Handler) {
 	a.handlers = append(a.handlers, h)
-}
-
-// The handlers of the running configuration, for the admin API: a reload
-// starts the new configuration, which takes over, before it stops the old
-// one, which then leaves the new one's in place.
-var running atomic.Pointer[runningSources]
-
-// runningSources is the handlers of one running configuration.
-type runningSources struct {
-	app      *App
-	handlers []*Handler
-}
-
-// sourceHandlers returns the running handlers of a source, in the order of
-// the configuration.
-func sourceHandlers(source string) []*Handler {
-	rs := running.Load()
-	if rs == nil {
-		return nil
-	}
-	var out []*Handler
-	for _, h := range rs.handlers {
-		if h.Source == source {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-// runningSourceNames returns the sources of the running configuration,
-// sorted.
-func runningSourceNames() []string {
-	rs := running.Load()
-	if rs == nil {
-		return nil
-	}
-	var names []string
-	for _, h := range rs.handlers {
-		if !slices.Contains(names, h.Source) {
-			names = append(names, h.Source)
-		}
-	}
-	slices.Sort(names)
-	return names
 }
 
 // claimPresetSource records a preset whose name a handler took as its
@@ -239,3 +208,36 @@ var (
 	_ caddy.App         = (*App)(nil)
 	_ caddy.Provisioner = (*App)(nil)
 )
+
+// adminRoute is a handler as the operator surface sees it (admin.Route).
+type adminRoute struct{ h *Handler }
+
+func (r adminRoute) Source() string                    { return r.h.Source }
+func (r adminRoute) Store() store.Store                { return r.h.store.backend }
+func (r adminRoute) StoreModule() string               { return moduleName(r.h.store.backend) }
+func (r adminRoute) KeyPrefix() string                 { return r.h.keyPrefix }
+func (r adminRoute) TTL() time.Duration                { return time.Duration(r.h.TTL) }
+func (r adminRoute) Forwarder() *forward.Forwarder     { return r.h.fwd.later }
+func (r adminRoute) Reconciler() *reconcile.Reconciler { return r.h.reconciler }
+func (r adminRoute) Refusals() *archive.Archive {
+	if r.h.refusals == nil {
+		return nil
+	}
+	return r.h.refusals.list
+}
+func (r adminRoute) Inbox() *inbox.Inbox                         { return r.h.inbox }
+func (r adminRoute) Archive() *archive.Archive                   { return r.h.archive }
+func (r adminRoute) Results() map[string]int64                   { return r.h.metrics.results() }
+func (r adminRoute) Guards() bool                                { return r.h.guards() }
+func (r adminRoute) Guard(key string, info store.KeyInfo) string { return r.h.recordGuard(key, info) }
+
+func (r adminRoute) AllowLists() []any {
+	lists := r.h.edgeStatus()
+	out := make([]any, len(lists))
+	for i, l := range lists {
+		out[i] = l
+	}
+	return out
+}
+
+var _ admin.Route = adminRoute{}

@@ -17,6 +17,8 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // The archive (docs/archive.md): every delivery that passed verification
@@ -209,7 +211,7 @@ func jsonProbe(path []string) []byte {
 // redact.SecretHeaders and the header a token scheme reads its secret
 // from.
 func (h *Handler) secretHeaders() []string {
-	out := append([]string(nil), redact.SecretHeaders...)
+	out := append(append([]string(nil), redact.SecretHeaders...), h.forwardHeaders()...)
 	switch h.scheme() {
 	case "token", "jwt", "evolution", "gitlab", "asaas":
 		if h.Verify != nil && h.Verify.Header != "" {
@@ -226,9 +228,9 @@ func (h *Handler) secretHeaders() []string {
 // the key is stored anyway (a key taken from a header redacted by name, in
 // secretHeaders or a rule, is refused by the archive).
 func (h *Handler) redactor(rules []string) (*redact.Redactor, error) {
-	rules = append(slices.Clip(rules), providers[h.Provider].redact...)
+	rules = append(slices.Clip(rules), providers.Redactions(h.Provider)...)
 	if scheme := h.scheme(); scheme != h.Provider {
-		rules = append(rules, providers[scheme].redact...)
+		rules = append(rules, providers.Redactions(scheme)...)
 	}
 	rd, err := redact.New(rules, h.secretHeaders()...)
 	if err != nil {
@@ -270,7 +272,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 			Host:     r.Host,
 			Proto:    proto,
 			Remote:   remote,
-			Headers:  event.HeaderBlock(r.Header, event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
+			Headers:  event.HeaderBlock(rs.receivedHeader(), event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
 			Received: rs.start,
 		},
 		Result:   result,
@@ -278,7 +280,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		Duration: time.Since(rs.start),
 		BodyHash: rs.bodyHash,
 	}
-	if cfg.Bodies && result != resultReplayed {
+	if cfg.Bodies && result != results.Replayed {
 		body, changed, err := cfg.Redact.Body(rs.body.buf)
 		switch {
 		case errors.Is(err, redact.ErrNotStrictJSON):

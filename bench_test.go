@@ -23,9 +23,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
-	"go.uber.org/zap"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // Handler benchmarks: one reused request per benchmark so that only the
@@ -204,7 +206,7 @@ func memoryBenchHandler(signed bool, key ...string) func(b *testing.B) *Handler 
 	return func(b *testing.B) *Handler {
 		h := &Handler{Key: key, StoreRaw: json.RawMessage(benchMemoryStore)}
 		if signed {
-			h.Verify = &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}}
+			h.Verify = &providers.VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}}
 		}
 		return newBenchHandler(b, h)
 	}
@@ -281,7 +283,7 @@ func benchRedisSigned(b *testing.B, key ...string) {
 		return newBenchHandler(b, &Handler{
 			StoreRaw: json.RawMessage(store),
 			Key:      key,
-			Verify:   &VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}},
+			Verify:   &providers.VerifyConfig{Scheme: "github", Secrets: []string{benchSecret}},
 		})
 	})
 }

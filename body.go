@@ -146,13 +146,13 @@ func (rs *requestState) readBody() error {
 // for a body of its own, not for one Caddy wrapped.
 const unreadLinger = 500 * time.Millisecond
 
-// tooLarge answers a body over max_body, the rest of it (all of it, when
+// answerTooLarge answers a body over max_body, the rest of it (all of it, when
 // its length was announced over the limit) unread: over HTTP/1 the answer
 // goes out at once with `Connection: close`, so that the server neither
 // reads nor waits for the body before it answers, and never asks for it
 // with 100 Continue; then the connection lingers (unreadLinger) and closes
 // (docs/caddyfile.md, max_body).
-func (rs *requestState) tooLarge() error {
+func (rs *requestState) answerTooLarge() error {
 	r := rs.r
 	if r.ProtoMajor != 1 {
 		// HTTP/2 and 3 end the stream alone
@@ -206,6 +206,7 @@ func growBody(buf []byte, size int64) []byte {
 // a reader handed on is closed by whoever consumes it, and the buffer goes
 // back to the pool only once every such reader is closed.
 func (rs *requestState) handOn() {
+	rs.handOnForward()
 	pb := rs.body
 	if pb == nil || rs.handOnEvent() {
 		return
@@ -250,4 +251,36 @@ func (br *bodyReader) Close() error {
 		br.pb.open.Add(-1)
 	}
 	return nil
+}
+
+// content is what the key and body hash are taken from: the verified
+// content of a sealed delivery (Stone's event), else the raw body.
+func (rs *requestState) content() []byte {
+	if rs.event != nil {
+		return rs.event
+	}
+	return rs.body.buf
+}
+
+// forwarded is the body the next handler (or the inbox) gets: the opened
+// content with `decrypt`, else the raw body.
+func (rs *requestState) forwarded() []byte {
+	if rs.event != nil && rs.h.verification.Decrypt() {
+		return rs.event
+	}
+	return rs.body.buf
+}
+
+// handOnEvent gives the next handler the opened content as the body, when
+// `decrypt` asks for it, and reports whether it did.
+func (rs *requestState) handOnEvent() bool {
+	if rs.event == nil || !rs.h.verification.Decrypt() {
+		return false
+	}
+	event := rs.event
+	rs.r.Body = io.NopCloser(bytes.NewReader(event))
+	rs.r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(event)), nil }
+	rs.r.ContentLength = int64(len(event))
+	rs.r.TransferEncoding = nil
+	return true
 }

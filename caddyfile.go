@@ -14,6 +14,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 func init() {
@@ -136,7 +138,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			last = []string{name, d.Val()}
 			continue
 		}
-		if _, ok := providers[name]; ok && first {
+		if _, ok := providers.Lookup(name); ok && first {
 			h.Provider = name
 			continue
 		}
@@ -159,6 +161,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.StoreRaw, err = parseStore(d, false)
 		case "verify":
 			err = h.parseVerify(d, d.RemainingArgs(), false)
+		case "reconcile":
+			if h.Reconcile != nil {
+				return d.Err("reconcile given twice")
+			}
+			h.Reconcile = new(ReconcileConfig)
+			err = h.Reconcile.unmarshalCaddyfile(d)
+		case "forward":
+			if h.Forward != nil {
+				return d.Err("forward given twice")
+			}
+			h.Forward = new(ForwardConfig)
+			err = h.Forward.unmarshalCaddyfile(d)
 		case "inbox":
 			if h.Inbox != nil {
 				return d.Err("inbox given twice")
@@ -178,8 +192,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 		if (name == "inbox" || name == "store") && h.Inbox != nil && h.StoreRaw != nil {
-			if err := checkInboxStore(storeModuleName(h.StoreRaw)); err != nil {
-				return d.Errf("%v", err)
+			if s := storeModule(h.StoreRaw); s != nil {
+				if err := inbox.Supports(s); err != nil {
+					return d.Errf("%v", err)
+				}
 			}
 		}
 	}
@@ -195,12 +211,13 @@ var lineOptions = map[string]cfparse.Arity{
 	"max_response": cfparse.One, "methods": cfparse.Some, "fail": cfparse.One, "public_key": cfparse.Some,
 	"verify_token": cfparse.One, "handshake": cfparse.One, "private_key": cfparse.One, "jwks_url": cfparse.One,
 	"jwks_file": cfparse.One, "decrypt": cfparse.None, "replay_guard": cfparse.One,
+	"issuer": cfparse.Some, "audience": cfparse.Some, "claim": cfparse.Some,
 }
 
 // blockOptions are the subdirectives of the handler's block: the line
 // options, store, verify, inbox, archive, allow_ips and client_cert.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true}
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true, "reconcile": true}
 	for name := range lineOptions {
 		m[name] = true
 	}
@@ -263,11 +280,11 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 		}
 		h.Source = v
 	case "provider":
-		if _, ok := providers[v]; !ok {
+		if _, ok := providers.Lookup(v); !ok {
 			return fmt.Errorf("unknown provider '%s'", v)
 		}
 		h.Provider = v
-	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt":
+	case "secret", "public_key", "private_key", "jwks_url", "jwks_file", "decrypt", "issuer", "audience", "claim":
 		return h.setVerifyOption(name, v, args)
 	case "header":
 		if *keySet {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
@@ -62,7 +63,7 @@ func TestCaddyfileInboxParse(t *testing.T) {
 			}`,
 			want: Handler{
 				Provider: "stripe",
-				Verify:   &VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}},
+				Verify:   &providers.VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}},
 				StoreRaw: redisStore,
 				Inbox: &InboxConfig{
 					DeliverTo: "http://app:3000/webhooks/stripe",
@@ -328,9 +329,9 @@ func provisionedInboxConfig(t *testing.T, h *Handler) inbox.Config {
 	if err != nil {
 		t.Fatalf("resolving the inbox's configuration again: %v", err)
 	}
-	if h.inbox.Source() != h.Source || h.inbox.Respond() != ic.Respond {
+	if status, _, _ := h.inbox.Respond(); h.inbox.Source() != h.Source || status != ic.Respond {
 		t.Fatalf("inbox of source %q answers %d; the configuration says source %q, respond %d",
-			h.inbox.Source(), h.inbox.Respond(), h.Source, ic.Respond)
+			h.inbox.Source(), status, h.Source, ic.Respond)
 	}
 	return ic
 }
@@ -348,8 +349,8 @@ func TestInboxConfigDefaults(t *testing.T) {
 	if ic.DeliverTo != "http://127.0.0.1:9/hooks" {
 		t.Errorf("deliver_to = %q, want the placeholder resolved", ic.DeliverTo)
 	}
-	if ic.Respond != 202 || h.inbox.Respond() != 202 {
-		t.Errorf("respond = %d (the inbox answers %d), want 202", ic.Respond, h.inbox.Respond())
+	if status, body, _ := h.inbox.Respond(); ic.Respond != 202 || status != 202 || body != "" {
+		t.Errorf("respond = %d (the inbox answers %d %q), want 202", ic.Respond, status, body)
 	}
 	wantRetries := []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 12 * time.Hour}
 	if fmt.Sprint(ic.Retries) != fmt.Sprint(wantRetries) {

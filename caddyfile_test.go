@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 func dur(d time.Duration) caddy.Duration { return caddy.Duration(d) }
@@ -79,7 +81,7 @@ func TestCaddyfileParse(t *testing.T) {
 					jwks_url https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys
 				}
 			}`,
-			want: Handler{Provider: "stone", Verify: &VerifyConfig{
+			want: Handler{Provider: "stone", Verify: &providers.VerifyConfig{
 				PrivateKey: "{file./run/secrets/stone.pem}",
 				JWKSURL:    "https://sandbox-api.openbank.stone.com.br/api/v1/discovery/keys",
 				Decrypt:    true,
@@ -88,7 +90,7 @@ func TestCaddyfileParse(t *testing.T) {
 		{
 			name:  "evolution and asaas take a secret inline",
 			input: `webhook_idempotency asaas secret {env.ASAAS_TOKEN}`,
-			want:  Handler{Provider: "asaas", Verify: &VerifyConfig{Secrets: []string{"{env.ASAAS_TOKEN}"}}},
+			want:  Handler{Provider: "asaas", Verify: &providers.VerifyConfig{Secrets: []string{"{env.ASAAS_TOKEN}"}}},
 		},
 		{
 			name: "generic jwt",
@@ -101,7 +103,7 @@ func TestCaddyfileParse(t *testing.T) {
 					secret    {env.JWT_KEY}
 				}
 			}`,
-			want: Handler{Source: "internal", Verify: &VerifyConfig{Scheme: "jwt", Header: "X-Token", Prefix: "JWT ", Tolerance: dur(time.Minute), Secrets: []string{"{env.JWT_KEY}"}}},
+			want: Handler{Source: "internal", Verify: &providers.VerifyConfig{Scheme: "jwt", Header: "X-Token", Prefix: "JWT ", Tolerance: dur(time.Minute), Secrets: []string{"{env.JWT_KEY}"}}},
 		},
 		{
 			name:  "bare directive",
@@ -118,7 +120,7 @@ func TestCaddyfileParse(t *testing.T) {
 			input: `webhook_idempotency stripe {
 				secret {env.STRIPE_WEBHOOK_SECRET}
 			}`,
-			want: Handler{Provider: "stripe", Verify: &VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}}},
+			want: Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"{env.STRIPE_WEBHOOK_SECRET}"}}},
 		},
 		{
 			name:  "provider positional alone",
@@ -143,7 +145,7 @@ func TestCaddyfileParse(t *testing.T) {
 			name:  "every single-value option inline",
 			input: `webhook_idempotency source s provider slack secret a verify off key json:event_id ttl 1h lease 10s in_flight proceed cache_status 2xx mismatch reject max_body 512KB body_timeout 30s max_response 2048 methods post fail closed store memory`,
 			want: Handler{
-				Source: "s", Provider: "slack", Verify: &VerifyConfig{Scheme: "off", Secrets: []string{"a"}},
+				Source: "s", Provider: "slack", Verify: &providers.VerifyConfig{Scheme: "off", Secrets: []string{"a"}},
 				Key: []string{"json:event_id"}, TTL: dur(time.Hour), Lease: dur(10 * time.Second),
 				InFlight: "proceed", CacheStatus: []string{"2xx"}, Mismatch: "reject",
 				MaxBody: 512000, BodyTimeout: dur(30 * time.Second), MaxResponse: 2048, Methods: []string{"POST"}, Fail: "closed",
@@ -182,7 +184,7 @@ func TestCaddyfileParse(t *testing.T) {
 			}`,
 			want: Handler{
 				Source: "orders", Provider: "github",
-				Verify: &VerifyConfig{
+				Verify: &providers.VerifyConfig{
 					Scheme: "hmac", Secrets: []string{"s1", "s2", "s3"}, Header: "X-Signature",
 					Algorithm: "sha512", Encoding: "base64", Prefix: "sha512=",
 					Tolerance: dur(2 * time.Minute), URL: "https://example.com/hook",
@@ -205,32 +207,32 @@ func TestCaddyfileParse(t *testing.T) {
 		{
 			name:  "verify off inline after a preset",
 			input: `webhook_idempotency stripe verify off`,
-			want:  Handler{Provider: "stripe", Verify: &VerifyConfig{Scheme: "off"}},
+			want:  Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Scheme: "off"}},
 		},
 		{
 			name:  "verify off in the block",
 			input: "webhook_idempotency whatsapp {\n\tverify off\n}",
-			want:  Handler{Provider: "whatsapp", Verify: &VerifyConfig{Scheme: "off"}},
+			want:  Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Scheme: "off"}},
 		},
 		{
 			name:  "verify without a scheme keeps the preset's and sets its options",
 			input: "webhook_idempotency stripe {\n\tverify {\n\t\ttolerance 10m\n\t\tsecret {file./run/secrets/stripe}\n\t}\n}",
-			want:  Handler{Provider: "stripe", Verify: &VerifyConfig{Tolerance: dur(10 * time.Minute), Secrets: []string{"{file./run/secrets/stripe}"}}},
+			want:  Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Tolerance: dur(10 * time.Minute), Secrets: []string{"{file./run/secrets/stripe}"}}},
 		},
 		{
 			name:  "verify token with a header",
 			input: "webhook_idempotency source evo {\n\tverify token {\n\t\theader apikey\n\t\tsecret {env.EVO}\n\t}\n}",
-			want:  Handler{Source: "evo", Verify: &VerifyConfig{Scheme: "token", Header: "apikey", Secrets: []string{"{env.EVO}"}}},
+			want:  Handler{Source: "evo", Verify: &providers.VerifyConfig{Scheme: "token", Header: "apikey", Secrets: []string{"{env.EVO}"}}},
 		},
 		{
 			name:  "verify algorithms and hex encoding",
 			input: "webhook_idempotency {\n\tverify hmac {\n\t\talgorithm sha1\n\t\tencoding hex\n\t\turl {env.PUBLIC_URL}\n\t}\n}",
-			want:  Handler{Verify: &VerifyConfig{Scheme: "hmac", Algorithm: "sha1", Encoding: "hex", URL: "{env.PUBLIC_URL}"}},
+			want:  Handler{Verify: &providers.VerifyConfig{Scheme: "hmac", Algorithm: "sha1", Encoding: "hex", URL: "{env.PUBLIC_URL}"}},
 		},
 		{
 			name:  "secret rotation accumulates",
 			input: "webhook_idempotency stripe {\n\tsecret old\n\tsecret new newer\n}",
-			want:  Handler{Provider: "stripe", Verify: &VerifyConfig{Secrets: []string{"old", "new", "newer"}}},
+			want:  Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"old", "new", "newer"}}},
 		},
 		{
 			name:  "in_flight wait without timeout",
@@ -325,7 +327,7 @@ func TestCaddyfileParse(t *testing.T) {
 		{
 			name:  "quoted values",
 			input: "webhook_idempotency {\n\tsource \"my source\"\n\tverify hmac {\n\t\tprefix \"v1, \"\n\t}\n}",
-			want:  Handler{Source: "my source", Verify: &VerifyConfig{Scheme: "hmac", Prefix: "v1, "}},
+			want:  Handler{Source: "my source", Verify: &providers.VerifyConfig{Scheme: "hmac", Prefix: "v1, "}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantParsed(t, tc.input, &tc.want) })

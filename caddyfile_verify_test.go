@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 func TestCaddyfileParseKeysAndHandshakes(t *testing.T) {
@@ -20,22 +21,22 @@ func TestCaddyfileParseKeysAndHandshakes(t *testing.T) {
 		{
 			name:  "whatsapp verify_token and handshake inline",
 			input: `webhook_idempotency whatsapp verify_token {env.WA_VERIFY_TOKEN} handshake on secret {env.META_APP_SECRET}`,
-			want:  Handler{Provider: "whatsapp", VerifyToken: "{env.WA_VERIFY_TOKEN}", Handshake: "on", Verify: &VerifyConfig{Secrets: []string{"{env.META_APP_SECRET}"}}},
+			want:  Handler{Provider: "whatsapp", VerifyToken: "{env.WA_VERIFY_TOKEN}", Handshake: "on", Verify: &providers.VerifyConfig{Secrets: []string{"{env.META_APP_SECRET}"}}},
 		},
 		{
 			name:  "handshake off in the block",
 			input: "webhook_idempotency slack {\n\tsecret s\n\thandshake off\n}",
-			want:  Handler{Provider: "slack", Handshake: "off", Verify: &VerifyConfig{Secrets: []string{"s"}}},
+			want:  Handler{Provider: "slack", Handshake: "off", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}},
 		},
 		{
 			name:  "discord public key at the top of the block",
 			input: "webhook_idempotency discord {\n\tpublic_key " + edHex + " {file./run/keys/discord-next.pem}\n}",
-			want:  Handler{Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{edHex, "{file./run/keys/discord-next.pem}"}}},
+			want:  Handler{Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{edHex, "{file./run/keys/discord-next.pem}"}}},
 		},
 		{
 			name:  "svix mixing a secret and a public key",
 			input: "webhook_idempotency svix {\n\tsecret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n\tpublic_key " + whpk + "\n}",
-			want:  Handler{Provider: "svix", Verify: &VerifyConfig{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, PublicKeys: []string{whpk}}},
+			want:  Handler{Provider: "svix", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, PublicKeys: []string{whpk}}},
 		},
 		{
 			name: "verify rsa block",
@@ -49,12 +50,12 @@ func TestCaddyfileParseKeysAndHandshakes(t *testing.T) {
 					public_key {file./etc/keys/acme.pem}
 				}
 			}`,
-			want: Handler{Source: "acme", Verify: &VerifyConfig{Scheme: "rsa", Header: "X-Signature", Algorithm: "sha512", Padding: "pss", Encoding: "hex", PublicKeys: []string{"{file./etc/keys/acme.pem}"}}},
+			want: Handler{Source: "acme", Verify: &providers.VerifyConfig{Scheme: "rsa", Header: "X-Signature", Algorithm: "sha512", Padding: "pss", Encoding: "hex", PublicKeys: []string{"{file./etc/keys/acme.pem}"}}},
 		},
 		{
 			name:  "verify ed25519 block",
 			input: "webhook_idempotency {\n\tsource acme\n\tverify ed25519 {\n\t\theader X-Sig\n\t\tencoding base64\n\t\tpublic_key " + edHex + "\n\t}\n}",
-			want:  Handler{Source: "acme", Verify: &VerifyConfig{Scheme: "ed25519", Header: "X-Sig", Encoding: "base64", PublicKeys: []string{edHex}}},
+			want:  Handler{Source: "acme", Verify: &providers.VerifyConfig{Scheme: "ed25519", Header: "X-Sig", Encoding: "base64", PublicKeys: []string{edHex}}},
 		},
 		{
 			name:  "woovi without a key",
@@ -64,7 +65,7 @@ func TestCaddyfileParseKeysAndHandshakes(t *testing.T) {
 		{
 			name:  "hubspot with its url",
 			input: "webhook_idempotency hubspot {\n\tverify {\n\t\tsecret {env.HUBSPOT_CLIENT_SECRET}\n\t\turl https://hooks.example.com/hubspot\n\t}\n}",
-			want:  Handler{Provider: "hubspot", Verify: &VerifyConfig{Secrets: []string{"{env.HUBSPOT_CLIENT_SECRET}"}, URL: "https://hooks.example.com/hubspot"}},
+			want:  Handler{Provider: "hubspot", Verify: &providers.VerifyConfig{Secrets: []string{"{env.HUBSPOT_CLIENT_SECRET}"}, URL: "https://hooks.example.com/hubspot"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -137,12 +138,12 @@ func TestClientCertOnTheRequestPath(t *testing.T) {
 	h := newTestHandler(t, &Handler{Source: "certs", ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}})
 	var calls atomic.Int64
 	r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
-	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 403 || s.result != resultForbidden || s.w.Body.String() != `{"error":"client certificate required"}` {
+	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 403 || s.result != results.Forbidden || s.w.Body.String() != `{"error":"client certificate required"}` {
 		t.Fatalf("without TLS: %d %s %q", s.w.Code, s.w.Body, s.result)
 	}
 	r = httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
 	r.TLS = chainState(leaf, ca)
-	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 200 || s.result != resultNew {
+	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 200 || s.result != results.New {
 		t.Fatalf("with the certificate: %d %s %q", s.w.Code, s.w.Body, s.result)
 	}
 	if calls.Load() != 1 {

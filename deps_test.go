@@ -18,7 +18,7 @@ import (
 func TestDependencyPolicy(t *testing.T) {
 	const mod = "github.com/webhookguard/caddy-webhook-idempotency"
 	leaves := []string{"internal/cfparse", "internal/event", "internal/ipset", "internal/metrics", "internal/query",
-		"internal/record", "internal/redact", "internal/usage"}
+		"internal/record", "internal/redact", "internal/results", "internal/usage"}
 	backends := []string{"store/filestore", "store/memstore", "store/redisstore"}
 	// allowed lists, per package (a path pattern), the module's packages it
 	// may import; every package of the module must match a rule.
@@ -36,14 +36,21 @@ func TestDependencyPolicy(t *testing.T) {
 		{"internal/metrics", nil, "a leaf"},
 		{"internal/record", nil, "a leaf"},
 		{"internal/redact", nil, "a leaf"},
+		{"internal/results", nil, "a leaf"},
 		{"internal/event", []string{"internal/redact"}, "stored events"},
 		{"store/storetest", []string{"store", "internal/record"}, "the contract suite"},
 		{"store/*", append([]string{"store"}, leaves...), "a backend needs the contract and leaves, never another backend or a subsystem"},
-		{"internal/inbox", append(append([]string{"store"}, leaves...), backends...), "a subsystem: the contract, leaves, and the backends' seams"},
+		{"internal/inbox", append(append([]string{"store", "internal/forward"}, leaves...), backends...), "a subsystem: the contract, leaves, the backends' seams, and the handoff"},
 		{"internal/archive", append(append([]string{"store"}, leaves...), backends...), "a subsystem: the contract, leaves, and the backends' seams"},
 		{"internal/testkit", nil, "the harness"},
 		{"internal/sigtest", []string{"signature"}, "signature test cases"},
-		{"", append(append([]string{"store", "signature", "internal/inbox", "internal/archive"}, leaves...), backends...), "the root: everything below it"},
+		{"internal/keyset", []string{"signature"}, "key sets fetched and shared, for the schemes that need one"},
+		{"internal/forward", []string{"signature", "internal/cfparse"}, "the handoff to the application: a signature kept, re-signed, replaced or removed"},
+		{"internal/reconcile", append([]string{"store"}, leaves...), "a subsystem: the contract and leaves; the root hands it the inbox, its key rule and its signer"},
+		{"providers", []string{"signature", "internal/cfparse", "internal/keyset", "internal/query"}, "the presets: declarations over the schemes, knowing no store nor subsystem"},
+		{"internal/admin", append(append([]string{"store", "signature", "providers", "internal/inbox", "internal/archive", "internal/forward", "internal/reconcile"}, leaves...), backends...),
+			"the operator surface: the running routes through the view the root publishes, never the root"},
+		{"", append(append([]string{"store", "signature", "providers", "internal/inbox", "internal/archive", "internal/admin", "internal/forward", "internal/reconcile"}, leaves...), backends...), "the root: everything below it"},
 		{"cmd/*", []string{""}, "a Caddy with the module"},
 		{"e2e/*", nil, "black-box tests: the root by a blank import (test files)"},
 		{"e2e", nil, "black-box tests"},

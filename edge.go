@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -22,9 +24,9 @@ import (
 // request that fails either is answered 403 (result `forbidden`) with
 // nothing stored.
 
-// edgeGuard is a route's allow_ips and client_cert at run time; nil when
+// edgeChecks is a route's allow_ips and client_cert at run time; nil when
 // it has neither.
-type edgeGuard struct {
+type edgeChecks struct {
 	ips    *allowIPs        // nil: every address
 	cert   *clientCertCheck // nil: no certificate needed
 	warned atomic.Int64     // when the last refusal of a signed-looking request was logged (unix ns)
@@ -42,15 +44,30 @@ const (
 // provisionEdge builds the route's edge checks and applies its preset's
 // rules for them (efi.go).
 func (h *Handler) provisionEdge() error {
-	if rule := providers[h.Provider].edge; rule != nil {
-		if err := rule(h); err != nil {
+	if p, ok := providers.Lookup(h.Provider); ok && p.Edge != nil {
+		e := providers.EdgeConfig{
+			ClientCert: h.ClientCert != nil,
+			VerifyOff:  h.Verify != nil && h.Verify.Scheme == "off",
+			AllowIPs:   h.AllowIPs != nil,
+		}
+		if h.ClientCert != nil {
+			e.ClientCertCAs = len(h.ClientCert.CA)
+		}
+		if h.Verify != nil {
+			e.Secrets = len(h.Verify.Secrets)
+		}
+		warning, err := p.Edge(e)
+		if err != nil {
 			return err
+		}
+		if warning != "" {
+			h.logger.Warn(warning)
 		}
 	}
 	if h.AllowIPs == nil && h.ClientCert == nil {
 		return nil
 	}
-	g := &edgeGuard{}
+	g := &edgeChecks{}
 	if h.ClientCert != nil {
 		c, err := newClientCertCheck(h.ClientCert)
 		if err != nil {
@@ -91,7 +108,8 @@ func (rs *requestState) edgeRefused() (bool, error) {
 			rs.warnIfSigned(addr)
 			return true, rs.forbidden(msgAddressRefused, addr)
 		case addrUnavailable:
-			rs.setResult(resultUnavailable)
+			rs.setResult(results.Unavailable)
+			rs.refused(http.StatusServiceUnavailable, msgAllowListMissing)
 			return true, writeError(rs.w, http.StatusServiceUnavailable, msgAllowListMissing, allowListRetryAfter)
 		}
 	}
@@ -105,7 +123,8 @@ func (rs *requestState) edgeRefused() (bool, error) {
 
 // forbidden answers a refused request: 403, result forbidden.
 func (rs *requestState) forbidden(reason string, addr netip.Addr) error {
-	rs.setResult(resultForbidden)
+	rs.setResult(results.Forbidden)
+	rs.refused(http.StatusForbidden, reason)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused request"); ce != nil {
 		ce.Write(zap.String("reason", reason), zap.Stringer("client_ip", addr))
 	}
@@ -196,7 +215,7 @@ func trustedProxy(r *http.Request, srv *caddyhttp.Server, addr netip.Addr) bool 
 // the signature is only looked at, not verified. At most one such line is
 // written every ten seconds, with the number left out since.
 func (rs *requestState) warnIfSigned(addr netip.Addr) {
-	v := rs.h.verifier
+	v := rs.h.verification
 	if v == nil {
 		return
 	}

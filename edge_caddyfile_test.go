@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 func TestCaddyfileAllowIPsAndClientCert(t *testing.T) {
@@ -14,7 +16,7 @@ func TestCaddyfileAllowIPsAndClientCert(t *testing.T) {
 	allow_ips url https://ips.example.com/list.txt file /etc/caddy/ips.txt 2001:db8::1 {
 		refresh 15m
 	}
-}`, &Handler{Provider: "github", Verify: &VerifyConfig{Secrets: []string{"s"}}, AllowIPs: &AllowIPsConfig{
+}`, &Handler{Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, AllowIPs: &AllowIPsConfig{
 		Providers: []string{"github"},
 		Ranges:    []string{"10.0.0.0/8", "2001:db8::1"},
 		URLs:      []string{"https://ips.example.com/list.txt"},

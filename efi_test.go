@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // efiPix is a Pix received callback as Efí documents it
@@ -29,12 +31,12 @@ func TestEfiPresetNeedsItsCertificateOrTheFallback(t *testing.T) {
 	}{
 		{"nothing", Handler{Provider: "efi"}, "the efi preset needs client_cert { ca <Efí's CA chain from https://certificados.efipay.com.br/webhooks/certificate-chain-prod.crt> }"},
 		{"a certificate without ca", Handler{Provider: "efi", ClientCert: &ClientCertConfig{}}, "the efi preset needs client_cert's ca"},
-		{"the token alone", Handler{Provider: "efi", Verify: &VerifyConfig{Secrets: []string{"tok"}}}, "both a secret, the token of the URL's hmac parameter, and allow_ips"},
+		{"the token alone", Handler{Provider: "efi", Verify: &providers.VerifyConfig{Secrets: []string{"tok"}}}, "both a secret, the token of the URL's hmac parameter, and allow_ips"},
 		{"the addresses alone", Handler{Provider: "efi", AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}}, "both a secret"},
-		{"verify off", Handler{Provider: "efi", Verify: &VerifyConfig{Scheme: "off"}, AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}}, "`verify off` leaves it with neither"},
+		{"verify off", Handler{Provider: "efi", Verify: &providers.VerifyConfig{Scheme: "off"}, AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}}, "`verify off` leaves it with neither"},
 		{"mutual TLS", Handler{Provider: "efi", ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}}, ""},
-		{"mutual TLS and the token", Handler{Provider: "efi", Verify: &VerifyConfig{Secrets: []string{"tok"}}, ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}}, ""},
-		{"the fallback", Handler{Provider: "efi", Verify: &VerifyConfig{Secrets: []string{"tok"}}, AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}}, ""},
+		{"mutual TLS and the token", Handler{Provider: "efi", Verify: &providers.VerifyConfig{Secrets: []string{"tok"}}, ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}}, ""},
+		{"the fallback", Handler{Provider: "efi", Verify: &providers.VerifyConfig{Secrets: []string{"tok"}}, AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}}, ""},
 	} {
 		ctx, cancel := testkit.NewContext(t)
 		h := tc.h
@@ -56,10 +58,10 @@ func TestEfiPresetNeedsItsCertificateOrTheFallback(t *testing.T) {
 func TestEfiPresetDefaults(t *testing.T) {
 	ca := testkit.NewCA(t, "Efí test root")
 	h := newTestHandler(t, &Handler{Provider: "efi", ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}})
-	if h.Source != "efi" || strings.Join(h.Key, " ") != "body" || time.Duration(h.TTL) != 4*day {
+	if h.Source != "efi" || strings.Join(h.Key, " ") != "body" || time.Duration(h.TTL) != 4*24*time.Hour {
 		t.Fatalf("source %q key %v ttl %s", h.Source, h.Key, time.Duration(h.TTL))
 	}
-	if h.verifier != nil {
+	if h.verification != nil {
 		t.Fatal("without a secret, the certificate is the only check: no verifier")
 	}
 	leaf := ca.Client(t, pkix.Name{CommonName: "efi"}).Leaf
@@ -76,7 +78,7 @@ func TestEfiPresetDefaults(t *testing.T) {
 		t.Fatalf("the probe: %d", s.w.Code)
 	}
 	first, again, refund := post(efiPix, true), post(efiPix, true), post(efiRefund, true)
-	if first.w.Code != 200 || first.result != resultNew || again.result != resultReplayed || refund.result != resultNew {
+	if first.w.Code != 200 || first.result != results.New || again.result != results.Replayed || refund.result != results.New {
 		t.Fatalf("pix %d %q, again %q, refund %q", first.w.Code, first.result, again.result, refund.result)
 	}
 	if calls.Load() != 2 {
@@ -88,7 +90,7 @@ func TestEfiPresetDefaults(t *testing.T) {
 // address and the token in its URL's hmac parameter.
 func TestEfiFallbackToken(t *testing.T) {
 	t.Setenv("EFI_TEST_HMAC", "xyz-registered-with-the-url")
-	h := newTestHandler(t, &Handler{Provider: "efi", Source: "efi-fallback", Verify: &VerifyConfig{Secrets: []string{"{env.EFI_TEST_HMAC}"}},
+	h := newTestHandler(t, &Handler{Provider: "efi", Source: "efi-fallback", Verify: &providers.VerifyConfig{Secrets: []string{"{env.EFI_TEST_HMAC}"}},
 		AllowIPs: &AllowIPsConfig{Ranges: []string{"34.193.116.226"}}})
 	var calls atomic.Int64
 	for _, tc := range []struct {

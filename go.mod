@@ -17,6 +17,7 @@ require github.com/bwmarrin/discordgo v0.28.1
 require (
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/sendgrid/sendgrid-go v3.16.1+incompatible
 )
 
 require (

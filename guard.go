@@ -6,7 +6,9 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -45,14 +47,14 @@ const (
 	guardOff
 )
 
-var guardModes = keywords[guardMode]{{"flag", guardFlag}, {"reject", guardReject}, {"off", guardOff}}
+var guardModes = cfparse.Keywords[guardMode]{{Word: "flag", Value: guardFlag}, {Word: "reject", Value: guardReject}, {Word: "off", Value: guardOff}}
 
 // parseReplayGuard parses `replay_guard flag | reject | off` ("" is flag).
 func parseReplayGuard(v string) (guardMode, error) {
 	if v == "" {
 		return guardFlag, nil
 	}
-	return guardModes.parse("replay_guard", v)
+	return guardModes.Parse("replay_guard", v)
 }
 
 // notePrefix starts the value of a note's key (see sanitizeKeyValue).
@@ -63,23 +65,12 @@ const notePrefix = "seen-sha256:"
 // that sign no body (a shared token) mark none: a replay of their bytes
 // proves nothing a forgery would not.
 func (h *Handler) markUnsignedKeys() {
-	if h.verifier == nil {
+	if h.verification == nil {
 		return
 	}
-	scheme := h.scheme()
-	var signed []string
-	switch scheme {
-	case "hmac", "ed25519", "rsa":
-		// generic schemes over the body alone
-	case "token", "jwt":
-		// a shared token, or a JWT over claims alone
+	signed, bodySigned := providers.SignedKeys(h.scheme())
+	if !bodySigned {
 		return
-	default:
-		p := providers[scheme]
-		if p.bodyUnsigned {
-			return
-		}
-		signed = p.signed
 	}
 	for i := range h.keys {
 		ks := &h.keys[i]
@@ -102,9 +93,30 @@ func signsKey(signed []string, ks keySource) bool {
 	return false
 }
 
+// nonceGuard makes the delivery's nonce (the preset's Nonce: a value the
+// provider uses once, such as Mailgun's token) its guard, claimed with the
+// key all or none: a delivery whose nonce was seen within ttl under
+// another key is answered as a duplicate of the first.
+func (rs *requestState) nonceGuard() error {
+	v, from, err := resolveKey([]keySource{*rs.h.nonce}, rs.r, rs.content(), &rs.bodyHash)
+	if err != nil || from.kind == keyBody {
+		// no nonce (resolveKey falls back to the body)
+		return err
+	}
+	sum := sha256.Sum256([]byte(v))
+	rs.claim.Guard, rs.claim.Noted = rs.h.guardKey(noncePrefix, &sum), false
+	return nil
+}
+
+// noncePrefix starts the value of a nonce's guard.
+const noncePrefix = "nonce-sha256:"
+
 // guards reports whether the handler claims any key with a guard
 // (`replay_guard reject`).
 func (h *Handler) guards() bool {
+	if h.nonce != nil {
+		return true
+	}
 	if h.guardMode != guardReject {
 		return false
 	}

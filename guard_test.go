@@ -3,6 +3,8 @@ package webhookidempotency
 import (
 	"net/http"
 	"testing"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // acceptAll is a verifier for tests of what a signature covers.
@@ -19,26 +21,26 @@ func TestMarkUnsignedKeys(t *testing.T) {
 		keys     []string
 		unsigned []bool
 	}{
-		{"github", providers["github"].defaultKey, []bool{true, false}},
-		{"shopify", providers["shopify"].defaultKey, []bool{true, true, true, false}},
-		{"twilio", providers["twilio"].defaultKey, []bool{true, false}},
+		{"github", presetKey("github"), []bool{true, false}},
+		{"shopify", presetKey("shopify"), []bool{true, true, true, false}},
+		{"twilio", presetKey("twilio"), []bool{true, false}},
 		{"twilio", []string{"query:CallSid", "body"}, []bool{false, false}},
 		{"square", []string{"query:id", "header:X-Id"}, []bool{false, true}},
-		{"standard", providers["standard"].defaultKey, []bool{false, false}},
-		{"svix", providers["svix"].defaultKey, []bool{false, false}},
-		{"stripe", providers["stripe"].defaultKey, []bool{false, false}},
+		{"standard", presetKey("standard"), []bool{false, false}},
+		{"svix", presetKey("svix"), []bool{false, false}},
+		{"stripe", presetKey("stripe"), []bool{false, false}},
 		{"stripe", []string{"header:Idempotency-Key", "json:id"}, []bool{true, false}},
-		{"whatsapp", providers["whatsapp"].defaultKey, []bool{false}},
-		{"mercadopago", providers["mercadopago"].defaultKey, []bool{false, false}},
-		{"gitlab", providers["gitlab"].defaultKey, []bool{false, false}},
-		{"stone", providers["stone"].defaultKey, []bool{true, false}},
+		{"whatsapp", presetKey("whatsapp"), []bool{false}},
+		{"mercadopago", presetKey("mercadopago"), []bool{false, false}},
+		{"gitlab", presetKey("gitlab"), []bool{false, false}},
+		{"stone", presetKey("stone"), []bool{true, false}},
 		{"evolution", []string{"header:X-Id", "body"}, []bool{false, false}},
 		{"asaas", []string{"header:X-Id", "json:id", "body"}, []bool{false, false, false}},
-		{"twitch", providers["twitch"].defaultKey, []bool{false, false}},
+		{"twitch", presetKey("twitch"), []bool{false, false}},
 		{"twitch", []string{"header:X-Id", "body"}, []bool{true, false}},
 		{"hubspot", []string{"query:objectId", "header:X-Id", "body"}, []bool{false, true, false}},
-		{"linear", providers["linear"].defaultKey, []bool{true, false}},
-		{"razorpay", providers["razorpay"].defaultKey, []bool{true, false}},
+		{"linear", presetKey("linear"), []bool{true, false}},
+		{"razorpay", presetKey("razorpay"), []bool{true, false}},
 		{"discord", []string{"header:X-Id", "json:id"}, []bool{true, false}},
 		{"jwt", []string{"header:X-Id", "body"}, []bool{false, false}},
 		{"ed25519", []string{"header:X-Id", "body"}, []bool{true, false}},
@@ -50,7 +52,7 @@ func TestMarkUnsignedKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := &Handler{Verify: &VerifyConfig{Scheme: tc.scheme}, keys: keys, verifier: acceptAll{}}
+		h := &Handler{Verify: &providers.VerifyConfig{Scheme: tc.scheme}, keys: keys, verification: &providers.Verification{Verifier: acceptAll{}}}
 		h.markUnsignedKeys()
 		if len(tc.unsigned) != len(h.keys) {
 			t.Fatalf("%s: %d expectations for %d key sources", tc.scheme, len(tc.unsigned), len(h.keys))
@@ -68,4 +70,10 @@ func TestMarkUnsignedKeys(t *testing.T) {
 	if h.keys[0].unsigned {
 		t.Error("a handler that verifies nothing guards its header key")
 	}
+}
+
+// presetKey is a preset's default key chain.
+func presetKey(name string) []string {
+	p, _ := providers.Lookup(name)
+	return p.DefaultKey
 }

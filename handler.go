@@ -22,7 +22,8 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
-	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
 
@@ -36,18 +37,16 @@ type Handler struct {
 	// (the preset's name).
 	Source string `json:"source,omitempty"`
 
-	// A provider preset (see docs/providers.md): `stripe`, `github`,
-	// `shopify`, `slack`, `standard`, `svix`, `whatsapp`, `ifood`,
-	// `mercadopago`, `pagbank`, `paddle`, `twilio`, `square`, `gitlab`,
-	// `stone`, `evolution`, `asaas`, `discord`, `twitch`, `zoom`, `linear`,
-	// `razorpay`, `woovi`, `hubspot` or `efi`. It sets the source, the
-	// verification scheme and the default key, and for some providers the
-	// default ttl and in_flight mode. Default: none.
+	// A provider preset, by name (`stripe`, `github`, …; docs/providers.md
+	// lists every preset, and package providers declares them). It sets
+	// the source, the verification scheme and the default key, and for
+	// some providers the default ttl, max_body and in_flight mode.
+	// Default: none.
 	Provider string `json:"provider,omitempty"`
 
 	// Signature verification. Default: the provider's scheme, or none
 	// without a provider.
-	Verify *VerifyConfig `json:"verify,omitempty"`
+	Verify *providers.VerifyConfig `json:"verify,omitempty"`
 
 	// The token of Meta's subscription check for the `whatsapp` preset:
 	// `GET ?hub.mode=subscribe&hub.verify_token=<token>&hub.challenge=<c>`
@@ -157,35 +156,49 @@ type Handler struct {
 	// required by the `efi` preset unless it takes Efí's fallback).
 	ClientCert *ClientCertConfig `json:"client_cert,omitempty"`
 
+	// What the application receives of each delivery's signature (kept,
+	// re-signed, signed by the edge or stripped), and headers added to
+	// every request to it (docs/inbox.md: What the application receives).
+	// Default: the signature re-signed for inbox deliveries and
+	// redeliveries where the scheme allows it, else kept; kept for the
+	// next handler.
+	Forward *ForwardConfig `json:"forward,omitempty"`
+
+	// Reconciliation (docs/reconcile.md): with the `stripe` or `github`
+	// preset, what the provider failed to deliver is recovered on a
+	// schedule through the route's dedup. Default: off.
+	Reconcile *ReconcileConfig `json:"reconcile,omitempty"`
+
 	// The archive (docs/archive.md): every delivery that passed
 	// verification and got a key is kept for audit and reprocessing, with
 	// the answer's status and the handling time, on the handler's store.
 	// Default: off.
 	Archive *ArchiveConfig `json:"archive,omitempty"`
 
-	store       *meteredStore
-	archive     *archive.Archive
-	inbox       *inbox.Inbox
-	ownedStore  *filestore.Store // the default store, when this handler provisioned it
-	verifier    signature.Verifier
-	opener      signature.Opener // a verifier whose content is sealed (stone)
-	decrypt     bool             // hand the opened content on (stone's decrypt)
-	stoneKeys   *stoneKeySet     // held from stoneKeySets until Cleanup
-	handshake   *handshakeState  // nil: none answered
-	edge        *edgeGuard       // allow_ips and client_cert; nil: neither (edge.go)
-	keys        []keySource
-	keyPrefix   string // "<key_prefix>:<source>:"
-	methods     []string
-	cacheable   statusSet
-	inFlight    inFlightMode
-	guardMode   guardMode
-	failClosed  bool
-	rejectDiffs bool
-	logger      *zap.Logger // carries the source
-	metrics     *handlerMetrics
-	sourceValue any           // Source, boxed once for the replacer
-	bodyWait    *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
-	bodyBudget  int64         // the process's body budget, the app's; 0 for none (body.go)
+	store        *meteredStore
+	archive      *archive.Archive
+	inbox        *inbox.Inbox
+	refusals     *refusals // the list of refused requests (refusals.go)
+	reconciler   *reconcile.Reconciler
+	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
+	verification *providers.Verification   // nil: nothing verified
+	fwd          forwarders                // the handoffs to the application (forward.go)
+	handshake    *providers.HandshakeState // nil: none answered
+	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
+	keys         []keySource
+	nonce        *keySource // the preset's nonce, claimed as the guard (guard.go)
+	keyPrefix    string     // "<key_prefix>:<source>:"
+	methods      []string
+	cacheable    statusSet
+	inFlight     inFlightMode
+	guardMode    guardMode
+	failClosed   bool
+	rejectDiffs  bool
+	logger       *zap.Logger // carries the source
+	metrics      *handlerMetrics
+	sourceValue  any           // Source, boxed once for the replacer
+	bodyWait     *atomic.Int64 // body_timeout bounded by the server's read timeout, once known (body.go)
+	bodyBudget   int64         // the process's body budget, the app's; 0 for none (body.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -204,7 +217,6 @@ const (
 	defaultMaxBody     = 5 << 20
 	defaultBodyTimeout = 10 * time.Second
 	defaultMaxResponse = 1 << 20
-	defaultKeyPrefix   = "idem"
 )
 
 var (
@@ -235,6 +247,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
+	if err := h.provisionForward(); err != nil {
+		return err
+	}
 	if err := h.provisionEdge(); err != nil {
 		return err
 	}
@@ -254,6 +269,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(ctx, app); err != nil {
 		return err
 	}
+	if h.refusals, err = h.newRefusals(); err != nil {
+		return err
+	}
 	if h.Archive != nil {
 		if h.archive, err = h.newArchive(); err != nil {
 			return err
@@ -268,6 +286,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
+	if h.Reconcile != nil {
+		if h.reconciler, err = h.newReconciler(); err != nil {
+			return err
+		}
+		app.reconcilers = append(app.reconcilers, h.reconciler)
+	}
 	app.addHandler(h)
 	return nil
 }
@@ -276,7 +300,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // reports whether the source came from the preset.
 func (h *Handler) applyPreset() (presetSource bool, err error) {
 	if h.Provider != "" {
-		p, ok := providers[h.Provider]
+		p, ok := providers.Lookup(h.Provider)
 		if !ok {
 			return false, fmt.Errorf("unknown provider %q", h.Provider)
 		}
@@ -285,23 +309,19 @@ func (h *Handler) applyPreset() (presetSource bool, err error) {
 			presetSource = true
 		}
 		if len(h.Key) == 0 {
-			h.Key = p.defaultKey
+			h.Key = p.DefaultKey
 		}
-		if h.TTL == 0 && p.ttl > 0 {
-			h.TTL = caddy.Duration(p.ttl)
+		if h.TTL == 0 && p.TTL > 0 {
+			h.TTL = caddy.Duration(p.TTL)
 		}
 		if h.InFlight == "" {
-			h.InFlight = p.inFlight
+			h.InFlight = p.InFlight
 		}
 	}
 	if h.MaxBody == 0 {
 		// the default of the scheme that verifies (a preset's, or the
 		// verify scheme of that name)
-		scheme := h.Provider
-		if h.Verify != nil && h.Verify.Scheme != "" {
-			scheme = h.Verify.Scheme
-		}
-		h.MaxBody = providers[scheme].maxBody
+		h.MaxBody = providers.MaxBody(h.scheme())
 	}
 	if h.Source == "" {
 		return false, errors.New("source is required (or a provider preset that supplies it)")
@@ -369,6 +389,13 @@ func (h *Handler) provisionOptions() error {
 	if h.keys, err = parseKeySources(h.Key); err != nil {
 		return err
 	}
+	if p, ok := providers.Lookup(h.Provider); ok && p.Nonce != "" {
+		ks, err := parseKeySource(p.Nonce)
+		if err != nil {
+			return fmt.Errorf("the %s preset's nonce: %v", h.Provider, err)
+		}
+		h.nonce = &ks
+	}
 	h.cacheable, err = parseStatusSet(h.CacheStatus)
 	return err
 }
@@ -394,11 +421,15 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.Stop()
 	}
-	h.releaseStoneKeys()
+	if h.reconciler != nil {
+		h.reconciler.Stop()
+	}
+	h.verification.Release()
 	h.releaseEdge()
 	if h.archive != nil {
 		h.archive.Stop()
 	}
+	h.refusals.stop()
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -444,7 +475,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rs.trackStatus()
 		defer rs.archive()
 	}
-	res, err := rs.claim()
+	res, err := rs.claimKey()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)
 	}

@@ -14,8 +14,11 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -85,14 +88,14 @@ func TestHandlerNextErrorReleasesTheKey(t *testing.T) {
 		t.Fatalf("error = %v, want the next handler's 502 passed up", got.err)
 	}
 	got = serve(h, "k1", "{}", countingNext(&calls))
-	if got.err != nil || got.w.Code != http.StatusOK || got.result != resultNew {
+	if got.err != nil || got.w.Code != http.StatusOK || got.result != results.New {
 		t.Fatalf("retry: %d %v %q, want a new 200", got.w.Code, got.err, got.result)
 	}
 	if calls.Load() != 2 {
 		t.Fatalf("next called %d times, want 2 (the retry must be processed)", calls.Load())
 	}
 	got = serve(h, "k1", "{}", countingNext(&calls))
-	if got.result != resultReplayed || got.w.Body.String() != "call 2" || calls.Load() != 2 {
+	if got.result != results.Replayed || got.w.Body.String() != "call 2" || calls.Load() != 2 {
 		t.Fatalf("third: %q %q, calls %d; want a replay of the retry", got.result, got.w.Body.String(), calls.Load())
 	}
 }
@@ -108,7 +111,7 @@ func TestHandlerErrorAfterHeadersReleasesTheKey(t *testing.T) {
 	}
 	serve(h, "k1", "{}", partial)
 	got := serve(h, "k1", "{}", countingNext(&calls))
-	if got.result != resultNew || calls.Load() != 2 {
+	if got.result != results.New || calls.Load() != 2 {
 		t.Fatalf("retry: %q, calls %d; a response cut short must not be recorded", got.result, calls.Load())
 	}
 }
@@ -134,11 +137,11 @@ func TestHandlerClientGoneReleasesTheKey(t *testing.T) {
 				}
 				return nil
 			})
-			if got.result != resultNew {
+			if got.result != results.New {
 				t.Fatalf("first: result %q", got.result)
 			}
 			got = serve(h, "k1", "{}", countingNext(&calls))
-			if got.result != resultNew || calls.Load() != 2 {
+			if got.result != results.New || calls.Load() != 2 {
 				t.Fatalf("retry: %q, calls %d; want it processed", got.result, calls.Load())
 			}
 		})
@@ -162,7 +165,7 @@ func TestHandlerPanicReleasesTheKey(t *testing.T) {
 	// net/http recovers a handler's panic and drops the connection: the key
 	// must be released then, not kept in flight (and renewed) forever
 	got := serve(h, "k1", "{}", countingNext(&calls))
-	if got.result != resultNew || calls.Load() != 2 {
+	if got.result != results.New || calls.Load() != 2 {
 		t.Fatalf("retry after a panic: %q %d, calls %d; want it processed", got.result, got.w.Code, calls.Load())
 	}
 }
@@ -180,7 +183,7 @@ func TestHandlerNothingWrittenIsRecordedAs200(t *testing.T) {
 		t.Fatalf("first: %d %v", got.w.Code, got.err)
 	}
 	got = serve(h, "k1", "{}", silent)
-	if got.result != resultReplayed || got.w.Code != http.StatusOK || got.w.Body.Len() != 0 {
+	if got.result != results.Replayed || got.w.Code != http.StatusOK || got.w.Body.Len() != 0 {
 		t.Fatalf("replay: %q %d %q, want an empty 200", got.result, got.w.Code, got.w.Body.String())
 	}
 	if got.w.Header().Get("X-Silent") != "yes" || got.w.Header().Get(record.ReplayedHeader) != "true" {
@@ -292,7 +295,7 @@ func TestHandlerBodyHandedOnIntact(t *testing.T) {
 		if got.err != nil || calls.Load() != 1 {
 			t.Fatalf("chunked=%v: %v, calls %d", chunked, got.err, calls.Load())
 		}
-		if got.result != resultNew {
+		if got.result != results.New {
 			t.Fatalf("chunked=%v: result %q", chunked, got.result)
 		}
 	}
@@ -312,7 +315,7 @@ func TestHandlerBodyOverMaxBody(t *testing.T) {
 			r.ContentLength = -1
 		}
 		got := serveReq(h, r, countingNext(&calls))
-		if got.w.Code != http.StatusRequestEntityTooLarge || got.result != resultTooLarge {
+		if got.w.Code != http.StatusRequestEntityTooLarge || got.result != results.TooLarge {
 			t.Fatalf("chunked=%v: %d %q, want 413 too_large", chunked, got.w.Code, got.result)
 		}
 	}
@@ -321,7 +324,7 @@ func TestHandlerBodyOverMaxBody(t *testing.T) {
 	}
 	// exactly max_body is accepted, and the key was never claimed
 	got := serve(h, "k1", strings.Repeat("x", 100), countingNext(&calls))
-	if got.result != resultNew || calls.Load() != 1 {
+	if got.result != results.New || calls.Load() != 1 {
 		t.Fatalf("a body of max_body: %q, calls %d", got.result, calls.Load())
 	}
 }
@@ -342,7 +345,7 @@ func TestHandlerHopByHopAndDateNotReplayed(t *testing.T) {
 	}
 	serve(h, "k1", "{}", next)
 	got := serve(h, "k1", "{}", next)
-	if got.result != resultReplayed {
+	if got.result != results.Replayed {
 		t.Fatalf("result %q", got.result)
 	}
 	hdr := got.w.Header()
@@ -369,7 +372,7 @@ func TestHandlerInFlightConflict(t *testing.T) {
 		inner = serve(h, "k1", "{}", countingNext(&calls))
 		return nil
 	})
-	if inner.w.Code != http.StatusConflict || inner.result != resultConflict {
+	if inner.w.Code != http.StatusConflict || inner.result != results.Conflict {
 		t.Fatalf("duplicate while in flight: %d %q, want 409 conflict", inner.w.Code, inner.result)
 	}
 	if ra := inner.w.Header().Get("Retry-After"); ra != "5" {
@@ -390,7 +393,7 @@ func TestHandlerSkippedMethod(t *testing.T) {
 		r := httptest.NewRequest(http.MethodGet, "/hook?hub.challenge=1", nil)
 		r.Header.Set("Idempotency-Key", "k1")
 		got := serveReq(h, r, countingNext(&calls))
-		if got.result != resultSkipped || got.w.Header().Get(record.ReplayedHeader) != "" {
+		if got.result != results.Skipped || got.w.Header().Get(record.ReplayedHeader) != "" {
 			t.Fatalf("GET: %q %v", got.result, got.w.Header())
 		}
 	}
@@ -485,7 +488,7 @@ func TestHandlerAnswerSentAfterTheStoreKnows(t *testing.T) {
 
 func TestHandlerValidateRefusesNegativeTolerance(t *testing.T) {
 	h := &Handler{Source: "neg", InFlight: "conflict", Mismatch: mismatchReplay, Fail: failOpen,
-		Verify: &VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
+		Verify: &providers.VerifyConfig{Scheme: "token", Tolerance: caddy.Duration(-time.Second)}}
 	err := h.Validate()
 	if err == nil || !strings.Contains(err.Error(), "tolerance must not be negative") {
 		t.Fatalf("Validate with a negative tolerance: %v", err)

@@ -18,8 +18,10 @@ import (
 	"github.com/bwmarrin/discordgo"
 	"github.com/slack-go/slack/slackevents"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -48,7 +50,7 @@ func wantHandshake(t *testing.T, h *Handler, got served, calls *atomic.Int64, bo
 	if got.err != nil || got.w.Code != status || got.w.Header().Get("Content-Type") != contentType || got.w.Body.String() != want {
 		t.Fatalf("answer: %v %d %q %q, want %d %q %q", got.err, got.w.Code, got.w.Header().Get("Content-Type"), got.w.Body.String(), status, contentType, want)
 	}
-	if got.result != resultHandshake || got.key != "" {
+	if got.result != results.Handshake || got.key != "" {
 		t.Fatalf("result %q key %q, want handshake and no key", got.result, got.key)
 	}
 	if n := calls.Load(); n != 0 {
@@ -68,7 +70,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 	t.Setenv("WEBHOOK_TEST_VERIFY_TOKEN", "meta token/+&=")
 	h := newTestHandler(t, &Handler{
 		Provider:    "whatsapp",
-		Verify:      &VerifyConfig{Secrets: []string{"app-secret"}},
+		Verify:      &providers.VerifyConfig{Secrets: []string{"app-secret"}},
 		VerifyToken: "{env.WEBHOOK_TEST_VERIFY_TOKEN}",
 	})
 	subscribe := func(token string) *http.Request {
@@ -81,13 +83,13 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 	for _, token := range []string{"meta token", "", "META TOKEN/+&="} {
 		got = serveReq(h, subscribe(token), countingNext(&calls))
-		if got.w.Code != http.StatusForbidden || got.w.Body.String() != `{"error":"invalid verify token"}` || got.result != resultInvalidSignature {
+		if got.w.Code != http.StatusForbidden || got.w.Body.String() != `{"error":"invalid verify token"}` || got.result != results.InvalidSignature {
 			t.Fatalf("token %q: %d %s %q", token, got.w.Code, got.w.Body, got.result)
 		}
 	}
 	// another GET is passed on, untouched
 	got = serveReq(h, httptest.NewRequest(http.MethodGet, "/whatsapp?hub.mode=unsubscribe", nil), countingNext(&calls))
-	if got.result != resultSkipped || calls.Load() != 1 {
+	if got.result != results.Skipped || calls.Load() != 1 {
 		t.Fatalf("other GET: %q, %d calls", got.result, calls.Load())
 	}
 	// a POST is a delivery, whatever its query: it must be signed
@@ -101,7 +103,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 		Source:      "whatsapp-get",
 		Provider:    "whatsapp",
 		Methods:     []string{"GET", "POST"},
-		Verify:      &VerifyConfig{Secrets: []string{"app-secret"}},
+		Verify:      &providers.VerifyConfig{Secrets: []string{"app-secret"}},
 		VerifyToken: "t",
 	})
 	calls.Store(0)
@@ -109,13 +111,13 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 	// without a verify_token, or with handshake off, it is passed on
 	for _, cfg := range []*Handler{
-		{Source: "wa-no-token", Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}},
-		{Source: "wa-off", Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "off"},
+		{Source: "wa-no-token", Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}},
+		{Source: "wa-off", Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "off"},
 	} {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
 		got = serveReq(hh, subscribe("t"), countingNext(&calls))
-		if got.result != resultSkipped || calls.Load() != 1 {
+		if got.result != results.Skipped || calls.Load() != 1 {
 			t.Fatalf("%s: %q, %d calls", cfg.Source, got.result, calls.Load())
 		}
 	}
@@ -123,7 +125,7 @@ func TestHandshakeMetaSubscription(t *testing.T) {
 
 func TestHandshakeSlackURLVerification(t *testing.T) {
 	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
-	h := newTestHandler(t, &Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{secret}}})
+	h := newTestHandler(t, &Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{secret}}})
 	// a challenge that needs escaping in JSON
 	event := slackevents.EventsAPIURLVerificationEvent{Token: "Jhj5dZrVaK7ZwHHjRyZWjbDl", Challenge: `3eZbrw1aB"m2rZ<\u2028>é`, Type: slackevents.URLVerification}
 	body, _ := json.Marshal(event)
@@ -147,18 +149,18 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 	}
 	// an event is a delivery
 	ev := []byte(`{"type":"event_callback","event_id":"Ev1","event":{"type":"message","text":"url_verification"}}`)
-	if got := serveReq(h, signedRequest(t, "slack", secret, "/slack", ev), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+	if got := serveReq(h, signedRequest(t, "slack", secret, "/slack", ev), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 		t.Fatalf("event: %q, %d calls", got.result, calls.Load())
 	}
 
 	// handshake off, or verify off: passed on like a delivery
 	for _, cfg := range []*Handler{
-		{Source: "slack-off", Provider: "slack", Verify: &VerifyConfig{Secrets: []string{secret}}, Handshake: "off"},
-		{Source: "slack-unverified", Provider: "slack", Verify: &VerifyConfig{Scheme: "off"}},
+		{Source: "slack-off", Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{secret}}, Handshake: "off"},
+		{Source: "slack-unverified", Provider: "slack", Verify: &providers.VerifyConfig{Scheme: "off"}},
 	} {
 		hh := newTestHandler(t, cfg)
 		calls.Store(0)
-		if got := serveReq(hh, signedRequest(t, "slack", secret, "/slack", body), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+		if got := serveReq(hh, signedRequest(t, "slack", secret, "/slack", body), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 			t.Fatalf("%s: %q, %d calls", cfg.Source, got.result, calls.Load())
 		}
 	}
@@ -166,7 +168,7 @@ func TestHandshakeSlackURLVerification(t *testing.T) {
 
 func TestHandshakeZoomURLValidation(t *testing.T) {
 	// the first secret is the current secret token
-	h := newTestHandler(t, &Handler{Provider: "zoom", Verify: &VerifyConfig{Secrets: []string{"zoom-new", "zoom-old"}}})
+	h := newTestHandler(t, &Handler{Provider: "zoom", Verify: &providers.VerifyConfig{Secrets: []string{"zoom-new", "zoom-old"}}})
 	body := []byte(`{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}`)
 	mac := hmac.New(sha256.New, []byte("zoom-new"))
 	mac.Write([]byte("qgg8vlvZRS6UYooatFL8Aw"))
@@ -183,7 +185,7 @@ func TestHandshakeZoomURLValidation(t *testing.T) {
 
 func TestHandshakeDiscordPing(t *testing.T) {
 	pub := hex.EncodeToString(sigtest.Ed25519Public("discord-app-1"))
-	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{pub}}})
+	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{pub}}})
 	ping := []byte(`{"application_id":"1093","id":"1106","token":"aW50","type":1,"user":{"id":"53908","username":"mason"},"version":1}`)
 	var calls atomic.Int64
 	got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", ping), countingNext(&calls))
@@ -198,7 +200,7 @@ func TestHandshakeDiscordPing(t *testing.T) {
 	}
 	// a command is a delivery
 	cmd := []byte(`{"id":"1107","type":2,"data":{"name":"ping"}}`)
-	if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", cmd), countingNext(&calls)); got.result != resultNew || got.key != "1107" || calls.Load() != 1 {
+	if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", cmd), countingNext(&calls)); got.result != results.New || got.key != "1107" || calls.Load() != 1 {
 		t.Fatalf("command: %q key %q, %d calls", got.result, got.key, calls.Load())
 	}
 }
@@ -209,14 +211,14 @@ func TestHandshakeDiscordPing(t *testing.T) {
 // passed on to the application when the middleware passed it on.
 func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 	vecs := sigtest.LoadDiscord(t)
-	h := newTestHandler(t, &Handler{Source: "discord-two-apis", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	h := newTestHandler(t, &Handler{Source: "discord-two-apis", Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
 	for _, vec := range vecs.Vectors {
 		t.Run(vec.Name, func(t *testing.T) {
 			var calls atomic.Int64
 			body := []byte(vec.Body)
 			got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
 			if vec.SDK.PassedOn {
-				if got.result != resultNew || calls.Load() != 1 {
+				if got.result != results.New || calls.Load() != 1 {
 					t.Fatalf("%s: result %q, %d calls; discord-interactions passes it on", vec.API, got.result, calls.Load())
 				}
 				return
@@ -234,7 +236,7 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 		`{"type":0,"token":"aW50"}`,
 	} {
 		var calls atomic.Int64
-		if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", []byte(body)), countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+		if got := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", []byte(body)), countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 			t.Fatalf("%s: result %q, %d calls, want passed on", body, got.result, calls.Load())
 		}
 	}
@@ -251,7 +253,7 @@ func TestHandshakeDiscordTellsItsTwoAPIsApart(t *testing.T) {
 // duplicate, and another event is not.
 func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 	vecs := sigtest.LoadDiscord(t)
-	h := newTestHandler(t, &Handler{Source: "discord-event-keys", Provider: "discord", Verify: &VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
+	h := newTestHandler(t, &Handler{Source: "discord-event-keys", Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{vecs.PublicKey}}})
 	var calls atomic.Int64
 	keys := map[string]bool{}
 	for _, vec := range vecs.Vectors {
@@ -261,14 +263,14 @@ func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 		body := []byte(vec.Body)
 		first := serveReq(h, signedRequest(t, "discord", "discord-app-1", "/discord", body), countingNext(&calls))
 		sum := sha256.Sum256(body)
-		if first.result != resultNew || first.key != hashKey(&sum) {
+		if first.result != results.New || first.key != hashKey(&sum) {
 			t.Fatalf("%s: result %q key %q, want new under the body's key", vec.Name, first.result, first.key)
 		}
 		keys[first.key] = true
 		// Discord retries an event it got no 204 for (its "Webhook
 		// Events", responding to events), signing each attempt anew
 		retry := signedRequest(t, "discord", "discord-app-1", "/discord", body)
-		if got := serveReq(h, retry, countingNext(&calls)); got.result != resultReplayed {
+		if got := serveReq(h, retry, countingNext(&calls)); got.result != results.Replayed {
 			t.Fatalf("%s: retry %q, want replayed", vec.Name, got.result)
 		}
 	}
@@ -279,7 +281,7 @@ func TestHandshakeDiscordWebhookEventKey(t *testing.T) {
 
 func TestHandshakeTwitchCallbackVerification(t *testing.T) {
 	const secret = "twitch-secret-0001"
-	h := newTestHandler(t, &Handler{Provider: "twitch", Verify: &VerifyConfig{Secrets: []string{secret}}})
+	h := newTestHandler(t, &Handler{Provider: "twitch", Verify: &providers.VerifyConfig{Secrets: []string{secret}}})
 	body := []byte(`{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2"}}`)
 	r := signedRequest(t, "twitch", secret, "/twitch", body)
 	r.Header.Set("Twitch-Eventsub-Message-Type", "webhook_callback_verification")
@@ -291,7 +293,7 @@ func TestHandshakeTwitchCallbackVerification(t *testing.T) {
 	}
 	// a notification with a challenge field is still a delivery
 	r = signedRequest(t, "twitch", secret, "/twitch", body)
-	if got := serveReq(h, r, countingNext(&calls)); got.result != resultNew || calls.Load() != 1 {
+	if got := serveReq(h, r, countingNext(&calls)); got.result != results.New || calls.Load() != 1 {
 		t.Fatalf("notification: %q, %d calls", got.result, calls.Load())
 	}
 }
@@ -301,13 +303,13 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		h    Handler
 		want string
 	}{
-		{Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t"}, "verify_token is the token of Meta's subscription check"},
-		{Handler{Provider: "stripe", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one)"},
-		{Handler{Provider: "slack", Verify: &VerifyConfig{Secrets: []string{"s"}}, Handshake: "yes"}, "invalid handshake 'yes': want on or off"},
-		{Handler{Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t", Handshake: "off"}, "verify_token is unused with 'handshake off'"},
+		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t"}, "verify_token is the token of Meta's subscription check"},
+		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one)"},
+		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "yes"}, "invalid handshake 'yes': want on or off"},
+		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t", Handshake: "off"}, "verify_token is unused with 'handshake off'"},
 		{Handler{Source: "no-preset", Handshake: "on"}, "handshake and verify_token need a preset with a handshake (discord, slack, twitch, whatsapp, zoom)"},
 		{Handler{Source: "no-preset", VerifyToken: "t"}, "handshake and verify_token need a preset with a handshake"},
-		{Handler{Provider: "whatsapp", Verify: &VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
+		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
 	} {
 		ctx, cancel := testkit.NewContext(t)
 		h := c.h
@@ -317,63 +319,5 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.h, err, c.want)
 		}
-	}
-}
-
-// deliveriesThatAreNotHandshakes are 2 KB events of the presets with a
-// handshake, each with the request it comes in.
-func deliveriesThatAreNotHandshakes() map[string]struct {
-	hs   *handshake
-	r    *http.Request
-	body []byte
-} {
-	pad := strings.Repeat("x", 2000)
-	request := func(header ...string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/hook", nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		return r
-	}
-	type delivery = struct {
-		hs   *handshake
-		r    *http.Request
-		body []byte
-	}
-	return map[string]delivery{
-		"slack":   {&slackURLVerification, request(), []byte(`{"type":"event_callback","event_id":"Ev1","event":{"text":"` + pad + `"}}`)},
-		"zoom":    {&zoomURLValidation, request(), []byte(`{"event":"meeting.started","payload":{"object":{"topic":"` + pad + `"}}}`)},
-		"discord": {&discordPing, request(), []byte(`{"id":"1107","type":2,"data":{"name":"` + pad + `"}}`)},
-		// a webhook event has the type of an interaction PING
-		"discord event": {&discordPing, request(), []byte(`{"version":1,"application_id":"11","type":1,"event":{"type":"LOBBY_MESSAGE_CREATE","data":{"content":"` + pad + `"}}}`)},
-		"twitch":        {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
-		"whatsapp":      {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
-	}
-}
-
-// Looking for a handshake in an ordinary delivery costs no allocation.
-func TestHandshakeDetectionDoesNotAllocate(t *testing.T) {
-	for name, d := range deliveriesThatAreNotHandshakes() {
-		state := &handshakeState{handshake: d.hs}
-		if _, ok := d.hs.answer(state, d.r, d.body); ok {
-			t.Fatalf("%s: an event taken for a handshake", name)
-		}
-		if n := testing.AllocsPerRun(100, func() { d.hs.answer(state, d.r, d.body) }); n != 0 {
-			t.Errorf("%s: %v allocations", name, n)
-		}
-	}
-}
-
-// BenchmarkHandshakeDetection measures what looking for a handshake costs
-// an ordinary 2 KB delivery.
-func BenchmarkHandshakeDetection(b *testing.B) {
-	for name, d := range deliveriesThatAreNotHandshakes() {
-		b.Run(name, func(b *testing.B) {
-			state := &handshakeState{handshake: d.hs}
-			b.ReportAllocs()
-			for b.Loop() {
-				d.hs.answer(state, d.r, d.body)
-			}
-		})
 	}
 }

@@ -1,8 +1,11 @@
 package webhookidempotency
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // Inbox mode (docs/inbox.md): the configuration of a handler's inbox, its
@@ -64,12 +68,93 @@ type InboxConfig struct {
 	// limit.
 	Rate string `json:"rate,omitempty"`
 
+	// TLS toward an https deliver_to: the CAs that sign the application's
+	// certificate, a client certificate it requires (mutual TLS), and the
+	// name its certificate holds. Certificates are read at provision,
+	// where one that does not load is an error. Default: the system's
+	// roots, no client certificate, deliver_to's host.
+	TLS *InboxTLSConfig `json:"tls,omitempty"`
+
 	// The number of Redis streams the source's inbox is spread over, each
 	// under a hash tag of its own (`{<key_prefix>:<source>:<i>}`), so a
 	// busy source spreads over the nodes of a Redis Cluster; a group
 	// always goes to one. 1 to 64; the file store takes 1 only.
 	// Default: 1.
 	Partitions int `json:"partitions,omitempty"`
+}
+
+// InboxTLSConfig is how the inbox connects to an https deliver_to.
+type InboxTLSConfig struct {
+	// PEM files of the CAs that sign the application's certificate.
+	// Default: the system's roots.
+	CA []string `json:"ca,omitempty"`
+
+	// The PEM files of the client certificate presented to the
+	// application, and of its private key. Default: none.
+	ClientCert string `json:"client_cert,omitempty"`
+	ClientKey  string `json:"client_key,omitempty"`
+
+	// The name the application's certificate must hold. Default:
+	// deliver_to's host.
+	ServerName string `json:"server_name,omitempty"`
+}
+
+// unmarshalCaddyfile parses `tls { ca <pem>...; client_cert <cert> <key>;
+// server_name <name> }`; the dispenser is on `tls`.
+func (tc *InboxTLSConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.Errf("inbox tls takes a block, not '%s'", d.Val())
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		args := d.RemainingArgs()
+		switch name {
+		case "ca":
+			if err := cfparse.SomeValues(d, "inbox tls 'ca'", args); err != nil {
+				return err
+			}
+			tc.CA = append(tc.CA, args...)
+		case "client_cert":
+			if len(args) != 2 {
+				return d.Errf("inbox tls 'client_cert' takes a certificate file and a key file, got %d values", len(args))
+			}
+			tc.ClientCert, tc.ClientKey = args[0], args[1]
+		case "server_name":
+			v, err := cfparse.OneValue(d, "inbox tls 'server_name'", args)
+			if err != nil {
+				return err
+			}
+			tc.ServerName = v
+		default:
+			return d.Errf("unrecognized inbox tls subdirective '%s'", name)
+		}
+	}
+	return nil
+}
+
+// tlsConfig reads the certificates of the inbox's TLS configuration.
+func (tc *InboxTLSConfig) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: tc.ServerName, MinVersion: tls.VersionTLS12}
+	if len(tc.CA) > 0 {
+		cfg.RootCAs = x509.NewCertPool()
+		for _, path := range tc.CA {
+			pem, err := os.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("inbox tls ca: %v", err)
+			}
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("inbox tls ca %s: no PEM certificate in it", path)
+			}
+		}
+	}
+	if tc.ClientCert != "" || tc.ClientKey != "" {
+		cert, err := tls.LoadX509KeyPair(tc.ClientCert, tc.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("inbox tls client_cert: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // Defaults of the inbox's options.
@@ -97,6 +182,11 @@ var defaultInboxRetries = []caddy.Duration{
 //		order_by    <key source>...
 //		rate        <n>/<s|m|h>
 //		partitions  <n>
+//		tls {
+//			ca          <pem file>...
+//			client_cert <cert file> <key file>
+//			server_name <name>
+//		}
 //	}
 func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// made here, so that it names the line of `inbox`, not the end of its block
@@ -108,7 +198,7 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("%v", err)
 		}
 	}
-	if err := cfparse.Block(d, "inbox", inboxOptions, ib.setOption); err != nil {
+	if err := ib.parseBlock(d); err != nil {
 		return err
 	}
 	if ib.DeliverTo == "" {
@@ -123,6 +213,37 @@ var inboxOptions = map[string]cfparse.Arity{
 	"deliver_to": cfparse.One, "respond": cfparse.One, "retries": cfparse.Some, "jitter": cfparse.One,
 	"timeout": cfparse.One, "concurrency": cfparse.One,
 	"order_by": cfparse.Some, "rate": cfparse.One, "partitions": cfparse.One,
+}
+
+// parseBlock reads the inbox block: its line options, and its tls
+// block.
+func (ib *InboxConfig) parseBlock(d *caddyfile.Dispenser) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if name == "tls" {
+			if ib.TLS != nil {
+				return d.Err("inbox tls given twice")
+			}
+			ib.TLS = new(InboxTLSConfig)
+			if err := ib.TLS.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+			continue
+		}
+		args := d.RemainingArgs()
+		a, ok := inboxOptions[name]
+		if !ok {
+			return d.Errf("unrecognized inbox subdirective '%s'", name)
+		}
+		v, err := a.Check(d, "inbox '"+name+"'", args)
+		if err != nil {
+			return err
+		}
+		if err := ib.setOption(name, v, args); err != nil {
+			return d.Errf("%v", err)
+		}
+	}
+	return nil
 }
 
 // setOption applies a subdirective of the inbox block, its values checked
@@ -196,13 +317,24 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 		Concurrency: cfg.Concurrency,
 		TTL:         time.Duration(h.TTL),
 		Namespace:   h.namespace(),
+		Forward:     h.fwd.later,
 		Logger:      h.logger,
+	}
+	if cfg.TLS != nil {
+		var err error
+		if ic.TLS, err = cfg.TLS.tlsConfig(); err != nil {
+			return inbox.Config{}, err
+		}
 	}
 	if ic.DeliverTo == "" {
 		return inbox.Config{}, errNoDeliverTo
 	}
 	if err := checkDeliverTo(ic.DeliverTo); err != nil {
 		return inbox.Config{}, err
+	}
+	if p, ok := providers.Lookup(h.Provider); ok && p.Success != nil && (ic.Respond == 0 || ic.Respond == p.Success.Status) {
+		// the answer the provider expects (Adyen's [accepted])
+		ic.Respond, ic.RespondBody, ic.RespondType = p.Success.Status, p.Success.Body, p.Success.ContentType
 	}
 	if ic.Respond == 0 {
 		ic.Respond = defaultInboxRespond

@@ -9,6 +9,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // The inbox's delivery control in the Caddyfile and in JSON: order_by,
@@ -32,7 +33,7 @@ func TestCaddyfileInboxDeliveryControl(t *testing.T) {
 		partitions 4
 	}
 }`,
-			want: Handler{Provider: "stripe", Verify: &VerifyConfig{Secrets: []string{"whsec_x"}}, Inbox: &InboxConfig{
+			want: Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_x"}}, Inbox: &InboxConfig{
 				DeliverTo: "http://app:3000/hooks", OrderBy: []string{"json:data.object.id", "header:X-Order-Key"}, Rate: "10/s", Partitions: 4,
 			}},
 		},

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -32,27 +34,27 @@ func TestKeyMaterialConfigErrors(t *testing.T) {
 	rsaPEM := sigtest.PEMPublic(&sigtest.RSAKey("rsa-1").PublicKey)
 	for _, c := range []struct {
 		name string
-		v    VerifyConfig
+		v    providers.VerifyConfig
 		want string
 	}{
-		{"discord with a secret", VerifyConfig{Scheme: "discord", Secrets: []string{"s"}}, "discord verifies with a public key: give public_key, not secret"},
-		{"discord without a key", VerifyConfig{Scheme: "discord"}, "discord verification needs at least one public_key (or `verify off`)"},
-		{"stripe with a key", VerifyConfig{Scheme: "stripe", Secrets: []string{"s"}, PublicKeys: []string{edPub}}, "stripe verifies with a shared secret: it takes no public_key"},
-		{"standard without either", VerifyConfig{Scheme: "standard"}, "standard verification needs at least one secret or public_key"},
-		{"a bad key", VerifyConfig{Scheme: "discord", PublicKeys: []string{edPub, "00ff"}}, "discord verification: public_key 2: not an Ed25519 public key"},
-		{"an rsa key for ed25519", VerifyConfig{Scheme: "ed25519", Header: "X-Sig", PublicKeys: []string{rsaPEM}}, "public_key 1: not an Ed25519 public key: the PKIX key is an RSA key"},
-		{"an ed25519 key for woovi", VerifyConfig{Scheme: "woovi", PublicKeys: []string{edPub}}, "woovi verification: public_key 1: not an RSA public key"},
-		{"a bad whpk_ key for svix", VerifyConfig{Scheme: "svix", PublicKeys: []string{"whpk_AAAA"}}, "public_key 1: not a Standard Webhooks public key"},
-		{"an unset key placeholder", VerifyConfig{Scheme: "discord", PublicKeys: []string{"{env.WEBHOOK_TEST_UNSET_KEY}"}}, "resolving public_key 1"},
-		{"a missing key file", VerifyConfig{Scheme: "discord", PublicKeys: []string{"{file./nonexistent/discord.pem}"}}, "resolving public_key 1"},
-		{"ed25519 without header", VerifyConfig{Scheme: "ed25519", PublicKeys: []string{edPub}}, "a header is required"},
-		{"ed25519 with an algorithm", VerifyConfig{Scheme: "ed25519", Header: "X", Algorithm: "sha256", PublicKeys: []string{edPub}}, "ed25519 takes no algorithm or padding"},
-		{"rsa with sha1", VerifyConfig{Scheme: "rsa", Header: "X", Algorithm: "sha1", PublicKeys: []string{rsaPEM}}, "invalid rsa algorithm 'sha1': want sha256 or sha512"},
-		{"rsa with a bad padding", VerifyConfig{Scheme: "rsa", Header: "X", Padding: "oaep", PublicKeys: []string{rsaPEM}}, "invalid padding 'oaep': want pkcs1 or pss"},
-		{"rsa with a url", VerifyConfig{Scheme: "rsa", Header: "X", URL: "https://a.example/", PublicKeys: []string{rsaPEM}}, "rsa signs no url"},
-		{"hmac with a padding", VerifyConfig{Scheme: "hmac", Header: "X", Padding: "pss", Secrets: []string{"s"}}, "hmac takes no padding"},
-		{"a preset with a padding", VerifyConfig{Scheme: "woovi", Padding: "pss"}, "the preset takes no padding"},
-		{"a key for hmac", VerifyConfig{Scheme: "hmac", Header: "X", Secrets: []string{"s"}, PublicKeys: []string{edPub}}, "hmac verifies with a shared secret: it takes no public_key"},
+		{"discord with a secret", providers.VerifyConfig{Scheme: "discord", Secrets: []string{"s"}}, "discord verifies with a public key: give public_key, not secret"},
+		{"discord without a key", providers.VerifyConfig{Scheme: "discord"}, "discord verification needs at least one public_key (or `verify off`)"},
+		{"stripe with a key", providers.VerifyConfig{Scheme: "stripe", Secrets: []string{"s"}, PublicKeys: []string{edPub}}, "stripe verifies with a shared secret: it takes no public_key"},
+		{"standard without either", providers.VerifyConfig{Scheme: "standard"}, "standard verification needs at least one secret or public_key"},
+		{"a bad key", providers.VerifyConfig{Scheme: "discord", PublicKeys: []string{edPub, "00ff"}}, "discord verification: public_key 2: not an Ed25519 public key"},
+		{"an rsa key for ed25519", providers.VerifyConfig{Scheme: "ed25519", Header: "X-Sig", PublicKeys: []string{rsaPEM}}, "public_key 1: not an Ed25519 public key: the PKIX key is an RSA key"},
+		{"an ed25519 key for woovi", providers.VerifyConfig{Scheme: "woovi", PublicKeys: []string{edPub}}, "woovi verification: public_key 1: not an RSA public key"},
+		{"a bad whpk_ key for svix", providers.VerifyConfig{Scheme: "svix", PublicKeys: []string{"whpk_AAAA"}}, "public_key 1: not a Standard Webhooks public key"},
+		{"an unset key placeholder", providers.VerifyConfig{Scheme: "discord", PublicKeys: []string{"{env.WEBHOOK_TEST_UNSET_KEY}"}}, "resolving public_key 1"},
+		{"a missing key file", providers.VerifyConfig{Scheme: "discord", PublicKeys: []string{"{file./nonexistent/discord.pem}"}}, "resolving public_key 1"},
+		{"ed25519 without header", providers.VerifyConfig{Scheme: "ed25519", PublicKeys: []string{edPub}}, "a header is required"},
+		{"ed25519 with an algorithm", providers.VerifyConfig{Scheme: "ed25519", Header: "X", Algorithm: "sha256", PublicKeys: []string{edPub}}, "ed25519 takes no algorithm or padding"},
+		{"rsa with sha1", providers.VerifyConfig{Scheme: "rsa", Header: "X", Algorithm: "sha1", PublicKeys: []string{rsaPEM}}, "invalid rsa algorithm 'sha1': want sha256 or sha512"},
+		{"rsa with a bad padding", providers.VerifyConfig{Scheme: "rsa", Header: "X", Padding: "oaep", PublicKeys: []string{rsaPEM}}, "invalid padding 'oaep': want pkcs1 or pss"},
+		{"rsa with a url", providers.VerifyConfig{Scheme: "rsa", Header: "X", URL: "https://a.example/", PublicKeys: []string{rsaPEM}}, "rsa signs no url"},
+		{"hmac with a padding", providers.VerifyConfig{Scheme: "hmac", Header: "X", Padding: "pss", Secrets: []string{"s"}}, "hmac takes no padding"},
+		{"a preset with a padding", providers.VerifyConfig{Scheme: "woovi", Padding: "pss"}, "the preset takes no padding"},
+		{"a key for hmac", providers.VerifyConfig{Scheme: "hmac", Header: "X", Secrets: []string{"s"}, PublicKeys: []string{edPub}}, "hmac verifies with a shared secret: it takes no public_key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := c.v
@@ -80,12 +82,12 @@ func TestKeyMaterialFromFilesAndPlaceholders(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("WEBHOOK_TEST_DISCORD_KEY", hex.EncodeToString(sigtest.Ed25519Public("discord-app-2")))
-	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &VerifyConfig{
+	h := newTestHandler(t, &Handler{Provider: "discord", Verify: &providers.VerifyConfig{
 		PublicKeys: []string{"{file." + edFile + "}", "{env.WEBHOOK_TEST_DISCORD_KEY}"},
 	}})
 	for i, secret := range []string{"discord-app-1", "discord-app-2"} {
 		body := []byte(`{"id":"cmd-` + secret + `","type":2}`)
-		if got, calls := deliver(t, h, signedRequest(t, "discord", secret, "/discord", body)); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, signedRequest(t, "discord", secret, "/discord", body)); got.result != results.New || calls != 1 {
 			t.Fatalf("key %d: %q %d, %d calls", i+1, got.result, got.w.Code, calls)
 		}
 	}
@@ -99,11 +101,11 @@ func TestKeyMaterialWooviPublishedKeyByDefault(t *testing.T) {
 	payload, sig := wooviPublishedExample(t)
 	r := httptest.NewRequest(http.MethodPost, "/woovi", strings.NewReader(payload))
 	r.Header.Set("x-webhook-signature", sig)
-	if got, calls := deliver(t, h, r); got.result != resultNew || calls != 1 {
+	if got, calls := deliver(t, h, r); got.result != results.New || calls != 1 {
 		t.Fatalf("Woovi's published example: %q %d %s, %d calls", got.result, got.w.Code, got.w.Body, calls)
 	}
 	// a key given replaces the published one
-	other := newTestHandler(t, &Handler{Source: "woovi-own", Provider: "woovi", Verify: &VerifyConfig{
+	other := newTestHandler(t, &Handler{Source: "woovi-own", Provider: "woovi", Verify: &providers.VerifyConfig{
 		PublicKeys: []string{sigtest.PEMPublic(&sigtest.RSAKey("rsa-1").PublicKey)},
 	}})
 	r = httptest.NewRequest(http.MethodPost, "/woovi", strings.NewReader(payload))
@@ -135,7 +137,7 @@ func wooviPublishedExample(t *testing.T) (payload, sig string) {
 
 func TestKeyMaterialStandardMixesSecretsAndPublicKeys(t *testing.T) {
 	whpk := sigtest.WHPK(sigtest.Ed25519Public("std-ed-1"))
-	for i, v := range []*VerifyConfig{
+	for i, v := range []*providers.VerifyConfig{
 		// a whpk_ key as a secret, or as a public_key
 		{Secrets: []string{sigtest.StdSecretA, whpk}},
 		{Secrets: []string{sigtest.StdSecretA}, PublicKeys: []string{whpk}},
@@ -144,12 +146,12 @@ func TestKeyMaterialStandardMixesSecretsAndPublicKeys(t *testing.T) {
 		h := newTestHandler(t, &Handler{Source: "svix-" + strconv.Itoa(i), Provider: "svix", Verify: v})
 		std := sigtest.StandardCase("svix", "svix-")
 		hmacSigned := std.Delivery(t, sigtest.StdSecretA, time.Now())
-		if got, calls := deliver(t, h, hmacSigned.Req); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, hmacSigned.Req); got.result != results.New || calls != 1 {
 			t.Fatalf("%+v: v1: %q %d", v, got.result, got.w.Code)
 		}
 		d := sigtest.NewDelivery("/svix", []byte(`{"type":"user.created"}`), time.Now())
 		sigtest.SignStandardV1a(d, "svix-", "msg_v1a", sigtest.Ed25519Key("std-ed-1"))
-		if got, calls := deliver(t, h, d.Req); got.result != resultNew || calls != 1 {
+		if got, calls := deliver(t, h, d.Req); got.result != results.New || calls != 1 {
 			t.Fatalf("%+v: v1a: %q %d", v, got.result, got.w.Code)
 		}
 		forged := sigtest.NewDelivery("/svix", []byte(`{"type":"user.created"}`), time.Now())
@@ -167,8 +169,8 @@ func TestKeyMaterialPresetTolerances(t *testing.T) {
 	}
 	// Twitch's default is its own ten minutes
 	twitch := cases["twitch"]
-	h := newTestHandler(t, &Handler{Source: "twitch-tolerance", Provider: "twitch", Verify: &VerifyConfig{Secrets: []string{twitch.Secrets[0]}}})
-	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-9*time.Minute)).Req); got.result != resultNew {
+	h := newTestHandler(t, &Handler{Source: "twitch-tolerance", Provider: "twitch", Verify: &providers.VerifyConfig{Secrets: []string{twitch.Secrets[0]}}})
+	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-9*time.Minute)).Req); got.result != results.New {
 		t.Fatalf("twitch, 9 minutes old: %q %d", got.result, got.w.Code)
 	}
 	if got, _ := deliver(t, h, twitch.Delivery(t, twitch.Secrets[0], time.Now().Add(-11*time.Minute)).Req); got.w.Code != http.StatusUnauthorized {
@@ -177,11 +179,11 @@ func TestKeyMaterialPresetTolerances(t *testing.T) {
 	// Linear's signed webhookTimestamp is checked only with a tolerance
 	linear := cases["linear"]
 	old := linear.Delivery(t, linear.Secrets[0], time.Now().Add(-time.Hour))
-	lax := newTestHandler(t, &Handler{Source: "linear-lax", Provider: "linear", Verify: &VerifyConfig{Secrets: []string{linear.Secrets[0]}}})
-	if got, _ := deliver(t, lax, old.Req); got.result != resultNew {
+	lax := newTestHandler(t, &Handler{Source: "linear-lax", Provider: "linear", Verify: &providers.VerifyConfig{Secrets: []string{linear.Secrets[0]}}})
+	if got, _ := deliver(t, lax, old.Req); got.result != results.New {
 		t.Fatalf("linear without tolerance: %q %d", got.result, got.w.Code)
 	}
-	strict := newTestHandler(t, &Handler{Source: "linear-strict", Provider: "linear", Verify: &VerifyConfig{Secrets: []string{linear.Secrets[0]}, Tolerance: 60e9}})
+	strict := newTestHandler(t, &Handler{Source: "linear-strict", Provider: "linear", Verify: &providers.VerifyConfig{Secrets: []string{linear.Secrets[0]}, Tolerance: 60e9}})
 	old = linear.Delivery(t, linear.Secrets[0], time.Now().Add(-time.Hour))
 	if got, _ := deliver(t, strict, old.Req); got.w.Code != http.StatusUnauthorized || !strings.Contains(got.w.Body.String(), signature.ErrTimestamp.Reason) {
 		t.Fatalf("linear with tolerance: %d %s", got.w.Code, got.w.Body)

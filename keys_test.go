@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
 // sha256Key is the `sha256:<hex>` form of s.
@@ -322,21 +323,21 @@ func TestKeyStoreLayout(t *testing.T) {
 	}{
 		{
 			name:       "preset source and its default key",
-			handler:    Handler{Provider: "stripe", Verify: &VerifyConfig{Scheme: "off"}},
+			handler:    Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Scheme: "off"}},
 			body:       `{"id":"evt_1NG8Du2eZvKYlo2C"}`,
 			wantPrefix: "idem:stripe:",
 			wantKey:    "idem:stripe:evt_1NG8Du2eZvKYlo2C",
 		},
 		{
 			name:       "body hash key",
-			handler:    Handler{Provider: "whatsapp", Verify: &VerifyConfig{Scheme: "off"}},
+			handler:    Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Scheme: "off"}},
 			body:       "test",
 			wantPrefix: "idem:whatsapp:",
 			wantKey:    "idem:whatsapp:sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 		},
 		{
 			name:       "explicit source overrides the preset's",
-			handler:    Handler{Provider: "github", Source: "gh_org", Verify: &VerifyConfig{Scheme: "off"}},
+			handler:    Handler{Provider: "github", Source: "gh_org", Verify: &providers.VerifyConfig{Scheme: "off"}},
 			header:     http.Header{"X-Github-Delivery": {"72d3162e"}},
 			body:       "{}",
 			wantPrefix: "idem:gh_org:",

@@ -3,8 +3,10 @@ package webhookidempotency
 import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
 
 // Each handler's series of the module's collectors (internal/metrics,
@@ -28,20 +30,14 @@ var storeOpNames = [numStoreOps]string{"claim", "complete", "release", "renew", 
 // String returns the operation's label value.
 func (op storeOp) String() string { return storeOpNames[op] }
 
-// allResults lists every result, so each handler resolves its counters once.
-var allResults = [...]string{
-	resultNew, resultReplayed, resultConflict, resultMismatch, resultInvalidSignature,
-	resultTooLarge, resultBypassed, resultUnavailable, resultSkipped, resultHandshake,
-	resultAmbiguous, resultLoop, resultOverBudget,
-	resultForbidden,
-}
-
 // handlerMetrics holds one handler's resolved series.
 type handlerMetrics struct {
-	requests    [len(allResults)]prometheus.Counter
+	requests    [len(results.All)]prometheus.Counter
 	suspected   prometheus.Counter
 	storeErrors [numStoreOps]prometheus.Counter
 	duration    [numStoreOps]prometheus.Observer
+
+	unrecorded prometheus.Counter // answers whose recording finally failed (lease.go)
 }
 
 // registerMetrics registers the collectors in the configuration's registry
@@ -51,22 +47,32 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 		return nil, err
 	}
 	m := &handlerMetrics{suspected: metrics.ReplaysSuspected.WithLabelValues(source)}
-	for i, r := range allResults {
+	for i, r := range results.All {
 		m.requests[i] = metrics.Requests.WithLabelValues(source, r)
 	}
 	for op, name := range storeOpNames {
 		m.storeErrors[op] = metrics.StoreErrors.WithLabelValues(source, name)
 		m.duration[op] = metrics.StoreDuration.WithLabelValues(name)
 	}
+	m.unrecorded = metrics.AnswersUnrecorded.WithLabelValues(source)
 	return m, nil
 }
 
 // countResult counts one request's result.
 func (m *handlerMetrics) countResult(result string) {
-	for i, r := range allResults {
-		if r == result {
-			m.requests[i].Inc()
-			return
+	if i := results.Index(result); i >= 0 {
+		m.requests[i].Inc()
+	}
+}
+
+// results reads the counts of each result since the process started.
+func (m *handlerMetrics) results() map[string]int64 {
+	out := make(map[string]int64, len(results.All))
+	for i, res := range results.All {
+		var d dto.Metric
+		if err := m.requests[i].Write(&d); err == nil {
+			out[res] = int64(d.GetCounter().GetValue())
 		}
 	}
+	return out
 }

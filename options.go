@@ -1,11 +1,9 @@
 package webhookidempotency
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -76,41 +74,6 @@ func parseInFlight(args []string) (inFlightMode, caddy.Duration, error) {
 	return mode, timeout, nil
 }
 
-// keyword is a word an option takes and what it stands for.
-type keyword[T any] struct {
-	word  string
-	value T
-}
-
-// keywords are the words an option takes, in the order its errors list
-// them.
-type keywords[T any] []keyword[T]
-
-// parse returns what word stands for; errors name the option and list the
-// words: `invalid encoding 'base32': want hex or base64`.
-func (ks keywords[T]) parse(option, word string) (T, error) {
-	for _, k := range ks {
-		if k.word == word {
-			return k.value, nil
-		}
-	}
-	var zero T
-	return zero, fmt.Errorf("invalid %s '%s': want %s", option, word, ks)
-}
-
-// String lists the words: `a, b or c`.
-func (ks keywords[T]) String() string {
-	words := make([]string, len(ks))
-	for i, k := range ks {
-		words[i] = k.word
-	}
-	last := len(words) - 1
-	return strings.Join(words[:last], ", ") + " or " + words[last]
-}
-
-// onOff are the words of a switch such as `bodies on | off`.
-var onOff = keywords[bool]{{"on", true}, {"off", false}}
-
 // Values of `mismatch`.
 const (
 	mismatchReplay = "replay"
@@ -120,7 +83,7 @@ const (
 // parseMismatch parses `mismatch replay | reject`; it reports whether a
 // duplicate with another body is rejected.
 func parseMismatch(v string) (reject bool, err error) {
-	return keywords[bool]{{mismatchReplay, false}, {mismatchReject, true}}.parse("mismatch", v)
+	return cfparse.Keywords[bool]{{Word: mismatchReplay, Value: false}, {Word: mismatchReject, Value: true}}.Parse("mismatch", v)
 }
 
 // Values of `fail`.
@@ -141,30 +104,11 @@ func defaultFail(inbox bool) string {
 // parseFail parses `fail open | closed`; it reports whether the handler
 // fails closed. An inbox never fails open.
 func parseFail(v string, inbox bool) (closed bool, err error) {
-	closed, err = keywords[bool]{{failOpen, false}, {failClosed, true}}.parse("fail", v)
+	closed, err = cfparse.Keywords[bool]{{Word: failOpen, Value: false}, {Word: failClosed, Value: true}}.Parse("fail", v)
 	if err == nil && !closed && inbox {
 		return false, errors.New("inbox mode never fails open: an event that was not stored must not be accepted (remove 'fail open')")
 	}
 	return closed, err
-}
-
-// checkInboxStore refuses an inbox on the memory store (module is the
-// store module's name): an accepted event must survive a restart. A store
-// of another package that keeps no queue is refused by the inbox itself.
-func checkInboxStore(module string) error {
-	if module != "memory" {
-		return nil
-	}
-	return errors.New("inbox mode needs a store that keeps accepted events across restarts, not memory: the file store (the default, for one Caddy) or the redis store (for several)")
-}
-
-// storeModuleName is the module name of a store's JSON, "" for none.
-func storeModuleName(raw json.RawMessage) string {
-	var m struct {
-		Module string `json:"module"`
-	}
-	_ = json.Unmarshal(raw, &m)
-	return m.Module
 }
 
 // checkSource is the rule of `source`. Store keys are
@@ -222,7 +166,7 @@ func parseStatusSet(list []string) (statusSet, error) {
 }
 
 func addStatus(s *statusSet, v string) error {
-	lo, hi, ok := parseStatusSpec(v)
+	lo, hi, ok := cfparse.ParseStatusSpec(v)
 	if !ok {
 		return fmt.Errorf("invalid cache status %q: want a code 200-499 or a class 2xx, 3xx or 4xx", v)
 	}
@@ -231,20 +175,6 @@ func addStatus(s *statusSet, v string) error {
 	}
 	s.addRange(lo, hi)
 	return nil
-}
-
-// parseStatusSpec parses a status code (100-599) or a class (`2xx`, any
-// case) into the codes it covers.
-func parseStatusSpec(v string) (lo, hi int, ok bool) {
-	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
-		class := int(v[0]-'0') * 100
-		return class, class + 99, true
-	}
-	code, err := strconv.Atoi(v)
-	if err != nil || code < 100 || code > 599 {
-		return 0, 0, false
-	}
-	return code, code, true
 }
 
 // statusNeverRecorded says why 1xx and 5xx answers are refused in
@@ -276,20 +206,6 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
-}
-
-// checkHTTPURL checks an absolute http(s) URL with a host, such as an
-// inbox's deliver_to or a verify url; errors name the option. A URL with a
-// placeholder is checked once Provision has resolved it.
-func checkHTTPURL(what, v string) error {
-	if cfparse.HasPlaceholder(v) {
-		return nil
-	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
-	}
-	return nil
 }
 
 // The rules of the inbox's options, shared by the Caddyfile parser and
@@ -338,7 +254,7 @@ func checkConcurrency(v string) (int, error) {
 var errNoDeliverTo = errors.New("inbox needs deliver_to: the URL events are delivered to")
 
 // checkDeliverTo checks a deliver_to URL.
-func checkDeliverTo(v string) error { return checkHTTPURL("inbox deliver_to", v) }
+func checkDeliverTo(v string) error { return cfparse.CheckHTTPURL("inbox deliver_to", v) }
 
 // The rules of the archive's options, shared by the Caddyfile parser and
 // newArchive.
@@ -360,7 +276,7 @@ func parseMaxEvents(v string) (int, error) {
 
 // parseArchiveBodies parses `bodies on | off`; it reports whether bodies
 // are kept.
-func parseArchiveBodies(v string) (bool, error) { return onOff.parse("archive bodies", v) }
+func parseArchiveBodies(v string) (bool, error) { return cfparse.OnOff.Parse("archive bodies", v) }
 
 // checkRedeliverTo checks a redeliver_to URL.
-func checkRedeliverTo(v string) error { return checkHTTPURL("archive redeliver_to", v) }
+func checkRedeliverTo(v string) error { return cfparse.CheckHTTPURL("archive redeliver_to", v) }

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -34,14 +36,12 @@ type requestState struct {
 
 	body        *pooledBody // see body.go
 	reserved    int64       // what body counts against the body budget (body.go)
-	event       []byte      // the verified content of a sealed delivery (stone.go)
+	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
-	keyValue    string // the resolved key value, as in the key placeholder
-	keyFromBody bool   // the key is the body hash
-	key         string // the store key: <key_prefix>:<source>:<value>
-	guard       string // the key's guard or note, "" for none (guard.go)
-	noted       bool   // guard is a note (`replay_guard flag`)
-	owner       string
+	keyValue    string      // the resolved key value, as in the key placeholder
+	keyFromBody bool        // the key is the body hash
+	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
+	received    http.Header // the headers as received, when the next handler gets others (forward.go)
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
@@ -49,24 +49,6 @@ type requestState struct {
 	status   *statusWriter // learns the answer's status
 	archived bool          // the event was archived
 }
-
-// Results, as in the `{http.webhook_idempotency.result}` placeholder.
-const (
-	resultNew              = "new"
-	resultReplayed         = "replayed"
-	resultConflict         = "conflict"
-	resultMismatch         = "mismatch"
-	resultInvalidSignature = "invalid_signature"
-	resultTooLarge         = "too_large"
-	resultBypassed         = "bypassed"
-	resultUnavailable      = "unavailable"
-	resultSkipped          = "skipped"
-	resultHandshake        = "handshake"
-	resultAmbiguous        = "ambiguous"   // a JSON member read twice (keys.go)
-	resultLoop             = "loop"        // sent back by this route's own inbox or archive
-	resultOverBudget       = "over_budget" // the process's body budget is spent (body.go)
-	resultForbidden        = "forbidden"
-)
 
 // Placeholder names.
 const (
@@ -116,7 +98,7 @@ func (rs *requestState) setResult(result string) {
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
-		ce.Write(zap.String("key", rs.key), zap.String("result", result))
+		ce.Write(zap.String("key", rs.claim.Key), zap.String("result", result))
 	}
 }
 
@@ -127,7 +109,7 @@ func (rs *requestState) skip() error {
 	if rs.repl != nil {
 		rs.repl.Set(placeholderKey, "")
 	}
-	rs.setResult(resultSkipped)
+	rs.setResult(results.Skipped)
 	return rs.next.ServeHTTP(rs.w, rs.r)
 }
 
@@ -141,7 +123,8 @@ func (rs *requestState) looped() bool {
 // loop answers a request that came back to the route it went through:
 // 508, before its body is read. An inbox dead-letters the event at once.
 func (rs *requestState) loop() error {
-	rs.setResult(resultLoop)
+	rs.setResult(results.Loop)
+	rs.refused(http.StatusLoopDetected, "delivery loop: sent back by this route's own inbox or redelivery")
 	rs.h.logger.Warn("request sent back to the route it came through (Webhook-Via names this route); answering 508: deliver_to and redeliver_to must lead to the application, not to this route",
 		zap.Strings("webhook_via", rs.r.Header[event.ViaHeader]))
 	return writeError(rs.w, http.StatusLoopDetected, msgLoop, "")
@@ -156,12 +139,14 @@ func (rs *requestState) loop() error {
 func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
-		rs.setResult(resultTooLarge)
-		return rs.tooLarge()
+		rs.setResult(results.TooLarge)
+		rs.tooLarge(rs.r.ContentLength)
+		return rs.answerTooLarge()
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes
-		rs.setResult(resultOverBudget)
+		rs.setResult(results.OverBudget)
+		rs.refused(http.StatusServiceUnavailable, errOverBudget.Error())
 		rs.w.Header().Set("Connection", "close")
 		return writeError(rs.w, http.StatusServiceUnavailable, errOverBudget.Error(), budgetRetryAfter(rs.h))
 	}
@@ -180,26 +165,41 @@ func (rs *requestState) bodyFailed(err error) error {
 }
 
 // verify checks the signature on the raw bytes, before any store access.
+// A sealed delivery (Stone's) keeps its content: the key and the body hash
+// are taken from the event, not from an envelope that is encrypted anew
+// for each attempt.
 func (rs *requestState) verify() error {
-	if rs.h.opener != nil {
-		return rs.open()
-	}
-	if rs.h.verifier == nil {
+	v := rs.h.verification
+	if v == nil {
 		return nil
 	}
-	return rs.h.verifier.Verify(rs.r, rs.body.buf)
+	content, err := v.Open(rs.r, rs.body.buf)
+	if err != nil {
+		return err
+	}
+	if content != nil {
+		rs.event = content
+		if v.Decrypt() {
+			rs.r.Header.Set("Content-Type", "application/json")
+			rs.r.Header.Set("Content-Length", strconv.Itoa(len(content)))
+		}
+	}
+	return nil
 }
 
 // unauthorized answers a delivery whose signature failed: 401 with the
 // reason; 503 when it cannot be verified yet.
 func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
-		return rs.stoneUnavailable()
+		// the keys are not loaded yet: the sender retries once they are
+		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, signature.ErrUnavailable.Reason)
+		return writeError(rs.w, http.StatusServiceUnavailable, signature.ErrUnavailable.Reason, rs.h.verification.RetryAfter())
 	}
 	if errors.Is(err, signature.ErrAmbiguous) {
 		return rs.ambiguous(err)
 	}
-	rs.setResult(resultInvalidSignature)
+	rs.setResult(results.InvalidSignature)
 	reason := signature.ErrInvalid.Reason
 	var ve *signature.Error
 	if errors.As(err, &ve) {
@@ -208,6 +208,7 @@ func (rs *requestState) unauthorized(err error) error {
 	if ce := rs.h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
 		ce.Write(zap.String("reason", reason))
 	}
+	rs.refused(http.StatusUnauthorized, reason)
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
@@ -224,17 +225,22 @@ func (rs *requestState) resolveKey() error {
 	}
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
 	rs.set(placeholderKey, rs.keyValue)
-	rs.key = h.keyPrefix + rs.keyValue
+	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
 		switch {
 		case h.guardMode == guardReject && !rs.keyFromBody:
 			// (a key that is the body hash is its own guard)
-			rs.guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
+			rs.claim.Guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
 		case h.guardMode == guardFlag:
-			rs.guard, rs.noted = h.guardKey(notePrefix, &rs.bodyHash), true
+			rs.claim.Guard, rs.claim.Noted = h.guardKey(notePrefix, &rs.bodyHash), true
 		}
 	}
-	rs.owner = store.NewOwner()
+	if h.nonce != nil {
+		if err := rs.nonceGuard(); err != nil {
+			return err
+		}
+	}
+	rs.claim.Owner = store.NewOwner()
 	return nil
 }
 
@@ -243,20 +249,22 @@ func (rs *requestState) resolveKey() error {
 // access. One reader of the body would take the first, another the last;
 // such a delivery is no provider's (docs/caddyfile.md: Keys).
 func (rs *requestState) ambiguous(err error) error {
-	rs.setResult(resultAmbiguous)
+	rs.setResult(results.Ambiguous)
+	rs.refused(http.StatusBadRequest, err.Error())
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused ambiguous delivery"); ce != nil {
 		ce.Write(zap.Error(err))
 	}
 	return writeError(rs.w, http.StatusBadRequest, err.Error(), "")
 }
 
-// claim claims the key in one store round trip, or in inbox mode accepts
+// claimKey claims the key in one store round trip, or in inbox mode accepts
 // the event with its key in that one trip; with `in_flight wait` it then
 // waits for a key in flight.
-func (rs *requestState) claim() (store.ClaimResult, error) {
+func (rs *requestState) claimKey() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		return h.store.accept(rs.r.Context(), ib, rs)
+		ev := rs.inboxEvent()
+		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, &ev)
 	}
 	res, err := rs.claimOnce()
 	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
@@ -269,8 +277,8 @@ func (rs *requestState) claim() (store.ClaimResult, error) {
 // that holds another key marks the delivery as a suspected replay.
 func (rs *requestState) claimOnce() (store.ClaimResult, error) {
 	h := rs.h
-	res, prev, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.noted, rs.owner, time.Duration(h.Lease), time.Duration(h.TTL))
-	if err == nil && res.State == store.StateClaimed && prev != "" && prev != rs.key {
+	res, prev, err := h.store.claim(rs.r.Context(), rs.claim, time.Duration(h.Lease), time.Duration(h.TTL))
+	if err == nil && res.State == store.StateClaimed && prev != "" && prev != rs.claim.Key {
 		rs.suspect(prev)
 	}
 	return res, err
@@ -284,13 +292,27 @@ func (rs *requestState) suspect(first string) {
 	rs.r.Header.Set(inbox.SuspectedHeader, firstKey)
 	rs.h.metrics.suspected.Inc()
 	rs.h.logger.Warn("delivery's signed bytes were seen within ttl under another id; processing it, marked Webhook-Replay-Suspected",
-		zap.String("key", rs.key), zap.String("first_key", firstKey))
+		zap.String("key", rs.claim.Key), zap.String("first_key", firstKey))
 }
 
-// inboxEvent is the request as an inbox stores it.
+// inboxEvent is the request as an inbox stores it: without the
+// provider's credentials unless the route forwards them as they came
+// (docs/inbox.md: What the application receives), with the index of the
+// secret that verified it when deliveries are re-signed.
 func (rs *requestState) inboxEvent() event.Request {
-	ev := event.FromHTTP(rs.r, rs.forwarded(), event.SkipInboxHeader, time.Now())
-	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.key
+	f := rs.h.fwd.later
+	skip := event.SkipInboxHeader
+	if f != nil && f.Mode() != forward.Keep {
+		skip = func(name string) bool { return event.SkipInboxHeader(name) || !f.Stores(name) }
+	}
+	ev := event.FromHTTP(rs.r, rs.forwarded(), skip, time.Now())
+	if f != nil && f.Mode() != forward.Keep && len(f.CredentialQuery()) > 0 {
+		ev.URI = withoutQuery(ev.URI, f.CredentialQuery())
+	}
+	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.claim.Key
+	if f != nil && f.Mode() == forward.Resign {
+		ev.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
+	}
 	return ev
 }
 
@@ -331,7 +353,7 @@ func (rs *requestState) dispatch(res store.ClaimResult) error {
 		return rs.replay(res.Record)
 	case store.StateInFlight:
 		if rs.h.inFlight == inFlightProceed && rs.h.inbox == nil {
-			rs.setResult(resultNew)
+			rs.setResult(results.New)
 			rs.handOn()
 			return rs.next.ServeHTTP(rs.w, rs.r)
 		}
@@ -354,13 +376,14 @@ func (rs *requestState) replay(encoded []byte) error {
 	}
 	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
-			rs.setResult(resultMismatch)
+			rs.setResult(results.Mismatch)
+			rs.refused(http.StatusUnprocessableEntity, msgMismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
 		}
 		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
-			zap.String("key", rs.key))
+			zap.String("key", rs.claim.Key))
 	}
-	rs.setResult(resultReplayed)
+	rs.setResult(results.Replayed)
 	w := rs.w
 	contentLength := ""
 	if bodyAllowed(rec.Status) {
@@ -376,18 +399,24 @@ func (rs *requestState) replay(encoded []byte) error {
 
 // conflict answers a duplicate of a delivery still in flight.
 func (rs *requestState) conflict(res store.ClaimResult) error {
-	rs.setResult(resultConflict)
+	rs.setResult(results.Conflict)
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
 // accepted answers an event the inbox has stored: `respond`, at once.
 func (rs *requestState) accepted() error {
-	rs.setResult(resultNew)
-	respond := rs.h.inbox.Respond()
+	rs.setResult(results.New)
+	respond, body, contentType := rs.h.inbox.Respond()
+	if contentType != "" {
+		rs.w.Header().Set("Content-Type", contentType)
+	}
 	if bodyAllowed(respond) {
-		rs.w.Header().Set("Content-Length", "0")
+		rs.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	rs.w.WriteHeader(respond)
+	if body != "" && bodyAllowed(respond) {
+		_, _ = io.WriteString(rs.w, body)
+	}
 	return nil
 }
 
@@ -396,8 +425,8 @@ func (rs *requestState) accepted() error {
 // replayed.
 func (rs *requestState) process() error {
 	h := rs.h
-	rs.setResult(resultNew)
-	rn := h.startRenewal(rs.key, rs.completionGuard(), rs.owner)
+	rs.setResult(results.New)
+	rn := h.startRenewal(rs.claim)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -425,9 +454,9 @@ func (rs *requestState) process() error {
 		status = http.StatusOK
 	}
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := rs.complete(rec.record, status); cerr != nil {
+		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
-				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
+				zap.String("key", rs.claim.Key), zap.Int("status", status), zap.Error(cerr))
 		}
 	} else {
 		rs.release()
@@ -445,31 +474,21 @@ func (rs *requestState) process() error {
 func (rs *requestState) complete(rec []byte, status int) error {
 	h := rs.h
 	if h.archive == nil {
-		return h.store.complete(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL))
+		return h.store.complete(completionCtx, rs.claim, rec, time.Duration(h.TTL))
 	}
 	rs.archived = true
 	start := time.Now()
-	err := h.archive.CompleteAndAppend(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL), rs.archiveEntry(resultNew, status))
+	err := h.archive.CompleteAndAppend(completionCtx, rs.claim, rec, time.Duration(h.TTL), rs.archiveEntry(results.New, status))
 	h.store.observe(opComplete, start, err)
 	return err
 }
 
-// completionGuard is the guard completed, released and renewed with the
-// key: the guard of `replay_guard reject`; a note is the first key's, not
-// this request's.
-func (rs *requestState) completionGuard() string {
-	if rs.noted {
-		return ""
-	}
-	return rs.guard
-}
-
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release() {
-	err := rs.h.store.release(completionCtx, rs.key, rs.completionGuard(), rs.owner)
+	err := rs.h.store.release(completionCtx, rs.claim)
 	if err != nil && !errors.Is(err, store.ErrNotOwner) {
 		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
-			zap.String("key", rs.key), zap.Error(err))
+			zap.String("key", rs.claim.Key), zap.Error(err))
 	}
 }
 
@@ -479,18 +498,19 @@ func (rs *requestState) release() {
 func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h := rs.h
 	if op == opClaim && h.inbox == nil {
-		if rec, ok := h.store.recentRecord(rs.key, rs.completionGuard()); ok {
+		if rec, ok := h.store.recentRecord(rs.claim.Key, rs.claim.CompletionGuard()); ok {
 			h.logger.Warn("store error; answering a duplicate with this instance's copy of its record",
-				zap.Stringer("op", op), zap.String("key", rs.key), zap.Error(err))
+				zap.Stringer("op", op), zap.String("key", rs.claim.Key), zap.Error(err))
 			return rs.replay(rec)
 		}
 	}
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
-		rs.setResult(resultUnavailable)
+		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, msgUnavailable)
 		return writeError(rs.w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}
-	rs.setResult(resultBypassed)
+	rs.setResult(results.Bypassed)
 	rs.handOn()
 	return rs.next.ServeHTTP(rs.w, rs.r)
 }

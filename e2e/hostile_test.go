@@ -364,10 +364,10 @@ func TestHostileDuplicateJSONMembers(t *testing.T) {
 // default max_body (1MiB) is refused before it is read.
 func TestHostileStoneEnvelopes(t *testing.T) {
 	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
-	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
+	jwks := sigtest.NewJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
-	c := testkit.StartCaddy(t, "", testkit.ProxySite(port, stoneDirective(partnerKeyFile(t), jwks.URL, ""), up))
+	c := testkit.StartCaddy(t, "", testkit.ProxySite(port, stoneDirective(sigtest.PartnerKeyFile(t), jwks.URL, ""), up))
 	url := testkit.SiteURL(port) + "/stone"
 
 	genuine := sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey)

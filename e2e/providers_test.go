@@ -2,16 +2,10 @@ package e2e
 
 import (
 	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,40 +14,6 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
-
-// jwksServer serves Stone's key set as its discovery endpoint does, and
-// counts the fetches.
-type jwksServer struct {
-	*httptest.Server
-	hits atomic.Int64
-}
-
-func newJWKSServer(t *testing.T, keys map[string]*rsa.PrivateKey) *jwksServer {
-	t.Helper()
-	s := &jwksServer{}
-	set := sigtest.StoneKeySet(t, keys)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.hits.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(set)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-// partnerKeyFile writes the partner's private key as PKCS #8 PEM.
-func partnerKeyFile(t *testing.T) string {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(sigtest.RSAKey("stone-partner"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "stone.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // stoneDirective is a stone handler with its key set at jwksURL.
 func stoneDirective(keyFile, jwksURL, extra string) string {
@@ -66,10 +26,10 @@ func stoneDirective(keyFile, jwksURL, extra string) string {
 
 func TestE2EStoneDecrypt(t *testing.T) {
 	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
-	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
+	jwks := sigtest.NewJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
-	keyFile := partnerKeyFile(t)
+	keyFile := sigtest.PartnerKeyFile(t)
 	// the event id is outside the JWS: replays of a verified event under
 	// another id are rejected (replay_guard reject)
 	const extra = "decrypt\n\t\treplay_guard reject"
@@ -109,23 +69,23 @@ func TestE2EStoneDecrypt(t *testing.T) {
 	up.WantCalls(t, 1)
 
 	// an unchanged reload shares the key set: nothing is fetched
-	before := jwks.hits.Load()
+	before := jwks.Hits.Load()
 	if err := c.Reload(testkit.ProxySite(port, stoneDirective(keyFile, jwks.URL, extra), up)); err != nil {
 		t.Fatal(err)
 	}
 	another := []byte(strings.Replace(sigtest.StoneEvent, "54abd61c", "64abd61c", 1))
 	resp, body = testkit.PostAfterReload(t, url, sigtest.StoneDelivery(t, another, signer, "stone-1", &partner.PublicKey), "x-stone-webhook-event-id", "another-event")
 	testkit.WantNew(t, resp, body, http.StatusOK)
-	if n := jwks.hits.Load() - before; n != 0 {
+	if n := jwks.Hits.Load() - before; n != 0 {
 		t.Fatalf("an unchanged reload fetched the key set %d times", n)
 	}
 }
 
 func TestE2EStoneWithoutDecryptPassesTheEnvelope(t *testing.T) {
 	partner, signer := sigtest.RSAKey("stone-partner"), sigtest.RSAKey("stone-signer")
-	jwks := newJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
+	jwks := sigtest.NewJWKSServer(t, map[string]*rsa.PrivateKey{"stone-1": signer})
 	up := testkit.NewUpstream(t, nil)
-	url := testkit.StartProxy(t, stoneDirective(partnerKeyFile(t), jwks.URL, ""), up) + "/stone"
+	url := testkit.StartProxy(t, stoneDirective(sigtest.PartnerKeyFile(t), jwks.URL, ""), up) + "/stone"
 	envelope := sigtest.StoneDelivery(t, []byte(sigtest.StoneEvent), signer, "stone-1", &partner.PublicKey)
 	// no event id header: the key is the hash of the verified event, so a
 	// re-encrypted retry is still a duplicate

@@ -15,3 +15,9 @@ func SetClock(t testing.TB, at time.Time) {
 	now = func() time.Time { return at }
 	t.Cleanup(func() { now = old })
 }
+
+// CertWaiters is the number of requests of a template verifier waiting on
+// a certificate's fetch.
+func CertWaiters(v Verifier) int {
+	return int(v.(*templateVerifier).certs.waiting.Load())
+}

@@ -67,6 +67,16 @@ func (kr keyring) match(msg, body []byte, sigs *sigSet) bool {
 // matchTail is match for a message that continues after the body
 // (HubSpot signs `{method}{url}{body}{timestamp}`).
 func (kr keyring) matchTail(msg, body, tail []byte, sigs *sigSet) bool {
+	return kr.matchFunc(sigs, func(h hash.Hash) {
+		h.Write(msg)
+		h.Write(body)
+		h.Write(tail)
+	})
+}
+
+// matchFunc is match for a message that write writes into a hash state
+// (a template's, whose parts are not contiguous).
+func (kr keyring) matchFunc(sigs *sigSet, write func(h hash.Hash)) bool {
 	if sigs.n == 0 {
 		return false
 	}
@@ -76,9 +86,7 @@ func (kr keyring) matchTail(msg, body, tail []byte, sigs *sigSet) bool {
 		if len(k.pre) > 0 {
 			st.h.Write(k.pre)
 		}
-		st.h.Write(msg)
-		st.h.Write(body)
-		st.h.Write(tail)
+		write(st.h)
 		sum := st.h.Sum(st.sum[:0])
 		ok := 0
 		for i := 0; i < sigs.n; i++ {

@@ -1,7 +1,9 @@
 package signature
 
 import (
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/x509"
 	"errors"
@@ -59,6 +61,32 @@ func ParseRSAPrivateKey(s string) (*rsa.PrivateKey, error) {
 	}
 	if key.N.BitLen() < minRSABits {
 		return nil, fmt.Errorf("the RSA key has %d bits, fewer than %d", key.N.BitLen(), minRSABits)
+	}
+	return key, nil
+}
+
+// ParseECDSAPrivateKey parses an ECDSA private key on P-256 written as a
+// PEM block (`EC PRIVATE KEY`, SEC 1, or `PRIVATE KEY`, PKCS #8), or as
+// its DER in hex or base64. Whitespace outside a PEM block is ignored.
+func ParseECDSAPrivateKey(s string) (*ecdsa.PrivateKey, error) {
+	der, _, err := pemOrBytes(s)
+	if err != nil {
+		return nil, errors.New("not an ECDSA private key: want a PEM block (SEC 1 or PKCS #8)")
+	}
+	var key *ecdsa.PrivateKey
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		key = k
+	} else if k8, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		ek, ok := k8.(*ecdsa.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("a %T, not an ECDSA private key", k8)
+		}
+		key = ek
+	} else {
+		return nil, errors.New("not an ECDSA private key: want a PEM block (SEC 1 or PKCS #8)")
+	}
+	if key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("the ECDSA key is on %s, not P-256", key.Curve.Params().Name)
 	}
 	return key, nil
 }

@@ -6,16 +6,28 @@
 // with an HMAC (GitHub, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
 // key, or send a shared token.
 //
+// For providers without a scheme of their own there are building blocks
+// (the package's tests write Amazon SNS, PayPal, SendGrid, Adyen and
+// Google Pub/Sub with them): NewTemplate signs a string made of the request (see Templates)
+// with an HMAC, Ed25519, ECDSA P-256 or RSA, the key a secret, a public key
+// or a certificate the delivery names and that is fetched only from the
+// hosts allowed (CertURLConfig), optionally each item of a batch on its
+// own; NewJWTVerifier checks a JSON Web Token against secrets or a JWK set
+// fetched and refreshed in the background (KeySet), with its issuer,
+// audience and claims. NewTemplateSigner and NewJWTKeySigner sign as they
+// check.
+//
 // A Verifier checks one request against its raw body, before the body is
 // parsed. Verifiers are safe for concurrent use, compare in constant time,
 // accept a signature made with any of their secrets or public keys
 // (rotation), and allocate nothing per request, except Twilio's (which
 // parses the form body), Mercado Pago's (which reads the body's JSON), the
-// RSA schemes (whose arithmetic allocates), the JWT scheme (Evolution API)
-// and Stone's (JWE and JWS). Every failure is one of ErrMissing,
-// ErrInvalid, ErrTimestamp, ErrUnavailable and ErrAmbiguous, whose Reason can
-// be shown to the sender; no error ever contains a secret. Public keys are
-// parsed with ParseEd25519PublicKey and ParseRSAPublicKey.
+// RSA and ECDSA schemes (whose arithmetic allocates), the JWT schemes,
+// Stone's (JWE and JWS), and a template's query fields. Every failure is
+// one of ErrMissing, ErrInvalid, ErrTimestamp, ErrUnavailable and
+// ErrAmbiguous, whose Reason can be shown to the sender; no error ever
+// contains a secret. Public keys are parsed with ParseEd25519PublicKey,
+// ParseECDSAPublicKey and ParseRSAPublicKey.
 //
 // The package has no dependency on any web framework:
 //
@@ -32,6 +44,42 @@
 //		}
 //		// body is authentic
 //	})
+//
+// # Templates
+//
+// The string a template scheme signs (TemplateConfig.String) is written
+// in a small language:
+//
+//   - Text is signed as written. A backslash starts an escape: \n (line
+//     feed), \r, \t, \\, and \{ \} \[ \] for those characters; any
+//     other escape is an error. The Caddyfile keeps a token's backslashes
+//     as they are, so "a\nb" there is a, a line feed and b here.
+//   - A field in braces is replaced by its value: {body} the raw body;
+//     {method} the request method; {url} the public URL (the URL the
+//     provider was told to deliver to, with the request's query, from
+//     TemplateConfig.PublicURL); {header.<Name>} the first value of a
+//     header; {query.<name>} the first value of a query parameter,
+//     percent-decoded; {json.<path>} a member of the JSON body, a string
+//     decoded and any other value as written; {body.crc32} the CRC-32
+//     (IEEE) of the body in decimal, as PayPal signs it; {body.sha256} the
+//     SHA-256 of the body in lower-case hex. A JSON path is member names
+//     separated by dots, a backslash making the next character literal;
+//     a segment of digits also indexes an array.
+//   - A part in square brackets is optional: it is left out, text and all,
+//     when a field in it is absent (a header or a query parameter not
+//     sent, a JSON member absent or null). Amazon SNS signs
+//     "Subject\n<subject>\n" only for a message that has a subject:
+//     Message\n{json.Message}\nMessageId\n{json.MessageId}\n[Subject\n{json.Subject}\n]…
+//     Brackets do not nest, and must hold a field. Outside brackets an
+//     absent field is the empty string, as Adyen signs an absent
+//     originalReference: nothing between its colons.
+//
+// JSON lets an object give a member twice, and readers disagree on which
+// counts (Go's encoding/json, JavaScript, PHP and Python take the last;
+// Go also matches names in any case), so a signed value could stand beside
+// an unsigned one the application reads: a member a template reads that
+// is given twice, or in another case, on any object of its path, makes
+// the delivery ErrAmbiguous.
 package signature
 
 import (
@@ -73,15 +121,17 @@ var (
 	ErrTimestamp = &Error{Reason: "timestamp outside tolerance"}
 
 	// ErrUnavailable means the request cannot be verified now: the keys
-	// it needs are not loaded yet (Stone's key set while it cannot be
-	// fetched). It is no verdict on the request, which the sender should
-	// retry later (the module answers 503 with Retry-After).
+	// it needs are not loaded yet (a key set, Stone's included, while it
+	// cannot be fetched; a certificate whose fetch failed). It is no
+	// verdict on the request, which the sender should retry later (the
+	// module answers 503 with Retry-After).
 	ErrUnavailable = &Error{Reason: "verification keys unavailable"}
 
 	// ErrAmbiguous means the body gives a JSON member the scheme reads
-	// more than once (Stone's envelope with two `encrypted_body`): one
-	// reader would take the first, another the last. No provider sends
-	// such a body (the module answers 400).
+	// more than once (Stone's envelope with two `encrypted_body`, a
+	// template's field given twice or in another case): one reader would
+	// take the first, another the last. No provider sends such a body
+	// (the module answers 400).
 	ErrAmbiguous = &Error{Reason: "ambiguous delivery: a JSON member the signature depends on appears more than once"}
 )
 

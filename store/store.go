@@ -89,6 +89,26 @@ type GuardedStore interface {
 	RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error
 }
 
+// Claim is one delivery's hold on its key, carried whole by every call
+// about it: the store key, its guard or note ("" for none: the replay
+// guard, or a nonce), whether the guard is a note, and the owner token.
+type Claim struct {
+	Key   string
+	Guard string
+	Noted bool
+	Owner string
+}
+
+// CompletionGuard is the guard completed, released and renewed with the
+// key: a note belongs to the first key that came with its bytes, not to
+// this claim.
+func (c Claim) CompletionGuard() string {
+	if c.Noted {
+		return ""
+	}
+	return c.Guard
+}
+
 // State is the state of a key as Claim sees it.
 type State uint8
 
@@ -172,6 +192,10 @@ type KeyInfo struct {
 type Prefixer interface {
 	KeyPrefix() string
 }
+
+// DefaultKeyPrefix is the first part of every key of a store that has no
+// key_prefix of its own.
+const DefaultKeyPrefix = "idem"
 
 // CheckKeyPrefix is the rule of a key prefix. Keys are
 // `<key_prefix>:<source>:<value>` and a source's streams share the hash

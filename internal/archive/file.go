@@ -57,14 +57,14 @@ type fileBackend struct {
 }
 
 func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
-	key := seam.Path() + "\x00" + a.cfg.Source
+	key := seam.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
 	val, _, err := fileArchives.LoadOrNew(key, func() (caddy.Destructor, error) {
 		release, err := seam.Hold()
 		if err != nil {
 			return nil, err
 		}
 		fa := &fileArchive{
-			seam: seam, bucket: []byte("archive:" + a.cfg.Source), bodies: []byte("archive-body:" + a.cfg.Source),
+			seam: seam, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
 			release: release, count: -1,
 		}
 		if err := seam.Update(context.Background(), fa.buckets); err != nil {

@@ -7,6 +7,8 @@ package cfparse
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -114,3 +116,67 @@ func PositiveDuration(what, v string) (caddy.Duration, error) {
 // HasPlaceholder reports whether v holds a placeholder such as `{env.X}`,
 // which only Provision can resolve.
 func HasPlaceholder(v string) bool { return strings.Contains(v, "{") }
+
+// Keyword is a word an option takes and what it stands for.
+type Keyword[T any] struct {
+	Word  string
+	Value T
+}
+
+// Keywords are the words an option takes, in the order its errors list
+// them.
+type Keywords[T any] []Keyword[T]
+
+// Parse returns what word stands for; errors name the option and list the
+// words: `invalid encoding 'base32': want hex or base64`.
+func (ks Keywords[T]) Parse(option, word string) (T, error) {
+	for _, k := range ks {
+		if k.Word == word {
+			return k.Value, nil
+		}
+	}
+	var zero T
+	return zero, fmt.Errorf("invalid %s '%s': want %s", option, word, ks)
+}
+
+// String lists the words: `a, b or c`.
+func (ks Keywords[T]) String() string {
+	words := make([]string, len(ks))
+	for i, k := range ks {
+		words[i] = k.Word
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + " or " + words[last]
+}
+
+// OnOff are the words of a switch such as `bodies on | off`.
+var OnOff = Keywords[bool]{{"on", true}, {"off", false}}
+
+// CheckHTTPURL checks an absolute http(s) URL with a host, such as an
+// inbox's deliver_to or a verify url; errors name the option. A URL with a
+// placeholder is checked once Provision has resolved it.
+func CheckHTTPURL(what, v string) error {
+	if HasPlaceholder(v) {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("invalid %s '%s': want an absolute http:// or https:// URL with a host", what, v)
+	}
+	return nil
+}
+
+// ParseStatusSpec parses a status code (100-599) or a class (`2xx`, any
+// case) into the codes it covers: the rule of `cache_status` entries and of
+// the admin API's status filters.
+func ParseStatusSpec(v string) (lo, hi int, ok bool) {
+	if len(v) == 3 && v[0] >= '1' && v[0] <= '5' && strings.EqualFold(v[1:], "xx") {
+		class := int(v[0]-'0') * 100
+		return class, class + 99, true
+	}
+	code, err := strconv.Atoi(v)
+	if err != nil || code < 100 || code > 599 {
+		return 0, 0, false
+	}
+	return code, code, true
+}

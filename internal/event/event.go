@@ -58,7 +58,13 @@ type Request struct {
 	Headers  string // "Name: value\r\n" lines (HeaderBlock)
 	Body     []byte
 	Received time.Time
+	// Secret is the index of the route's secret that verified the
+	// delivery, for re-signing it with that one (internal/forward).
+	Secret int
 }
+
+// PublicURL is the URL the provider sent the request to.
+func (e *Request) PublicURL() string { return e.Proto + "://" + e.Host + e.URI }
 
 // FromHTTP returns the stored form of a request whose body is body:
 // headers without those skip names, received now.

@@ -19,6 +19,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
+	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
 // Delivery benchmarks (BENCHMARKS.md: Inbox delivery control): b.N events
@@ -141,7 +142,7 @@ func burst(b *testing.B, ib *Inbox, app *lagApp, pace time.Duration, g func(i in
 				}
 				ev := event.Request{Source: ib.Source(), Key: key, StoreKey: "idem:" + ib.Source() + ":" + key,
 					Method: "POST", URI: "/hook", Headers: headers, Body: body, Received: time.Now()}
-				res, err := ib.Accept(context.Background(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
+				res, err := ib.Accept(context.Background(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev)
 				if err != nil || res.State != store.StateClaimed {
 					b.Errorf("accepting %s: %s %v", key, res.State, err)
 				}
@@ -350,4 +351,43 @@ func benchPartitions(b *testing.B, n int, pace time.Duration) {
 	// what the busiest node could serve with a core of its own
 	b.ReportMetric(float64(b.N)/busiestCPU, "busiest-node-ceiling/s")
 	b.Logf("N=%d, partitions %d: calls by node %s, Redis CPU by node %s", b.N, n, strings.Join(shares, " / "), strings.Join(cpus, " / "))
+}
+
+// BenchmarkInboxAcceptReplicas is the cost of `replicas` per acceptance
+// (docs/inbox.md#failover): b.N acceptances of new keys into an inbox on
+// a standalone Redis with one replica (both redis-server on this host),
+// with replicas 0 (the event and its key in one script) and replicas 1
+// (the event and its key in flight, WAIT 1 on the same connection, then
+// the key completed), one at a time (serial) and from 8 senders
+// (parallel). No worker runs: acceptance alone is measured.
+//
+//	go test -run '^$' -bench 'InboxAcceptReplicas' -benchtime 5000x ./internal/inbox
+func BenchmarkInboxAcceptReplicas(b *testing.B) {
+	master := testkit.StartRedis(b)
+	testkit.StartReplica(b, master)
+	for _, replicas := range []int{0, 1} {
+		s := openRedisStoreWith(b, &redisstore.Store{Addresses: []string{master.Addr()}, Replicas: replicas})
+		ib := newOrderedInbox(b, s, "bench_replicas_"+strconv.Itoa(replicas), "http://127.0.0.1:9", func(c *Config) { c.OrderBy, c.GroupOf = nil, nil })
+		var seq atomic.Int64
+		accept := func(b *testing.B) {
+			key := "evt_" + strconv.FormatInt(seq.Add(1), 10)
+			res, err := acceptEvent(b, ib, key, "")
+			if err != nil || res.State != store.StateClaimed {
+				b.Errorf("accepting %s: %v %v", key, res.State, err)
+			}
+		}
+		b.Run(fmt.Sprintf("replicas=%d/serial", replicas), func(b *testing.B) {
+			for b.Loop() {
+				accept(b)
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/parallel", replicas), func(b *testing.B) {
+			b.SetParallelism(4) // 8 senders on 2 CPUs
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					accept(b)
+				}
+			})
+		})
+	}
 }

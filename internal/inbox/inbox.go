@@ -10,6 +10,7 @@ package inbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,10 +21,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
@@ -35,14 +38,17 @@ import (
 // Config is an inbox's resolved configuration: every value set and
 // checked (the handler's InboxConfig applies the defaults and rules).
 type Config struct {
-	Source      string
-	DeliverTo   string          // the URL every event is delivered to
-	Respond     int             // the status that answers an accepted event
-	Retries     []time.Duration // the waits between attempts after the first
-	Jitter      float64         // how much each wait varies, as a fraction
-	Timeout     time.Duration   // the bound of one delivery attempt
-	Concurrency int             // deliveries in progress at once
-	TTL         time.Duration   // how long a delivered event's key answers duplicates
+	Source    string
+	DeliverTo string // the URL every event is delivered to
+	Respond   int    // the status that answers an accepted event
+	// RespondBody and RespondType are its body and content type (the
+	// provider's expected answer, Adyen's `[accepted]`); "" for none.
+	RespondBody, RespondType string
+	Retries                  []time.Duration // the waits between attempts after the first
+	Jitter                   float64         // how much each wait varies, as a fraction
+	Timeout                  time.Duration   // the bound of one delivery attempt
+	Concurrency              int             // deliveries in progress at once
+	TTL                      time.Duration   // how long a delivered event's key answers duplicates
 	// Namespace is the route's key namespace, `<key_prefix>:<source>`,
 	// added to every delivery's Webhook-Via (event.ViaHeader).
 	Namespace string
@@ -61,6 +67,14 @@ type Config struct {
 	Partitions int
 	// Redact is what the admin API shows of the events redacted with.
 	Redact *redact.Redactor
+	// Forward prepares each attempt for the application: the provider's
+	// signature kept, re-signed, replaced or removed, and the route's
+	// outbound headers (internal/forward). Nil passes the event on as it
+	// was stored.
+	Forward *forward.Forwarder
+	// TLS is the TLS configuration toward an https deliver_to (a private
+	// CA, a client certificate, a server name); nil for the system's.
+	TLS    *tls.Config
 	Logger *zap.Logger
 }
 
@@ -113,6 +127,9 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 		horizon += time.Duration(float64(d) * (1 + cfg.Jitter))
 	}
 	ib.acceptTTL = cfg.TTL + horizon
+	if err := Supports(s); err != nil {
+		return nil, err
+	}
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
@@ -122,8 +139,6 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 			return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
 		}
 		ib.q, err = newFileQueue(s.Seam(), ib)
-	default:
-		return nil, fmt.Errorf("inbox mode needs a store that keeps a durable queue, the file or the redis store, not %T", s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)
@@ -138,6 +153,7 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 			MaxIdleConnsPerHost: cfg.Concurrency,
 			IdleConnTimeout:     90 * time.Second,
 			TLSHandshakeTimeout: cfg.Timeout,
+			TLSClientConfig:     cfg.TLS,
 			ForceAttemptHTTP2:   true,
 		},
 		// a redirect is an answer: it is not followed
@@ -146,11 +162,31 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 	return ib, nil
 }
 
+// Supports is the rule of which stores hold an inbox: those that keep a
+// durable queue, the file store (one instance) and the redis store
+// (several). The Caddyfile parser asks it of a store module's zero value,
+// provisioning of the store itself; an accepted event must survive a
+// restart.
+func Supports(s store.Store) error {
+	switch s.(type) {
+	case *redisstore.Store, *filestore.Store:
+		return nil
+	}
+	name := fmt.Sprintf("%T", s)
+	if m, ok := s.(interface{ CaddyModule() caddy.ModuleInfo }); ok {
+		name = m.CaddyModule().ID.Name()
+	}
+	return fmt.Errorf("inbox mode needs a store that keeps accepted events across restarts, not %s: the file store (the default, for one Caddy) or the redis store (for several)", name)
+}
+
 // Source returns the inbox's source.
 func (ib *Inbox) Source() string { return ib.cfg.Source }
 
-// Respond returns the status that answers an accepted event.
-func (ib *Inbox) Respond() int { return ib.cfg.Respond }
+// Respond returns the status that answers an accepted event, and its body
+// and content type ("" for none).
+func (ib *Inbox) Respond() (status int, body, contentType string) {
+	return ib.cfg.Respond, ib.cfg.RespondBody, ib.cfg.RespondType
+}
 
 // AcceptTTL returns how long an accepted event's key is kept before it is
 // delivered: the handler's ttl plus the retry horizon.
@@ -158,15 +194,19 @@ func (ib *Inbox) AcceptTTL() time.Duration { return ib.acceptTTL }
 
 // Accept stores a new event and takes its key in one round trip, or
 // reports the key's state as a claim does; the handler answers at once.
-// guard is the key's guard ("" for none), or with noted its note (see
+// The claim's guard is taken with the key, or its note (see
 // store.GuardedStore): a note that holds another key marks the event as a
 // suspected replay, delivered with Webhook-Replay-Suspected.
-func (ib *Inbox) Accept(ctx context.Context, key, guard string, noted bool, owner string, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
-	rec := record.Encode(make([]byte, 0, record.FixedLen+1), ib.cfg.Respond, nil, bodyHash)
-	res, id, err := ib.q.accept(ctx, key, guard, noted, owner, rec, ev, ib.groupOf(ev))
+func (ib *Inbox) Accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
+	var hdr http.Header
+	if ib.cfg.RespondType != "" {
+		hdr = http.Header{"Content-Type": {ib.cfg.RespondType}}
+	}
+	rec := append(record.Encode(make([]byte, 0, record.FixedLen+1+len(ib.cfg.RespondBody)), ib.cfg.Respond, hdr, bodyHash), ib.cfg.RespondBody...)
+	res, id, err := ib.q.accept(ctx, c, rec, ev, ib.groupOf(ev))
 	if err == nil && res.State == store.StateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
-			ce.Write(zap.String("key", key), zap.String("id", id))
+			ce.Write(zap.String("key", c.Key), zap.String("id", id))
 		}
 	}
 	return res, err

@@ -39,9 +39,13 @@ var backends = map[string]func(t *testing.T) store.Store{
 }
 
 func openRedisStore(t testing.TB, addrs ...string) *redisstore.Store {
+	return openRedisStoreWith(t, &redisstore.Store{Addresses: addrs})
+}
+
+// openRedisStoreWith provisions s.
+func openRedisStoreWith(t testing.TB, s *redisstore.Store) *redisstore.Store {
 	t.Helper()
 	ctx, cancel := testkit.NewContext(t)
-	s := &redisstore.Store{Addresses: addrs}
 	if err := s.Provision(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +91,14 @@ func newOrderedInbox(t testing.TB, s store.Store, source, deliverTo string, set 
 // acceptIn accepts the event key in group ("" for none).
 func acceptIn(t testing.TB, ib *Inbox, key, group string) {
 	t.Helper()
+	res, err := acceptEvent(t, ib, key, group)
+	if err != nil || res.State != store.StateClaimed {
+		t.Fatalf("accepting %s: %s, %v", key, res.State, err)
+	}
+}
+
+// acceptEvent offers the inbox the event key in group ("" for none).
+func acceptEvent(t testing.TB, ib *Inbox, key, group string) (store.ClaimResult, error) {
 	body := []byte(`{"id":"` + key + `"}`)
 	hash := sha256.Sum256(body)
 	headers := "Content-Type: application/json\r\n"
@@ -95,10 +107,7 @@ func acceptIn(t testing.TB, ib *Inbox, key, group string) {
 	}
 	ev := event.Request{Source: ib.Source(), Key: key, StoreKey: "idem:" + ib.Source() + ":" + key, Method: "POST", URI: "/hook",
 		Headers: headers, Body: body, Received: time.Now()}
-	res, err := ib.Accept(t.Context(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
-	if err != nil || res.State != store.StateClaimed {
-		t.Fatalf("accepting %s: %s, %v", key, res.State, err)
-	}
+	return ib.Accept(t.Context(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev)
 }
 
 // attempt is one request the application received.

@@ -249,27 +249,77 @@ func keysOf(parts ...*partition) []string {
 	return keys
 }
 
-func (q *redisQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
+func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
 	target, follow := q.route(grp)
 	entry := fields(ev, "0", "0", grp)
 	if q.cluster {
-		return q.acceptCluster(ctx, key, guard, noted, owner, record, entry, grp, target, follow)
+		return q.acceptCluster(ctx, c, record, entry, grp, target, follow)
 	}
+	key, guard, noted, owner := c.Key, c.Guard, c.Noted, c.Owner
 	keys := keysOf(append([]*partition{target}, follow...)...)
-	res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, []any{grp}, record, q.acceptTTL, q.noteTTL, entry)
-	return res, a.ID, err
+	if q.seam.Replicas() == 0 {
+		res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, []any{grp}, record, q.acceptTTL, q.noteTTL, entry)
+		return res, a.ID, err
+	}
+	// the key stays in flight until the replicas have the event
+	res, a, err := q.seam.ClaimAndAppendReplicated(ctx, key, guard, noted, owner, q.accepting, acceptScript, keys, []any{grp}, q.noteTTL, entry)
+	if res.State != store.StateClaimed {
+		return res, "", err
+	}
+	completeGuard := c.CompletionGuard()
+	if err != nil {
+		q.refuse(key, completeGuard, owner, a.ID, grp, keys)
+		return store.ClaimResult{}, "", err
+	}
+	q.completeAccepted(key, completeGuard, owner, record)
+	return res, a.ID, nil
+}
+
+// refuse undoes an acceptance that was not stored as the store's replicas
+// require (docs/inbox.md#failover): the event is withdrawn unless a reader
+// has taken it already, and the key is released, so that the provider's
+// retry, which the 503 asks for, is accepted anew rather than answered as
+// a duplicate. An event a reader took is delivered all the same, and the
+// retry's too: the application gets it twice.
+func (q *redisQueue) refuse(key, guard, owner, id, grp string, keys []string) {
+	s := q.seam.Store()
+	if id != "" {
+		ctx, cancel := q.call(context.Background())
+		n, err := withdrawScript.Run(ctx, q.client, keys, group, id, grp).Int()
+		cancel()
+		switch {
+		case err != nil:
+			q.logger.Warn("withdrawing an event refused for want of replicas failed: it may be delivered, and the provider's retry too",
+				zap.String("key", key), zap.String("id", id), zap.Error(err))
+		case n == 0:
+			q.logger.Info("an event refused for want of replicas was taken by a worker already: it is delivered, and the provider's retry too",
+				zap.String("key", key), zap.String("id", id))
+		}
+	}
+	_ = s.ReleaseGuarded(context.Background(), key, guard, owner)
+}
+
+// completeAccepted completes the key of an event that is stored: duplicates
+// get the accept answer from now on.
+func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
+	if err := q.seam.Store().CompleteGuarded(context.Background(), key, guard, owner, record, q.acceptTTL); err != nil {
+		// the event is stored, so it is accepted; only a duplicate arriving
+		// after the lease could be accepted again
+		q.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
+			zap.String("key", key), zap.Error(err))
+	}
 }
 
 // acceptCluster accepts on Redis Cluster, where the key and the stream
 // live on different nodes: the key is claimed, the event stored, and the
 // key then completed.
-func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted bool, owner string, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
+func (q *redisQueue) acceptCluster(ctx context.Context, c store.Claim, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
 	s := q.seam.Store()
 	var res store.ClaimResult
 	var err error
-	completeGuard := guard
-	if noted {
-		completeGuard = ""
+	key, guard, owner := c.Key, c.Guard, c.Owner
+	completeGuard := c.CompletionGuard()
+	if c.Noted {
 		var prev string
 		res, prev, err = s.ClaimNoted(ctx, key, guard, owner, q.accepting, q.noteTTL)
 		if prev != "" && prev != key {
@@ -281,39 +331,59 @@ func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted
 	if err != nil || res.State != store.StateClaimed {
 		return res, "", err
 	}
-	id, err := q.appendTo(ctx, grp, entry, target, follow)
+	id, p, err := q.appendTo(ctx, grp, entry, target, follow, true)
+	if errors.Is(err, redisstore.ErrNotReplicated) {
+		q.refuse(key, completeGuard, owner, id, grp, p.keys)
+		return store.ClaimResult{}, "", err
+	}
 	if err != nil {
 		_ = s.ReleaseGuarded(context.Background(), key, completeGuard, owner)
 		return store.ClaimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
 	}
-	if err := s.CompleteGuarded(context.Background(), key, completeGuard, owner, record, q.acceptTTL); err != nil {
-		// the event is stored, so it is accepted; only a duplicate arriving
-		// after the lease could be accepted again
-		q.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
-			zap.String("key", key), zap.Error(err))
-	}
+	q.completeAccepted(key, completeGuard, owner, record)
 	return res, id, nil
 }
 
 // appendTo admits an event to target, or to the partition of follow that
 // holds its group's pending events: in one script where every key is on
-// one node, else one partition after the other (Redis Cluster).
-func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, target *partition, follow []*partition) (string, error) {
-	ctx, cancel := q.call(ctx)
-	defer cancel()
+// one node, else one partition after the other (Redis Cluster). It returns
+// the event's id and its partition (nil off Cluster). An acceptance
+// (accepting) waits for the store's `replicas`: the error then wraps
+// redisstore.ErrNotReplicated when too few acknowledged it.
+func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, target *partition, follow []*partition, accepting bool) (string, *partition, error) {
 	args := append([]any{grp, ""}, entry...)
 	if !q.cluster {
-		return appendScript.Run(ctx, q.client, keysOf(append([]*partition{target}, follow...)...), args...).Text()
+		ctx, cancel := q.call(ctx)
+		defer cancel()
+		id, err := appendScript.Run(ctx, q.client, keysOf(append([]*partition{target}, follow...)...), args...).Text()
+		return id, nil, err
 	}
 	for _, p := range follow {
 		args[1] = "follow"
-		id, err := appendScript.Run(ctx, q.client, p.keys, args...).Text()
+		id, err := q.appendOne(ctx, p, args, accepting)
 		if !errors.Is(err, redis.Nil) {
-			return id, err
+			return id, p, err
 		}
 	}
 	args[1] = ""
-	return appendScript.Run(ctx, q.client, target.keys, args...).Text()
+	id, err := q.appendOne(ctx, target, args, accepting)
+	return id, target, err
+}
+
+// appendOne runs the append script on one partition (its keys on one
+// node), waiting for the store's `replicas` when wait is set.
+func (q *redisQueue) appendOne(ctx context.Context, p *partition, args []any, wait bool) (string, error) {
+	if wait && q.seam.Replicas() > 0 {
+		v, err := q.seam.RunReplicated(ctx, appendScript, p.keys, args...)
+		if v == nil && err == nil {
+			return "", redis.Nil
+		}
+		id, _ := v.(string)
+		return id, err
+	}
+	ctx, cancel := q.call(ctx)
+	defer cancel()
+	return appendScript.Run(ctx, q.client, p.keys, args...).Text()
 }
 
 // ensureGroup creates a partition's stream and its consumer group if
@@ -689,7 +759,7 @@ func (q *redisQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	attempts := str(m.Values[event.FieldAttempts])
 	entry = append(entry, event.FieldBase, cmp.Or(attempts, "0"))
-	newID, err := q.appendTo(ctx, grp, entry, target, follow)
+	newID, _, err := q.appendTo(ctx, grp, entry, target, follow, false)
 	if err != nil {
 		return "", err
 	}
@@ -720,7 +790,8 @@ func (q *redisQueue) discard(ctx context.Context, id string) (bool, error) {
 
 func (q *redisQueue) enqueue(ctx context.Context, ev *event.Request, grp string) (string, error) {
 	target, follow := q.route(grp)
-	return q.appendTo(ctx, grp, fields(ev, "0", "0", grp), target, follow)
+	id, _, err := q.appendTo(ctx, grp, fields(ev, "0", "0", grp), target, follow, false)
+	return id, err
 }
 
 // refresh renews this configuration's number of partitions in the

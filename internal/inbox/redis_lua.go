@@ -175,6 +175,53 @@ for i = 3, #ARGV do f[#f+1] = ARGV[i] end
 return admitTo(KEYS, ARGV[1], f, ARGV[2] == 'follow')
 `)
 
+	// KEYS: the keys of one or more partitions. ARGV: consumer group, id,
+	// the event's group. Withdraws an event accepted by a write too few
+	// replicas acknowledged (docs/inbox.md#failover), unless a reader has
+	// taken it: from held (behind the head of its group), or from the
+	// stream when its id is past what the consumer group has read (a head
+	// hands its group on). Returns 1 when withdrawn, else 0.
+	withdrawScript = redis.NewScript(luaQueue + `
+local function before(a, b)
+	local am, as = string.match(a, '^(%d+)-(%d+)$')
+	local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+	am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+	return am < bm or (am == bm and as < bs)
+end
+local id, grp = ARGV[2], ARGV[3]
+for p = 1, #KEYS / 7 do
+	local K = part(KEYS, p)
+	if grp ~= '' and #redis.call('XRANGE', K[4], id, id) > 0 then
+		redis.call('XDEL', K[4], id)
+		redis.call('ZREM', K[5], grp .. '\0' .. pad(id))
+		if redis.call('XLEN', K[4]) == 0 then
+			redis.call('DEL', K[4])
+		end
+		return 1
+	end
+	if #redis.call('XRANGE', K[1], id, id) > 0 then
+		local read = '0-0'
+		local groups = redis.pcall('XINFO', 'GROUPS', K[1])
+		if type(groups) == 'table' and not groups.err then
+			for _, g in ipairs(groups) do
+				local name, last
+				for i = 1, #g, 2 do
+					if g[i] == 'name' then name = g[i+1] elseif g[i] == 'last-delivered-id' then last = g[i+1] end
+				end
+				if name == ARGV[1] and last then read = last end
+			end
+		end
+		if not before(read, id) then
+			return 0
+		end
+		redis.call('XDEL', K[1], id)
+		release(K, grp, id, '')
+		return 1
+	end
+end
+return 0
+`)
+
 	// KEYS: a partition [, idempotency key]. ARGV: consumer group, id,
 	// ttl, the event's group. A delivered event leaves the stream, its
 	// key (when given) is kept for ttl, and its group goes on.

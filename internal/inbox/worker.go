@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 )
 
 // Delivery: the workers read the queue, deliver each event to deliver_to,
@@ -416,6 +417,13 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 	req.Header.Del(OrderBrokenHeader)
 	if ev.OrderBroken != "" {
 		req.Header.Set(OrderBrokenHeader, ev.OrderBroken)
+	}
+	if f := ib.cfg.Forward; f != nil {
+		// each attempt is signed at its own time (docs/inbox.md: What the
+		// application receives)
+		if err := f.Apply(req, ev.Body, forward.Delivery{Key: ev.Key, Secret: ev.Secret, PublicURL: ev.PublicURL()}, time.Now()); err != nil {
+			return 0, 0, err
+		}
 	}
 	resp, err := ib.http.Do(req)
 	if err != nil {

@@ -2,7 +2,15 @@ package sigtest
 
 import (
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-jose/go-jose/v4"
@@ -87,3 +95,59 @@ func StoneKeySet(t testing.TB, keys map[string]*rsa.PrivateKey) []byte {
 // StoneEvent is an event as Stone documents its payload (a JWT whose
 // claims are the event).
 const StoneEvent = `{"env":"sandbox","event_type":"cash_in_internal_transfer","id":"54abd61c-3b18-401c-9816-951cbe135149","iat":1589381895,"jti":"2o79sqemde14mv76eo00jsc3","nbf":1589381895,"target_data":{"account_id":"09c016b2-876a-450a-9f40-316f8e2f8778","amount":1,"status":"FINISHED"},"target_type":"internal_transfer"}`
+
+// JWKSServer serves a key set as Stone's discovery endpoint does, and can
+// be down; Hits counts its requests.
+type JWKSServer struct {
+	*httptest.Server
+	mu   sync.Mutex
+	keys map[string]*rsa.PrivateKey
+	down bool
+	Hits atomic.Int64
+}
+
+// NewJWKSServer starts a key set server holding the public halves of keys,
+// closed when the test ends.
+func NewJWKSServer(t testing.TB, keys map[string]*rsa.PrivateKey) *JWKSServer {
+	t.Helper()
+	s := &JWKSServer{keys: keys}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Hits.Add(1)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.down {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(StoneKeySet(t, s.keys))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Set makes the server down (503) or up, serving keys when they are not
+// nil.
+func (s *JWKSServer) Set(down bool, keys map[string]*rsa.PrivateKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+	if keys != nil {
+		s.keys = keys
+	}
+}
+
+// PartnerKeyFile writes the Stone partner's private key (RSAKey
+// "stone-partner") as PKCS #8 PEM in the test's directory.
+func PartnerKeyFile(t testing.TB) string {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(RSAKey("stone-partner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "stone.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -193,9 +193,10 @@ func RedisCLI(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// Cluster is a Redis Cluster of masters without replicas.
+// Cluster is a Redis Cluster: its masters and, with replicas, theirs.
 type Cluster struct {
-	Nodes []*Redis
+	Nodes    []*Redis // the masters it was created with
+	Replicas []*Redis // the replicas it was created with, Replicas[i] of Nodes[i]
 }
 
 // Addrs returns the Nodes' addresses.
@@ -224,25 +225,57 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// ClusterOptions configure StartClusterWith.
+type ClusterOptions struct {
+	// Replicas is the number of replicas of each master: 0 or 1.
+	Replicas int
+	// NodeTimeout is cluster-node-timeout, after which an unreachable
+	// master is failed over. Default: 5s.
+	NodeTimeout time.Duration
+	// Args are more `--name value` arguments for every node.
+	Args []string
+}
+
 // StartCluster starts three masters with cluster mode on, joins them
 // with `redis-cli --cluster create` and waits until every slot is served.
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t testing.TB) *Cluster { return StartClusterWith(t, ClusterOptions{}) }
+
+// StartClusterWith starts three masters, and opts.Replicas replicas of
+// each, with cluster mode on, joins them with `redis-cli --cluster create`
+// and waits until every slot is served and every replica is in sync.
+func StartClusterWith(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	c := &Cluster{}
-	for range 3 {
-		c.Nodes = append(c.Nodes, StartRedis(t,
+	if opts.Replicas < 0 || opts.Replicas > 1 {
+		t.Fatalf("StartClusterWith: %d replicas per master; 0 or 1 are supported", opts.Replicas)
+	}
+	if opts.NodeTimeout == 0 {
+		opts.NodeTimeout = 5 * time.Second
+	}
+	var all []*Redis
+	for range 3 * (1 + opts.Replicas) {
+		all = append(all, StartRedis(t, append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "Nodes.conf",
-			"--cluster-node-timeout", "5000",
+			"--cluster-node-timeout", strconv.FormatInt(opts.NodeTimeout.Milliseconds(), 10),
 			"--cluster-port", strconv.Itoa(FreePort(t)),
-		))
+		}, opts.Args...)...))
 	}
-	RedisCLI(t, append(append([]string{"--cluster", "create"}, c.Addrs()...), "--cluster-replicas", "0", "--cluster-yes")...)
-	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range c.Nodes {
+	addrs := make([]string, len(all))
+	for i, n := range all {
+		addrs[i] = n.Addr()
+	}
+	RedisCLI(t, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")...)
+	c := &Cluster{}
+	byAddr := make(map[string]*Redis)
+	for _, n := range all {
+		byAddr[n.Addr()] = n
+	}
+	known := "cluster_known_nodes:" + strconv.Itoa(len(all))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range all {
 		for {
 			info := RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(n.port), "cluster", "info")
-			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, known) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -251,7 +284,79 @@ func StartCluster(t testing.TB) *Cluster {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// redis-cli makes the first three masters; a replica is in sync once
+	// its link to its master is up
+	c.Nodes = all[:3]
+	for _, m := range c.Nodes {
+		for {
+			r := c.replicaOf(t, m, all[3:])
+			if r != nil && strings.Contains(RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(r.port), "info", "replication"), "master_link_status:up") {
+				c.Replicas = append(c.Replicas, r)
+				break
+			}
+			if opts.Replicas == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the replica of %s is not in sync", m.Addr())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	return c
+}
+
+// replicaOf returns the node of candidates that replicates m, or nil.
+func (c *Cluster) replicaOf(t testing.TB, m *Redis, candidates []*Redis) *Redis {
+	for _, r := range candidates {
+		role := RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(r.port), "role")
+		if strings.HasPrefix(role, "slave\n") && strings.Contains(role, "\n"+strconv.Itoa(m.port)+"\n") {
+			return r
+		}
+	}
+	return nil
+}
+
+// MasterOf returns the node that serves key now, as a node of the cluster
+// answers CLUSTER SHARDS (asked of asking, which must answer).
+func (c *Cluster) MasterOf(t testing.TB, asking *Redis, key string) *Redis {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rc := asking.Client(t)
+	slot, err := rc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
+	}
+	shards, err := rc.ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SHARDS: %v", err)
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if slot < r.Start || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					for _, node := range append(append([]*Redis(nil), c.Nodes...), c.Replicas...) {
+						if node.port == int(n.Port) {
+							return node
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no master of %s (slot %d) among the cluster's nodes", key, slot)
+	return nil
+}
+
+// Role returns the node's role as it says: "master" or "slave".
+func (s *Redis) Role(t testing.TB) string {
+	out := RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "role")
+	role, _, _ := strings.Cut(out, "\n")
+	return role
 }
 
 // Sentinel is a master watched by one Sentinel.
@@ -301,4 +406,26 @@ sentinel down-after-milliseconds mymaster 5000
 	}
 	t.Fatalf("starting redis sentinel: %v", lastErr)
 	return nil
+}
+
+// StartReplica starts a redis-server that replicates master and waits
+// until it is in sync; extra are more `--name value` arguments.
+func StartReplica(t testing.TB, master *Redis, extra ...string) *Redis {
+	t.Helper()
+	r := StartRedis(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}, extra...)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(RedisCLI(t, "-h", "127.0.0.1", "-p", strconv.Itoa(r.port), "info", "replication"), "master_link_status:up") {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s of %s is not in sync within 20s", r.Addr(), master.Addr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r
+}
+
+// FieldString is the value of a field of a Redis stream entry (go-redis
+// gives each as an any) as a string; "" when the entry has no such field.
+func FieldString(v any) string {
+	s, _ := v.(string)
+	return s
 }

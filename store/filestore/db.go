@@ -93,6 +93,8 @@ type db struct {
 	writes chan *write // the committer's queue
 	log    *wal        // the committer's (nil: none)
 	logged []put       // the committer's, reused
+	// answered are the completions of a batch the committer answers, reused
+	answered []*write
 
 	filter   keysFilter     // the keys the tree holds (filter.go)
 	txKeys   []string       // the applier's: keys put in its transaction

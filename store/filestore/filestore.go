@@ -64,9 +64,6 @@ func (Store) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// defaultPrefix is the first part of every key.
-const defaultPrefix = "idem"
-
 // DefaultPath returns the default path of the store's file, in Caddy's
 // data directory.
 func DefaultPath() string {
@@ -130,7 +127,7 @@ func parseSync(v string) (time.Duration, error) {
 }
 
 // KeyPrefix implements store.Prefixer.
-func (s *Store) KeyPrefix() string { return defaultPrefix }
+func (s *Store) KeyPrefix() string { return store.DefaultKeyPrefix }
 
 // Path returns the path of the open file.
 func (s *Store) FilePath() string { return s.use.file().path }

@@ -10,12 +10,13 @@ import (
 )
 
 // breaker stops a store from paying its timeout on every request during an
-// outage (docs/stores.md). It opens after breakerThreshold consecutive failures;
+// outage (docs/stores.md): one per Redis node (node.go). It opens after breakerThreshold consecutive failures;
 // while it is open every call fails at once, and a background goroutine
 // probes the store until it answers, then closes the breaker. No request
 // traffic is let through while it is open, so an outage never costs a
 // request more than an immediate error.
 type breaker struct {
+	name     string // the node's address, for the logs
 	failures atomic.Int32
 	isOpen   atomic.Bool
 
@@ -37,8 +38,9 @@ const breakerThreshold = 3
 // breakerProbeInterval is the time between two probes of an open breaker.
 var breakerProbeInterval = 500 * time.Millisecond
 
-func newBreaker(probe func(context.Context) error, timeout time.Duration, logger *zap.Logger) *breaker {
+func newBreaker(name string, probe func(context.Context) error, timeout time.Duration, logger *zap.Logger) *breaker {
 	return &breaker{
+		name:     name,
 		probe:    probe,
 		timeout:  timeout,
 		interval: breakerProbeInterval,
@@ -74,7 +76,7 @@ func (b *breaker) open() {
 	}
 	b.isOpen.Store(true)
 	b.logger.Warn("redis store unreachable: failing calls at once until it answers again",
-		zap.Int("consecutive_failures", int(b.failures.Load())))
+		zap.String("address", b.name), zap.Int("consecutive_failures", int(b.failures.Load())))
 	b.wg.Add(1)
 	go b.probeUntilUp()
 }
@@ -99,7 +101,7 @@ func (b *breaker) probeUntilUp() {
 		b.failures.Store(0)
 		b.isOpen.Store(false)
 		b.mu.Unlock()
-		b.logger.Info("redis store reachable again")
+		b.logger.Info("redis store reachable again", zap.String("address", b.name))
 		return
 	}
 }

@@ -100,15 +100,14 @@ func (s *Store) resolve() (*redisConn, error) {
 	return conn, nil
 }
 
-// redisClient is a go-redis client shared across config reloads, with the
-// breaker that guards it.
+// redisClient is a go-redis client shared across config reloads, with its
+// nodes, each guarded by a breaker (node.go).
 type redisClient struct {
-	client  redis.UniversalClient
-	batch   *redisBatcher // the request path's script calls go through it
-	breaker *breaker
-	recent  *recentRecords // store_redis_recent.go
-	health  *redisHealth   // store_redis_health.go
-	logger  *zap.Logger
+	client redis.UniversalClient
+	nodes  *redisNodes    // the request path's script calls go through their batchers
+	recent *recentRecords // store_redis_recent.go
+	health *redisHealth   // store_redis_health.go
+	logger *zap.Logger
 
 	// claims counts the keys claimed through this client and not yet
 	// completed or released, so a client whose last configuration was
@@ -164,11 +163,8 @@ func newRedisClient(conn *redisConn, logger *zap.Logger) *redisClient {
 	opts.OnConnect = health.onConnect
 	c := &redisClient{client: redis.NewUniversalClient(opts), recent: newRecentRecords(), health: health, logger: logger}
 	health.start(c.client)
-	// the requests' script calls go out in shared pipelines
-	c.batch = newRedisBatcher(c.client, conn.timeout)
-	c.breaker = newBreaker(func(ctx context.Context) error {
-		return c.client.Ping(ctx).Err()
-	}, conn.timeout, logger)
+	// the requests' script calls go out in shared pipelines, per node
+	c.nodes = newRedisNodes(c.client, node, conn.timeout, logger)
 	return c
 }
 
@@ -259,40 +255,41 @@ func (c *redisClient) checkReachable(timeout time.Duration) {
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		c.logger.Warn("redis store unreachable at provision time; requests follow the handler's fail policy until it answers",
 			zap.Error(err))
-		c.breaker.open()
+		c.nodes.unreachable()
 	}
 }
 
-// callable returns the client a call goes through, or why none may be
-// made: the store is not provisioned, or the breaker is open. The
+// callable returns the node that serves key, or why no call may be made:
+// the store is not provisioned, or the node's breaker is open. The
 // follow-up then (nil for none) that would ride with the call gets that
 // error too: it is not sent either.
-func (s *Store) callable(op string, then *redisThen) (*redisClient, error) {
+func (s *Store) callable(ctx context.Context, op, key string, then *redisThen) (*redisNode, error) {
 	c := s.client
+	var n *redisNode
 	var err error
 	if c == nil {
 		err = fmt.Errorf("redis store: %s: store is not provisioned", op)
-	} else if !c.breaker.allow() {
+	} else if n, err = c.nodes.forKey(ctx, key); err == nil && !n.breaker.allow() {
 		err = errRedisBreakerOpen
 	}
 	if err != nil {
 		if then != nil {
 			then.err = err
 		}
-		return nil, err
+		return nil, fmt.Errorf("redis store: %s: %w", op, err)
 	}
-	return c, nil
+	return n, nil
 }
 
-// settle tells the breaker how a call made for ctx went, and returns its
-// error with the operation named. An error Redis answered to a claim
-// (redisAnswerError) is an answer: Redis is up.
-func (s *Store) settle(ctx context.Context, op string, err error) error {
-	if err == nil || redisAnswerError(err) {
-		s.client.breaker.success()
+// settle tells node's breaker how a call made for ctx went, and returns
+// its error with the operation named. An error Redis answered (a reply
+// such as WRONGTYPE or CLUSTERDOWN) is an answer: the node is up.
+func (s *Store) settle(ctx context.Context, n *redisNode, op string, err error) error {
+	if err == nil || isRedisReply(err) {
+		n.breaker.success()
 	} else if ctx.Err() == nil {
-		// the caller is still there: Redis failed or timed out
-		s.client.breaker.failure()
+		// the caller is still there: the node failed or timed out
+		n.breaker.failure()
 	}
 	if err == nil {
 		return nil
@@ -300,11 +297,11 @@ func (s *Store) settle(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("redis store: %s: %w", op, err)
 }
 
-// Destruct stops the breaker's probe when the last configuration using the
+// Destruct stops the breakers' probes when the last configuration using the
 // client is cleaned up, and closes the client at once, or when the claims
 // still outstanding are completed or released (at most redisDrainMax later).
 func (c *redisClient) Destruct() error {
-	c.breaker.close()
+	c.nodes.stopProbes()
 	c.closing.Store(true)
 	if c.claims.Load() <= 0 {
 		c.close()
@@ -333,7 +330,7 @@ func (c *redisClient) close() {
 			c.drain.Stop()
 		}
 		c.mu.Unlock()
-		c.batch.close()
+		c.nodes.close()
 		c.health.close()
 		c.closeErr = c.client.Close()
 	})

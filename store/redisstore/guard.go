@@ -125,9 +125,13 @@ type scriptCall struct {
 // keep them on different slots), in one pipeline, as runApart does.
 func (s *Store) runPair(ctx context.Context, op string, then *redisThen, pair [2]scriptCall) ([2]any, error) {
 	var vals [2]any
-	c, err := s.callable(op, then)
-	if err != nil {
-		return vals, err
+	var nodes [2]*redisNode
+	for i, p := range pair {
+		n, err := s.callable(ctx, op, p.key, then)
+		if err != nil {
+			return vals, err
+		}
+		nodes[i] = n
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -140,15 +144,18 @@ func (s *Store) runPair(ctx context.Context, op string, then *redisThen, pair [2
 		then.err = errRedisNotSent
 		calls[0].then = then
 	}
-	c.batch.send(calls[:], nil)
+	// one pipeline through the cluster client, which sends each call to
+	// its node
+	nodes[0].batch.send(calls[:], nil)
 	var errs [2]error
 	for i, call := range calls {
 		<-call.done
 		vals[i], errs[i] = call.val, call.err
 		call.settleThen()
 		call.recycle()
+		errs[i] = s.settle(ctx, nodes[i], op, errs[i])
 	}
-	return vals, s.settle(ctx, op, errors.Join(errs[0], errs[1]))
+	return vals, errors.Join(errs[0], errs[1])
 }
 
 // ClaimNoted implements store.GuardedStore: on a standalone or Sentinel

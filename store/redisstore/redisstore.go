@@ -83,6 +83,22 @@ type Store struct {
 	// CPU (go-redis's default).
 	PoolSize int `json:"pool_size,omitempty"`
 
+	// The number of replicas that must acknowledge (WAIT) an inbox
+	// acceptance, and with `replicas_completions` every completion,
+	// before it is answered: an acceptance fewer replicas acknowledged
+	// within `replicas_timeout` is refused with 503 (docs/stores.md,
+	// "Failover"). Default: 0, nothing waited for.
+	Replicas int `json:"replicas,omitempty"`
+
+	// How long an acceptance or a completion waits for `replicas`.
+	// Default: `timeout`.
+	ReplicasTimeout caddy.Duration `json:"replicas_timeout,omitempty"`
+
+	// Completions wait for `replicas` too; one that fewer replicas
+	// acknowledged is recorded on the master only: the answer is sent,
+	// and the shortfall counted and logged. Default: false.
+	ReplicasCompletions bool `json:"replicas_completions,omitempty"`
+
 	client  *redisClient
 	ref     usage.Ref // on client
 	timeout time.Duration
@@ -106,8 +122,6 @@ const (
 	redisClientName = "caddy-webhook-idempotency"
 	// redisPingTimeoutMax bounds the ping at provision time.
 	redisPingTimeoutMax = 2 * time.Second
-	// defaultPrefix is the first part of every key.
-	defaultPrefix = "idem"
 )
 
 // completionCtx is the context of the calls that give back what a failed
@@ -127,12 +141,15 @@ func (s *Store) Provision(ctx caddy.Context) error {
 func (s *Store) provisionWith(logger *zap.Logger) error {
 	s.logger = logger
 	if s.Prefix == "" {
-		s.Prefix = defaultPrefix
+		s.Prefix = store.DefaultKeyPrefix
 	}
 	if s.Timeout == 0 {
 		s.Timeout = caddy.Duration(defaultRedisTimeout)
 	}
 	s.timeout = time.Duration(s.Timeout)
+	if s.ReplicasTimeout == 0 {
+		s.ReplicasTimeout = s.Timeout
+	}
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -170,6 +187,12 @@ func (s *Store) Validate() error {
 	if s.Timeout < 0 {
 		return fmt.Errorf("redis store: timeout must not be negative, got %s", time.Duration(s.Timeout))
 	}
+	if s.Replicas < 0 || s.ReplicasTimeout < 0 {
+		return fmt.Errorf("redis store: replicas and replicas_timeout must not be negative, got %d and %s", s.Replicas, time.Duration(s.ReplicasTimeout))
+	}
+	if s.ReplicasCompletions && s.Replicas == 0 {
+		return errors.New("redis store: replicas_completions needs replicas")
+	}
 	if err := store.CheckKeyPrefix(s.Prefix); err != nil {
 		return fmt.Errorf("redis store: %v", err)
 	}
@@ -198,7 +221,12 @@ func (s *Store) Complete(ctx context.Context, key, owner string, record []byte, 
 // pipeline (see redisThen).
 func (s *Store) completeThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then *redisThen) error {
 	defer s.client.claimDone()
-	err := s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillis(ttl))
+	var err error
+	if s.ReplicasCompletions {
+		err = s.completeReplicated(ctx, key, guard, owner, record, ttl, then)
+	} else {
+		err = s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillis(ttl))
+	}
 	s.keepRecent(err, record, ttl, key, guard)
 	return err
 }
@@ -237,18 +265,31 @@ func (s *Store) run(ctx context.Context, op string, script *redis.Script, keys [
 // runThen is run with then, when not nil, sent in the same pipeline; when
 // the call is not sent, then's error says why.
 func (s *Store) runThen(ctx context.Context, op string, script *redis.Script, then *redisThen, keys []string, args ...any) (any, error) {
-	c, err := s.callable(op, then)
+	n, err := s.callable(ctx, op, callKey(keys, args), then)
 	if err != nil {
 		return nil, err
 	}
-	v, err := c.batch.run(ctx, s.timeout, script, keys, args, then)
+	v, err := n.batch.run(ctx, s.timeout, script, keys, args, then)
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil // a nil reply
 	}
-	if err = s.settle(ctx, op, err); err != nil {
+	if err = s.settle(ctx, n, op, err); err != nil {
 		return nil, err
 	}
 	return v, nil
+}
+
+// callKey is the key a call acts on: a script's first key, or a
+// command's (its second argument), which decides its node.
+func callKey(keys []string, args []any) string {
+	if len(keys) > 0 {
+		return keys[0]
+	}
+	if len(args) > 1 {
+		k, _ := args[1].(string)
+		return k
+	}
+	return ""
 }
 
 // UnmarshalCaddyfile sets up the redis store from Caddyfile tokens:
@@ -263,6 +304,7 @@ func (s *Store) runThen(ctx context.Context, op string, script *redis.Script, th
 //		key_prefix  <prefix>
 //		timeout     <duration>
 //		pool_size   <n>
+//		replicas    <n> [<timeout>] [completions]
 //	}
 func (s *Store) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "redis"
@@ -284,7 +326,7 @@ func (s *Store) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var redisOptions = map[string]cfparse.Arity{
 	"address": cfparse.Some, "username": cfparse.One, "password": cfparse.One, "db": cfparse.One,
 	"master_name": cfparse.One, "tls": cfparse.None, "key_prefix": cfparse.One, "timeout": cfparse.One,
-	"pool_size": cfparse.One,
+	"pool_size": cfparse.One, "replicas": cfparse.Some,
 }
 
 // setOption applies a subdirective of the block, its values checked by the
@@ -323,6 +365,8 @@ func (s *Store) setOption(name, v string, args []string) (err error) {
 		s.Prefix = v
 	case "timeout":
 		s.Timeout, err = cfparse.PositiveDuration("timeout", v)
+	case "replicas":
+		return s.setReplicas(args)
 	}
 	return err
 }

@@ -457,7 +457,7 @@ func TestRedisStoreProvisionWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-c.breaker.stop:
+	case <-c.nodes.one.breaker.stop:
 	default:
 		t.Fatal("cleanup did not stop the breaker")
 	}
@@ -495,6 +495,14 @@ func TestRedisStoreCaddyfile(t *testing.T) {
 		{"redis {\ntls yes\n}", `error: redis store 'tls' takes no value, got 1`},
 		{"redis {\nusername\n}", `error: redis store 'username' takes exactly one value, got 0`},
 		{"redis {\nbogus 1\n}", `error: unrecognized redis store subdirective 'bogus'`},
+		{"redis {\nreplicas 1\n}", `{"replicas":1}`},
+		{"redis {\nreplicas 2 2s\n}", `{"replicas":2,"replicas_timeout":2000000000}`},
+		{"redis {\nreplicas 1 completions\n}", `{"replicas":1,"replicas_completions":true}`},
+		{"redis {\nreplicas 1 250ms completions\n}", `{"replicas":1,"replicas_timeout":250000000,"replicas_completions":true}`},
+		{"redis {\nreplicas 0\n}", `error: invalid replicas '0'`},
+		{"redis {\nreplicas\n}", `error: redis store 'replicas' needs at least one value`},
+		{"redis {\nreplicas 1 soon\n}", `error: invalid replicas timeout 'soon'`},
+		{"redis {\nreplicas 1 1s 2s\n}", `error: replicas takes <n> [<timeout>] [completions], got 3 values`},
 	} {
 		s := new(Store)
 		err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
@@ -528,6 +536,8 @@ func TestRedisStoreProvisionErrors(t *testing.T) {
 		`{"url":"http://localhost"}`:             "must start with redis://",
 		`{"url":"redis://localhost?db=2"}`:       "query parameters",
 		`{"addresses":["nope"]}`:                 "invalid address",
+		`{"replicas_completions":true}`:          "replicas_completions needs replicas",
+		`{"replicas":-1}`:                        "must not be negative",
 		`{"db":-1}`:                              "db must not be negative",
 		`{"pool_size":-1}`:                       "pool_size must not be negative",
 		`{"key_prefix":"a b"}`:                   "white space",

@@ -104,6 +104,28 @@ func NewAppendScript(appendLua string) AppendScript {
 // `suspected` field with that key. guard is "" for neither. The keys must
 // be on one node (not Redis Cluster).
 func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, script AppendScript, keys []string, args []any, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+	return sm.claimAndAppend(ctx, false, key, guard, noted, script, keys, args, record, ttl, noteTTL, event)
+}
+
+// ClaimAndAppendReplicated is ClaimAndAppend for a store with `replicas`:
+// the key (and its guard) are claimed for owner, in flight for lease,
+// rather than completed, and the call returns once the store's replicas
+// acknowledged it. The caller then completes the key; or, when the error
+// wraps ErrNotReplicated (the claim and the Appended are returned with
+// it), withdraws the event and releases the key, so that the provider's
+// retry is accepted anew rather than answered as a duplicate.
+func (sm Seam) ClaimAndAppendReplicated(ctx context.Context, key, guard string, noted bool, owner string, lease time.Duration, script AppendScript, keys []string, args []any, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+	res, a, err := sm.claimAndAppend(ctx, true, key, guard, noted, script, keys, args, []byte(inFlightMarker+owner), lease, noteTTL, event)
+	if res.State == store.StateClaimed && (err == nil || errors.Is(err, ErrNotReplicated)) {
+		sm.s.client.claims.Add(1) // completed or released by the caller
+	}
+	return res, a, err
+}
+
+// claimAndAppend runs a claim-and-append script that writes value under
+// the key (and its guard) for ttl; replicated, it waits for the store's
+// replicas.
+func (sm Seam) claimAndAppend(ctx context.Context, replicated bool, key, guard string, noted bool, script AppendScript, keys []string, args []any, value []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
 	mode := ""
 	all := make([]string, 0, 2+len(keys))
 	all = append(all, key)
@@ -116,18 +138,27 @@ func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool
 	}
 	all = append(all, keys...)
 	argv := make([]any, 0, 5+len(args)+len(event))
-	argv = append(argv, record, redisMillis(ttl), mode, redisMillis(noteTTL), len(args))
+	argv = append(argv, value, redisMillis(ttl), mode, redisMillis(noteTTL), len(args))
 	argv = append(argv, args...)
 	argv = append(argv, event...)
-	v, err := sm.s.run(ctx, "claim", script.script, all, argv...)
-	if err != nil {
+	var v any
+	var err error
+	if replicated {
+		v, err = sm.s.runReplicated(ctx, "accept", script.script, all, argv...)
+	} else {
+		v, err = sm.s.run(ctx, "claim", script.script, all, argv...)
+	}
+	if err != nil && v == nil {
 		return store.ClaimResult{}, Appended{}, err
 	}
 	if reply, ok := v.([]any); ok && len(reply) == 2 {
 		var a Appended
 		a.ID, _ = reply[0].(string)
 		a.Noted, _ = reply[1].(string)
-		return store.ClaimResult{State: store.StateClaimed}, a, nil
+		return store.ClaimResult{State: store.StateClaimed}, a, err
+	}
+	if err != nil {
+		return store.ClaimResult{}, Appended{}, err
 	}
 	if res, ok := keyStateResult(v); ok {
 		return res, Appended{}, nil

@@ -1,0 +1,264 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// docShape is a JSON shape of docs/admin.md: each documented field name
+// and the text of its row.
+type docShape map[string]string
+
+// docShapes reads the tables under "## JSON shapes" in docs/admin.md, one
+// shape per "### <name>" heading.
+func docShapes(t *testing.T) map[string]docShape {
+	t.Helper()
+	text := testkit.ReadFile(t, "../../docs/admin.md")
+	start := strings.Index(text, "\n## JSON shapes\n")
+	if start < 0 {
+		t.Fatal("docs/admin.md has no JSON shapes section")
+	}
+	text = text[start+1:]
+	if end := strings.Index(text[3:], "\n## "); end >= 0 {
+		text = text[:end+3]
+	}
+	names := regexp.MustCompile("`([a-z][a-z_0-9]*)`")
+	shapes := map[string]docShape{}
+	var cur docShape
+	for _, line := range strings.Split(text, "\n") {
+		if name, ok := strings.CutPrefix(line, "### "); ok {
+			cur = docShape{}
+			shapes[name] = cur
+			continue
+		}
+		if cur == nil || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(line, "|")
+		for _, m := range names.FindAllStringSubmatch(cells[1], -1) {
+			cur[m[1]] = line
+		}
+	}
+	return shapes
+}
+
+// mapFields are fields whose members are names of the data (results by
+// result name, headers by header name), not fields of a shape.
+var mapFields = map[string]bool{"results": true, "headers": true}
+
+// listShapes are the fields that hold a list of another shape.
+var listShapes = map[string]string{"events": "event", "redelivered": "redelivery", "skipped": "redelivery", "allow_ips": "allow list"}
+
+// shapeChecker checks answers against the documented shapes and records
+// which documented fields were seen.
+type shapeChecker struct {
+	t      *testing.T
+	shapes map[string]docShape
+	seen   map[string]map[string]bool
+}
+
+// check checks that every field of an answer of a shape is documented
+// there (and every member of an object field named in its row).
+func (c *shapeChecker) check(shape, where string, obj map[string]any) {
+	c.t.Helper()
+	doc, ok := c.shapes[shape]
+	if !ok {
+		c.t.Fatalf("docs/admin.md documents no %q shape", shape)
+	}
+	if c.seen[shape] == nil {
+		c.seen[shape] = map[string]bool{}
+	}
+	for k, v := range obj {
+		row, ok := doc[k]
+		if !ok {
+			c.t.Errorf("%s: field %q of the %s answer is not documented in docs/admin.md's %s table", where, k, shape, shape)
+			continue
+		}
+		c.seen[shape][k] = true
+		switch v := v.(type) {
+		case map[string]any:
+			if mapFields[k] {
+				continue
+			}
+			for sub := range v {
+				if !strings.Contains(row, "`"+sub+"`") {
+					c.t.Errorf("%s: field %s.%s of the %s answer is not documented in the row of %q", where, k, sub, shape, k)
+				}
+			}
+		case []any:
+			if inner, ok := listShapes[k]; ok && shape != "minutes" {
+				for _, e := range v {
+					c.check(inner, where+" "+k, e.(map[string]any))
+				}
+			}
+		}
+	}
+}
+
+// get answers the admin API's JSON at path, which must answer status.
+func (c *shapeChecker) get(caddy *testkit.Caddy, method, path string, status int) []byte {
+	c.t.Helper()
+	resp, body := testkit.Do(c.t, method, caddy.AdminURL(path), nil)
+	if resp.StatusCode != status {
+		c.t.Fatalf("%s %s: %s, want %d: %s", method, path, resp.Status, status, body)
+	}
+	return body
+}
+
+func decodeObject(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return m
+}
+
+func decodeList(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var l []map[string]any
+	if err := json.Unmarshal(b, &l); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return l
+}
+
+// TestAdminAnswersAsDocumented: the answers of every admin API route, read
+// from a real Caddy with real traffic (the file store, an archive with
+// redeliver_to, an inbox that dead-letters), have the fields docs/admin.md
+// documents, under the same names, and every documented field but those
+// this setup cannot produce is seen.
+func TestAdminAnswersAsDocumented(t *testing.T) {
+	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		if strings.HasPrefix(r.URL.Path, "/refuse") {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/ips" {
+			fmt.Fprintln(w, "127.0.0.1")
+			return
+		}
+		fmt.Fprintf(w, `{"call":%d}`, call)
+	})
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%[1]d {
+	handle /archive {
+		webhook_idempotency {
+			source docs_archive
+			archive {
+				redeliver_to %[2]s/again
+			}
+		}
+		reverse_proxy %[3]s
+	}
+	handle /allowed {
+		webhook_idempotency {
+			source docs_allowed
+			allow_ips 127.0.0.1 url %[2]s/ips
+		}
+		reverse_proxy %[3]s
+	}
+	handle /inbox {
+		webhook_idempotency {
+			source docs_inbox
+			archive
+			inbox {
+				deliver_to %[2]s/refuse
+				retries 100ms
+				jitter 0%%
+				timeout 1s
+			}
+		}
+	}
+}
+`, port, app.URL, app.Addr()))
+	site := testkit.SiteURL(port)
+	for _, d := range []struct{ key, body string }{{"k1", `{"a":1}`}, {"k2", "\xff\xfe not utf-8"}, {"k1", `{"a":1}`}} {
+		if resp, b := testkit.Post(t, site+"/archive", []byte(d.body), "Idempotency-Key", d.key); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s %s", d.key, resp.Status, b)
+		}
+	}
+	if resp, b := testkit.Post(t, site+"/inbox", []byte(`{"b":1}`), "Idempotency-Key", "i1"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("inbox: %s %s", resp.Status, b)
+	}
+	testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+		var dead []map[string]any
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_inbox/dead", &dead)
+		return len(dead) == 1
+	})
+
+	sc := &shapeChecker{t: t, shapes: docShapes(t), seen: map[string]map[string]bool{}}
+	for _, s := range decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/", 200)) {
+		sc.check("source", "GET /", s)
+	}
+	for _, src := range []string{"docs_archive", "docs_inbox", "docs_allowed"} {
+		sc.check("source", "GET /"+src, decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/"+src, 200)))
+		sc.check("minutes", "GET minutes", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/"+src+"/minutes", 200)))
+	}
+	sc.check("key", "GET key", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_archive/keys/k1", 200)))
+	sc.check("key", "GET absent key", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_archive/keys/nope", 200)))
+
+	list := decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_archive/events", 200))
+	sc.check("event list", "GET events", list)
+	var ids []string
+	for _, e := range list["events"].([]any) {
+		ev := e.(map[string]any)
+		ids = append(ids, ev["id"].(string))
+		for _, whole := range []string{"headers", "body", "body_encoding"} {
+			if _, ok := ev[whole]; ok {
+				t.Errorf("the event list has %q, which docs/admin.md says only a whole event has", whole)
+			}
+		}
+		sc.check("event", "GET events/<id>", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_archive/events/"+ev["id"].(string), 200)))
+	}
+	for _, line := range bytes.Split(bytes.TrimSpace(sc.get(c, http.MethodGet, "/webhook_idempotency/docs_archive/events/export", 200)), []byte("\n")) {
+		sc.check("event", "GET events/export", decodeObject(t, line))
+	}
+	newest := ids[len(ids)-1] // the oldest: k1's first delivery, with its body
+	sc.check("redelivery", "POST events/<id>/redeliver", decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_archive/events/"+newest+"/redeliver", 200)))
+	sc.check("redelivered set", "POST events/redeliver", decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_archive/events/redeliver?"+url.Values{"key": {"k1"}}.Encode(), 200)))
+	// through the inbox: an inbox_id
+	inboxEvents := decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_inbox/events", 200))["events"].([]any)
+	sc.check("redelivery", "POST events/<id>/redeliver (inbox)", decodeObject(t, sc.get(c, http.MethodPost,
+		"/webhook_idempotency/docs_inbox/events/"+inboxEvents[0].(map[string]any)["id"].(string)+"/redeliver", 200)))
+
+	dead := decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_inbox/dead", 200))
+	for _, d := range dead {
+		sc.check("dead letter", "GET dead", d)
+	}
+	if m := decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/dead/"+dead[0]["id"].(string)+"/redeliver", 200)); len(m) != 1 || m["id"] == nil {
+		t.Errorf("POST dead/<id>/redeliver: %v, docs say {\"id\":…}", m)
+	}
+	if m := decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/dead/redeliver", 200)); len(m) != 1 || m["redelivered"] == nil {
+		t.Errorf("POST dead/redeliver: %v, docs say {\"redelivered\":…}", m)
+	}
+	if m := decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/nosuch", 404)); len(m) != 1 || m["error"] == nil {
+		t.Errorf("an error: %v, docs say {\"error\":…}", m)
+	}
+
+	// every documented field this setup can produce was seen
+	cannot := map[string][]string{
+		"source": {"unavailable"}, // a store that does not answer
+		"key":    {"lease_left_ms", "corrupt"},
+		"event":  {"body_omitted", "body_size", "body_redacted"},
+		// a list that failed to load (e2e/edge and allowips_test.go)
+		"allow list": {"last_error"},
+	}
+	for shape, doc := range sc.shapes {
+		for field := range doc {
+			if !sc.seen[shape][field] && !slices.Contains(cannot[shape], field) {
+				t.Errorf("docs/admin.md documents %q in the %s shape, but no answer had it", field, shape)
+			}
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package webhookidempotency
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
+)
+
+func TestCaddyfileForward(t *testing.T) {
+	h, err := parseTestHandler("webhook_idempotency stripe {\n\tsecret s\n\tforward {\n\t\tsignature edge whsec_a whsec_b\n\t\theader x-app-token {env.T}\n\t}\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := handlerJSON(t, h); !strings.Contains(got, `"forward":{"signature":"edge","edge_secrets":["whsec_a","whsec_b"],"headers":{"X-App-Token":"{env.T}"}}`) {
+		t.Fatalf("adapted: %s", got)
+	}
+	for _, tc := range []struct{ name, input, want string }{
+		{"bad mode", "webhook_idempotency stripe {\n\tforward {\n\t\tsignature sign\n\t}\n}", "invalid forward signature 'sign': want keep, resign, edge or strip, at Testfile:3"},
+		{"edge without a secret", "webhook_idempotency stripe {\n\tforward {\n\t\tsignature edge\n\t}\n}", "forward signature edge needs at least one secret (whsec_…), at Testfile:3"},
+		{"a secret for keep", "webhook_idempotency stripe {\n\tforward {\n\t\tsignature keep whsec_a\n\t}\n}", "forward signature keep takes no secret, at Testfile:3"},
+		{"a header without a value", "webhook_idempotency stripe {\n\tforward {\n\t\theader X-A\n\t}\n}", "forward header takes a name and a value, got 1 values, at Testfile:3"},
+		{"a header the module sets", "webhook_idempotency stripe {\n\tforward {\n\t\theader Idempotency-Key x\n\t}\n}", "forward header 'Idempotency-Key' is set by the module itself, at Testfile:3"},
+		{"unknown", "webhook_idempotency stripe {\n\tforward {\n\t\tsign x\n\t}\n}", "unrecognized forward subdirective 'sign', at Testfile:3"},
+		{"twice", "webhook_idempotency stripe {\n\tforward {\n\t}\n\tforward {\n\t}\n}", "forward given twice, at Testfile:4"},
+		{"inbox tls unknown", "webhook_idempotency {\n\tsource s\n\tinbox http://app {\n\t\ttls {\n\t\t\tcert x\n\t\t}\n\t}\n}", "unrecognized inbox tls subdirective 'cert', at Testfile:5"},
+		{"inbox tls client_cert without a key", "webhook_idempotency {\n\tsource s\n\tinbox http://app {\n\t\ttls {\n\t\t\tclient_cert c.pem\n\t\t}\n\t}\n}", "inbox tls 'client_cert' takes a certificate file and a key file, got 1 values, at Testfile:5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })
+	}
+}
+
+// TestForwardDefaults: inbox deliveries are re-signed where the scheme
+// can be, the next handler keeps the signature; resign on a scheme that
+// cannot is refused, suggesting edge.
+func TestForwardDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		h          Handler
+		now, later forward.Mode
+	}{
+		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_x"}}}, forward.Keep, forward.Resign},
+		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}}, forward.Keep, forward.Resign},
+		{Handler{Provider: "discord", Verify: &providers.VerifyConfig{PublicKeys: []string{"a3b5e6a4ec5e8a9b7f1d3d5b6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f"}}}, forward.Keep, forward.Keep},
+		{Handler{Provider: "asaas", Verify: &providers.VerifyConfig{Secrets: []string{"tok"}}}, forward.Keep, forward.Keep},
+		{Handler{Source: "none"}, forward.Keep, forward.Keep},
+		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_x"}}, Forward: &ForwardConfig{Signature: "strip"}}, forward.Strip, forward.Strip},
+	} {
+		h := newTestHandler(t, &tc.h)
+		if h.fwd.now.Mode() != tc.now || h.fwd.later.Mode() != tc.later {
+			t.Errorf("%s: now %s later %s, want %s %s", h.Source, h.fwd.now.Mode(), h.fwd.later.Mode(), tc.now, tc.later)
+		}
+	}
+	h := &Handler{Provider: "asaas", Verify: &providers.VerifyConfig{Secrets: []string{"tok"}}, Forward: &ForwardConfig{Signature: "resign"}}
+	if err := provisionErr(t, h); err == nil || !strings.Contains(err.Error(), "cannot be re-signed") || !strings.Contains(err.Error(), "signature edge") {
+		t.Fatalf("resign on a token scheme: %v", err)
+	}
+}
+
+// TestForwardToTheNextHandler: in dedup mode the next handler gets what the
+// route forwards (here a Standard Webhooks signature of the edge's, the
+// provider's signature removed, an outbound header), verified by the
+// Standard Webhooks library; the request as received is untouched for the
+// archive's sake.
+func TestForwardToTheNextHandler(t *testing.T) {
+	const edge = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	t.Setenv("WEBHOOK_TEST_APP_TOKEN", "tok-1")
+	h := newTestHandler(t, &Handler{
+		Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_stripe"}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward: &ForwardConfig{Signature: "edge", EdgeSecrets: []string{edge},
+			Headers: map[string]string{"X-App-Token": "{env.WEBHOOK_TEST_APP_TOKEN}"}},
+	})
+	wh, err := standardwebhooks.NewWebhook(edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_fwd_1","object":"event"}`)
+	signer, _ := providers.NewSigner("stripe", providers.SignConfig{Secret: "whsec_stripe"})
+	r := httptest.NewRequest(http.MethodPost, "/stripe", bytes.NewReader(body))
+	if _, err := signer.Sign(r, body, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Webhook-Signature", "v1,forged")
+	original := r.Header.Get("Stripe-Signature")
+	var got http.Header
+	var gotBody []byte
+	res := serveReq(h, r, func(w http.ResponseWriter, r *http.Request) error {
+		got = r.Header.Clone()
+		gotBody, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	if res.result != results.New {
+		t.Fatalf("result %q: %s", res.result, res.w.Body)
+	}
+	if err := wh.Verify(gotBody, got); err != nil {
+		t.Fatalf("the Standard Webhooks library refused what the next handler got: %v (%v)", err, got)
+	}
+	if got.Get("Stripe-Signature") != "" || got.Get("X-App-Token") != "tok-1" || got.Get("webhook-id") != "evt_fwd_1" || got.Get(forward.SourceHeader) != "stripe" {
+		t.Fatalf("next handler's headers: %v", got)
+	}
+	if r.Header.Get("Stripe-Signature") != original || r.Header.Get("X-App-Token") != "" {
+		t.Fatalf("the request as received changed: %v", r.Header)
+	}
+}

@@ -1,0 +1,129 @@
+package webhookidempotency
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
+
+var errStoreDown = errors.New("store down")
+
+// A completion that fails is retried, the lease renewed every third of it
+// meanwhile, until it succeeds, the key is no longer the request's, or the
+// lease has run out (docs/stores.md, "When Redis fails").
+func TestRetryCompletion(t *testing.T) {
+	const lease = 3 * time.Second
+	for _, tc := range []struct {
+		name      string
+		failures  int   // complete fails this many times, then succeeds
+		completes error // or answers this from then on
+		renewErr  error // renew's answer
+		wantCalls int
+		wantErr   error
+		wantTook  time.Duration
+		wantRenew int
+	}{
+		{name: "recorded at once", wantCalls: 1},
+		// 50+100+200+400+500 ms of pauses: one renewal, at 1s
+		{name: "recorded after a failover", failures: 5, renewErr: errStoreDown, wantCalls: 6, wantTook: 1250 * time.Millisecond, wantRenew: 1},
+		{name: "no longer owned", completes: store.ErrNotOwner, wantCalls: 1, wantErr: store.ErrNotOwner},
+		{name: "lost after the failover", failures: 2, completes: store.ErrNotOwner, wantCalls: 3, wantErr: store.ErrNotOwner, wantTook: 150 * time.Millisecond},
+		// nothing renews the lease: it runs out 3s after it was held
+		{name: "store down for longer than the lease", failures: 1 << 20, renewErr: errStoreDown, wantCalls: 10, wantErr: errStoreDown, wantTook: lease, wantRenew: 2},
+		// renewals keep the key, and retries end one lease after the first call
+		{name: "renews but cannot record", failures: 1 << 20, wantCalls: 10, wantErr: errStoreDown, wantTook: lease, wantRenew: 2},
+		{name: "renewal finds the key taken", failures: 1 << 20, renewErr: store.ErrNotOwner, wantCalls: 5, wantErr: store.ErrNotOwner, wantTook: 1250 * time.Millisecond, wantRenew: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				calls, renews := 0, 0
+				complete := func() error {
+					calls++
+					if calls <= tc.failures {
+						return errStoreDown
+					}
+					return tc.completes
+				}
+				renew := func() error { renews++; return tc.renewErr }
+				start := time.Now()
+				n, err := retryCompletion(complete, renew, lease, start)
+				if took := time.Since(start); n != tc.wantCalls || !errors.Is(err, tc.wantErr) || took != tc.wantTook || renews != tc.wantRenew {
+					t.Fatalf("%d calls, %v, after %v, %d renewals; want %d calls, %v, after %v, %d renewals",
+						n, err, took, renews, tc.wantCalls, tc.wantErr, tc.wantTook, tc.wantRenew)
+				}
+			})
+		})
+	}
+}
+
+// flakyStore is a real store whose Complete fails while fail says so.
+type flakyStore struct {
+	store.Store
+	fail func() bool
+}
+
+func (s flakyStore) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
+	if s.fail() {
+		return errStoreDown
+	}
+	return s.Store.Complete(ctx, key, owner, record, ttl)
+}
+
+// An answer whose recording fails at first is recorded once the store
+// answers again, before it is sent: a duplicate sent after it gets the
+// replay, not a 409 for a key left in flight (and, after the lease, a
+// second execution). A recording that fails for longer than the lease is
+// counted.
+func TestHandlerRetriesAFailedRecording(t *testing.T) {
+	var failures atomic.Int64
+	h := newTestHandler(t, &Handler{Source: "retried_recording", Lease: caddy.Duration(300 * time.Millisecond)})
+	h.store.backend = flakyStore{Store: h.store.backend, fail: func() bool { return failures.Add(-1) >= 0 }}
+	var calls atomic.Int64
+
+	failures.Store(3)
+	first := serve(h, "evt_flaky", "payload", countingNext(&calls))
+	if first.err != nil || first.w.Code != http.StatusOK {
+		t.Fatalf("first delivery: %d %v", first.w.Code, first.err)
+	}
+	dup := serve(h, "evt_flaky", "payload", countingNext(&calls))
+	if dup.result != "replayed" || dup.w.Body.String() != first.w.Body.String() || calls.Load() != 1 {
+		t.Fatalf("duplicate after a recording that failed 3 times: %s %d %q, %d executions; want the replay of %q",
+			dup.result, dup.w.Code, dup.w.Body.String(), calls.Load(), first.w.Body.String())
+	}
+	if n := counterValue(t, h.metrics.unrecorded); n != 0 {
+		t.Fatalf("answers_unrecorded_total %v after a recording that succeeded", n)
+	}
+
+	failures.Store(1 << 30)
+	start := time.Now()
+	lost := serve(h, "evt_lost", "payload", countingNext(&calls))
+	if lost.w.Code != http.StatusOK {
+		t.Fatalf("delivery whose recording always fails: %d, want the application's 200", lost.w.Code)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("the recording was given up after %v, before the lease (300ms) ran out", took)
+	}
+	if n := counterValue(t, h.metrics.unrecorded); n != 1 {
+		t.Fatalf("answers_unrecorded_total %v after a recording that failed for a whole lease, want 1", n)
+	}
+}
+
+// counterValue reads a counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,295 @@
+package providers
+
+import (
+	"crypto"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/keyset"
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+// The generic building blocks (docs/providers.md: Generic schemes):
+// `verify template`, a string to sign over the request with an algorithm,
+// a signature's and a timestamp's place and the key material (secrets,
+// public keys, or a certificate fetched from a URL the delivery names);
+// and `verify jwt`, a JSON Web Token checked against secrets or a key set.
+// A preset declared over them (Preset.Block) is that block's
+// configuration with the route's key material.
+
+// newTemplateVerifier builds the `template` scheme.
+func newTemplateVerifier(cfg VerifyConfig) (signature.Verifier, error) {
+	tc, err := cfg.templateConfig()
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewTemplate(tc)
+}
+
+// templateConfig is cfg as package signature's template takes it.
+func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
+	if cfg.Header != "" || cfg.Prefix != "" || cfg.Encoding != "" || cfg.Padding != "" {
+		return signature.TemplateConfig{}, errors.New("a template takes signature and timestamp, not header, prefix, encoding or padding")
+	}
+	tc := signature.TemplateConfig{
+		String:          cfg.String,
+		Algorithm:       cfg.Algorithm,
+		AlgorithmField:  cfg.AlgorithmField,
+		AlgorithmValues: cfg.AlgorithmValues,
+		Tolerance:       time.Duration(cfg.Tolerance),
+		Secrets:         cfg.Secrets,
+		SecretEncoding:  cfg.SecretEncoding,
+		PublicKeys:      cfg.PublicKeys,
+		Items:           cfg.Items,
+		MaxItems:        cfg.MaxItems,
+	}
+	if strings.Contains(cfg.String, "{url}") {
+		tc.PublicURL = cfg.publicURL()
+	}
+	if s := cfg.Signature; s != nil {
+		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator}
+	}
+	if ts := cfg.Timestamp; ts != nil {
+		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit}
+	}
+	if c := cfg.CertURL; c != nil {
+		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
+	}
+	return tc, nil
+}
+
+// templateSymmetric reports whether a template verifies with secrets (an
+// HMAC, or a map of HMACs).
+func (cfg VerifyConfig) templateSymmetric() bool {
+	if cfg.AlgorithmField != "" {
+		for _, a := range cfg.AlgorithmValues {
+			return signature.IsSymmetric(a)
+		}
+	}
+	return signature.IsSymmetric(cfg.Algorithm)
+}
+
+// newTemplateSigner builds the signer of a template with a secret (an
+// HMAC template), for forward's resign and the send command.
+func newTemplateSigner(cfg VerifyConfig, secret string) (signature.Signer, error) {
+	cfg.Secrets = []string{secret}
+	tc, err := cfg.templateConfig()
+	if err != nil {
+		return nil, err
+	}
+	return signature.NewTemplateSigner(tc, nil)
+}
+
+// newJWTScheme builds the `jwt` scheme: a key set (jwks_url or
+// jwks_file, loaded by Provision) or secrets; with secrets alone and none
+// of the token checks, Evolution API's HS256 in `Authorization: Bearer`.
+func newJWTScheme(cfg VerifyConfig) (signature.Verifier, error) {
+	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" {
+		return nil, errors.New("a jwt takes algorithms (not algorithm), no encoding and no url")
+	}
+	if cfg.keySet == nil && len(cfg.Issuers) == 0 && len(cfg.Audiences) == 0 && len(cfg.JWTAlgorithms) == 0 && len(cfg.Claims) == 0 && cfg.AuthScheme == "" {
+		return signature.NewJWT(cfg.Header, cfg.Prefix, cfg.Secrets, time.Duration(cfg.Tolerance))
+	}
+	jc := signature.JWTConfig{
+		Header: cfg.Header, Scheme: cfg.AuthScheme, Secrets: cfg.Secrets,
+		Algorithms: cfg.JWTAlgorithms, Issuers: cfg.Issuers, Audiences: cfg.Audiences,
+		Claims: cfg.Claims, Leeway: time.Duration(cfg.Tolerance),
+	}
+	if jc.Scheme == "" && cfg.Prefix != "" {
+		jc.Scheme = strings.TrimSpace(cfg.Prefix)
+	}
+	if cfg.keySet != nil {
+		jc.KeySet = cfg.keySet.KeySet
+	}
+	return signature.NewJWTVerifier(jc)
+}
+
+// blockScheme is the scheme of a preset declared as a verify block (its
+// Block): the block's configuration, with what the route gives of the key
+// material, tolerance, public URL and token checks.
+func blockScheme(block string) (scheme, VerifyConfig) {
+	decl, err := parseDeclaration(block)
+	if err != nil {
+		panic("providers: a preset's block does not parse: " + err.Error() + "\n" + block)
+	}
+	s := scheme{
+		build: func(cfg VerifyConfig) (signature.Verifier, error) {
+			merged := decl.with(cfg)
+			if decl.Scheme == "jwt" {
+				return newJWTScheme(merged)
+			}
+			return newTemplateVerifier(merged)
+		},
+		options: optURL,
+	}
+	switch {
+	case decl.Scheme == "jwt":
+		s.keys, s.options = JWTKeys, optKeySet
+	case decl.templateSymmetric():
+		s.keys = SecretKeys
+	default:
+		s.keys, s.keysOptional = PublicKeysOrCertificate, decl.CertURL != nil
+	}
+	if !strings.Contains(decl.String, "{url}") {
+		s.options &^= optURL
+	}
+	return s, decl
+}
+
+// parseDeclaration parses a preset's verify block, `<scheme> { … }`.
+func parseDeclaration(block string) (VerifyConfig, error) {
+	d := caddyfile.NewTestDispenser("verify " + block)
+	d.Next()
+	args := d.RemainingArgs()
+	if len(args) != 1 || (args[0] != "template" && args[0] != "jwt") {
+		return VerifyConfig{}, fmt.Errorf("want `template { … }` or `jwt { … }`, got %q", args)
+	}
+	cfg := VerifyConfig{Scheme: args[0]}
+	if err := cfg.UnmarshalBlock(d, args[0]); err != nil {
+		return VerifyConfig{}, err
+	}
+	return cfg, nil
+}
+
+// with is a preset's declared configuration with what the route gives:
+// its key material, tolerance, public URL, key set and token checks.
+func (decl VerifyConfig) with(route VerifyConfig) VerifyConfig {
+	cfg := decl
+	cfg.Secrets, cfg.PublicKeys = route.Secrets, route.PublicKeys
+	if route.Tolerance != 0 {
+		cfg.Tolerance = route.Tolerance
+	}
+	if route.URL != "" {
+		cfg.URL = route.URL
+	}
+	if route.keySet != nil {
+		cfg.keySet = route.keySet
+	}
+	cfg.Audiences = append(decl.Audiences[:len(decl.Audiences):len(decl.Audiences)], route.Audiences...)
+	if len(route.Issuers) > 0 {
+		cfg.Issuers = route.Issuers
+	}
+	if len(route.Claims) > 0 {
+		cfg.Claims = make(map[string][]string, len(decl.Claims)+len(route.Claims))
+		for k, v := range decl.Claims {
+			cfg.Claims[k] = v
+		}
+		for k, v := range route.Claims {
+			cfg.Claims[k] = v
+		}
+	}
+	return cfg
+}
+
+// loadKeySet loads the shared key set of a jwt scheme's jwks_url or
+// jwks_file, its placeholders resolved.
+func loadKeySet(ctx caddy.Context, cfg VerifyConfig) (*keyset.Set, error) {
+	repl := caddy.NewReplacer()
+	url, err := repl.ReplaceOrErr(cfg.JWKSURL, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("resolving jwks_url: %v", err)
+	}
+	file, err := repl.ReplaceOrErr(cfg.JWKSFile, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("resolving jwks_file: %v", err)
+	}
+	if url != "" {
+		if err := cfparse.CheckHTTPURL("jwks_url", url); err != nil {
+			return nil, err
+		}
+	}
+	return keyset.Load(ctx.Logger(), url, file, cfg.JWTAlgorithms...)
+}
+
+// resignable reports whether a template can be signed again at a new time
+// without changing the body: an HMAC whose signature and timestamp are in
+// headers or the query, over the whole body.
+func (cfg VerifyConfig) resignable() bool {
+	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil {
+		return false
+	}
+	if strings.HasPrefix(cfg.Signature.From, "json:") {
+		return false
+	}
+	return cfg.Timestamp == nil || !strings.HasPrefix(cfg.Timestamp.From, "json:")
+}
+
+// credentials are the headers and query parameters a declared block reads
+// its signature, timestamp and certificate URL from.
+func (cfg VerifyConfig) credentials() (headers, query []string) {
+	add := func(from string) {
+		switch kind, name, _ := strings.Cut(from, ":"); kind {
+		case "header":
+			headers = append(headers, name)
+		case "query":
+			query = append(query, name)
+		}
+	}
+	if cfg.Signature != nil {
+		add(cfg.Signature.From)
+	}
+	if cfg.Timestamp != nil {
+		add(cfg.Timestamp.From)
+	}
+	if cfg.CertURL != nil {
+		add(cfg.CertURL.From)
+	}
+	if cfg.Scheme == "jwt" {
+		h := cfg.Header
+		if h == "" {
+			h = "Authorization"
+		}
+		headers = append(headers, h)
+	}
+	return headers, query
+}
+
+// declSigner is the signer of a preset declared as a block: its template
+// with a secret (an HMAC) or a private key, or its JWT with a private key.
+func declSigner(decl VerifyConfig) presetSigner {
+	if decl.Scheme == "template" && decl.templateSymmetric() {
+		return presetSigner{needs: needsSecret, build: func(cfg SignConfig) (signature.Signer, error) {
+			if cfg.Secret == "" {
+				return nil, errors.New("this preset signs with --secret")
+			}
+			return newTemplateSigner(decl, cfg.Secret)
+		}}
+	}
+	return presetSigner{needs: "--private-key (the provider's signing key, whose public half the route verifies with)", build: func(cfg SignConfig) (signature.Signer, error) {
+		if cfg.PrivateKey == "" {
+			return nil, errors.New("this preset signs with the provider's private key: give --private-key")
+		}
+		key, err := parsePrivateKey(cfg.PrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("--private-key: %v", err)
+		}
+		if decl.Scheme == "jwt" {
+			return signature.NewJWTKeySigner(signature.JWTKeySignerConfig{Header: decl.Header, Scheme: decl.AuthScheme, Key: key, KeyID: cfg.KeyID, Claims: map[string]any{}})
+		}
+		tc, err := decl.templateConfig()
+		if err != nil {
+			return nil, err
+		}
+		return signature.NewTemplateSigner(tc, key)
+	}}
+}
+
+// parsePrivateKey parses an ECDSA, RSA or Ed25519 private key.
+func parsePrivateKey(text string) (crypto.Signer, error) {
+	if k, err := signature.ParseECDSAPrivateKey(text); err == nil {
+		return k, nil
+	}
+	if k, err := signature.ParseRSAPrivateKey(text); err == nil {
+		return k, nil
+	}
+	if k, err := signature.ParseEd25519PrivateKey(text); err == nil {
+		return k, nil
+	}
+	return nil, errors.New("not an ECDSA, RSA or Ed25519 private key")
+}

@@ -1,0 +1,139 @@
+package providers
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProvidersDocsMatchTable keeps the preset table of docs/providers.md
+// in step with the code: every preset has a row, and its default key and
+// default ttl are the ones the code applies.
+func TestProvidersDocsMatchTable(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols map[string]int
+	rows := map[string][]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cols = nil
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if cells[0] == "preset" {
+			cols = map[string]int{}
+			for i, c := range cells {
+				cols[c] = i
+			}
+			continue
+		}
+		_, hasKey := cols["default key"]
+		_, hasTTL := cols["default ttl"]
+		if cols == nil || !hasKey || !hasTTL || !strings.HasPrefix(cells[0], "`") {
+			continue
+		}
+		rows[strings.Trim(cells[0], "`")] = []string{cells[cols["default key"]], cells[cols["default ttl"]]}
+	}
+	if len(rows) == 0 {
+		t.Fatal("no preset table with 'default key' and 'default ttl' columns in docs/providers.md")
+	}
+	span := regexp.MustCompile("`([^`]*)`")
+	for _, p := range All() {
+		name := p.Name
+		row, ok := rows[name]
+		if !ok {
+			t.Errorf("%s: no row in docs/providers.md", name)
+			continue
+		}
+		var key []string
+		for _, m := range span.FindAllStringSubmatch(row[0], -1) {
+			key = append(key, m[1])
+		}
+		if strings.Join(key, " ") != strings.Join(p.DefaultKey, " ") {
+			t.Errorf("%s: docs say key %q, code has %q", name, key, p.DefaultKey)
+		}
+		ttl := p.TTL
+		if ttl == 0 {
+			ttl = day // the handler's default ttl
+		}
+		if want := docsDuration(ttl); row[1] != want {
+			t.Errorf("%s: docs say ttl %q, code has %s", name, row[1], want)
+		}
+	}
+	for name := range rows {
+		if _, ok := Lookup(name); !ok {
+			t.Errorf("docs/providers.md has a row for %s, which is no preset", name)
+		}
+	}
+}
+
+// docsDuration writes a ttl as the docs do: days when whole, else hours.
+func docsDuration(d time.Duration) string {
+	if d%(24*time.Hour) == 0 && d > 24*time.Hour {
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return strconv.Itoa(int(d/time.Hour)) + "h"
+}
+
+// TestBlockPresetsAreInTheDocs: docs/providers.md shows the verify block of
+// every preset declared as one, as the preset declares it, so a user can
+// copy it for a provider without a preset.
+func TestBlockPresetsAreInTheDocs(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Join(strings.Fields(string(data)), " ")
+	for _, p := range All() {
+		if p.Block == "" {
+			continue
+		}
+		want := strings.Join(strings.Fields("# "+p.Name+" verify "+p.Block), " ")
+		if !strings.Contains(docs, want) {
+			t.Errorf("docs/providers.md does not show %s's block as it is declared:\n# %s\nverify %s", p.Name, p.Name, p.Block)
+		}
+	}
+}
+
+// TestBlockPresetsEqualTheirBlocks: a delivery the preset's signer signs
+// is verified by the generic scheme built from the block the docs show,
+// with the same secret: the preset is that block.
+func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
+	for _, p := range All() {
+		if p.Block == "" || p.decl.Scheme != "template" || !p.decl.templateSymmetric() {
+			continue
+		}
+		decl, err := parseDeclaration(p.Block)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		decl.Secrets = []string{"block-secret"}
+		generic := mustBuild(t, decl)
+		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{"block-secret"}})
+		s, err := NewSigner(p.Name, SignConfig{Secret: "block-secret", PublicURL: "https://example.com/hook"})
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		body := []byte(`{"id":"evt_block","items":[{"id":"a"}]}`)
+		r := httptest.NewRequest(http.MethodPost, "https://example.com/hook", nil)
+		if body, err = s.Sign(r, body, time.Now()); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		if err := generic.Verify(r, body); err != nil {
+			t.Errorf("%s: the block refuses what the preset signs: %v", p.Name, err)
+		}
+		if err := preset.Verify(r, body); err != nil {
+			t.Errorf("%s: the preset refuses what it signs: %v", p.Name, err)
+		}
+	}
+}

@@ -1,0 +1,469 @@
+package signature
+
+import (
+	"crypto"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TemplateConfig configures NewTemplate, the generic scheme for providers
+// without a scheme of their own: a string to sign written as a template
+// over the request, an algorithm, where the signature (and a timestamp)
+// are, and the key material. Each field is checked by NewTemplate, whose
+// errors start with the option's name in the module's Caddyfile (`string`,
+// `algorithm`, `signature`, `timestamp`, `tolerance`, `secret`,
+// `secret_encoding`, `public_key`, `cert_url`, `items`, `max_items`).
+type TemplateConfig struct {
+	// String is the template of the signed message: text, fields in
+	// braces and optional parts in brackets, as the package documentation
+	// describes (Templates). Required.
+	String string
+
+	// Algorithm is one of HMACSHA1, HMACSHA256, HMACSHA512, Ed25519,
+	// ECDSAP256SHA256, RSASHA1, RSASHA256 and RSAPSSSHA256. Required
+	// unless AlgorithmField is set.
+	Algorithm string
+
+	// AlgorithmField, instead of Algorithm, chooses each delivery's
+	// algorithm by the value of a field (`header:<Name>`, `json:<path>`
+	// or `query:<name>`), through AlgorithmValues; a value not in the map
+	// is ErrInvalid, an absent one ErrMissing. Every algorithm of the map
+	// must take the same kind of key. Amazon SNS: `json:SignatureVersion`
+	// with {"1": "rsa-sha1", "2": "rsa-sha256"}.
+	AlgorithmField  string
+	AlgorithmValues map[string]string
+
+	// Signature is where the signature is and how it is written.
+	Signature SignatureLocation
+
+	// Timestamp, when its From is set, is a signed time that must be
+	// within Tolerance of the current time.
+	Timestamp TimestampLocation
+
+	// Tolerance is how far the timestamp may be from the current time,
+	// in the past or the future. Default: DefaultTolerance.
+	Tolerance time.Duration
+
+	// Secrets are the HMAC keys (several for rotation), decoded as
+	// SecretEncoding says. The HMAC algorithms need them; the others
+	// refuse them.
+	Secrets []string
+
+	// SecretEncoding is how the secrets are written: "" or "raw" (used as
+	// written), "hex" (Adyen's HMAC keys) or "base64". Default: raw.
+	SecretEncoding string
+
+	// PublicKeys are the keys of a public-key algorithm (several for
+	// rotation), written as the Parse*PublicKey functions read them (PEM,
+	// base64 or hex). Exactly one of PublicKeys and CertURL is needed by
+	// the public-key algorithms.
+	PublicKeys []string
+
+	// CertURL, when its From is set, takes each delivery's key from the
+	// certificate at the URL the delivery names, fetched only from the
+	// hosts it allows.
+	CertURL CertURLConfig
+
+	// Items, when set, is `json:<path>` to an array of items signed one
+	// by one, `#` standing for the array and what follows for the path
+	// to the item within each element: Adyen's
+	// `json:notificationItems.#.NotificationRequestItem`; `json:#` when
+	// the body is the array. Every item must
+	// verify; then every `json:` path of the configuration (fields of the
+	// string, the signature, the timestamp, the certificate URL, the
+	// algorithm field) is read within the item. No item is ErrMissing.
+	Items string
+
+	// MaxItems bounds the items of a delivery in Items mode; more is
+	// ErrInvalid. Default: 1000.
+	MaxItems int
+
+	// PublicURL gives the `{url}` of the string: the URL the provider
+	// was told to deliver to. Required when the string uses `{url}`.
+	PublicURL PublicURL
+}
+
+// SignatureLocation is where a template's signature is, and how it is
+// written.
+type SignatureLocation struct {
+	// From is `header:<Name>`, `json:<path>` or `query:<name>`. A repeated
+	// header gives a candidate per value. Required.
+	From string
+
+	// Prefix is written before the signature (`sha256=`, `v1,`); a value
+	// without it is no candidate.
+	Prefix string
+
+	// Encoding is "hex" or "base64" (standard, padded). Default: hex for
+	// the HMAC algorithms, base64 for the others.
+	Encoding string
+
+	// Format is how an ECDSA signature is written: "der" (ASN.1, as
+	// SendGrid sends it) or "raw" (r||s, 64 bytes, as JOSE and WebCrypto
+	// write it). Default: der. Only ECDSA takes it.
+	Format string
+
+	// Separator, when set, splits a value into several signatures (a
+	// provider rotating keys sends one per key: Standard Webhooks'
+	// `v1,<a> v1,<b>` is Separator " " and Prefix "v1,"). Any of them
+	// may match; at most 16 are looked at for an HMAC, 4 for the others.
+	Separator string
+}
+
+// TimestampLocation is where a template's signed time is.
+type TimestampLocation struct {
+	// From is `header:<Name>`, `json:<path>` or `query:<name>`; empty for
+	// no timestamp.
+	From string
+
+	// Unit is "s" (Unix seconds), "ms" (Unix milliseconds) or "rfc3339".
+	// Default: s.
+	Unit string
+}
+
+// Defaults of NewTemplate.
+const (
+	// DefaultMaxItems bounds the items of a delivery in Items mode.
+	DefaultMaxItems = 1000
+)
+
+// timeUnit is how a timestamp is written.
+type timeUnit uint8
+
+const (
+	unitSeconds timeUnit = iota
+	unitMillis
+	unitRFC3339
+)
+
+// NewTemplate returns the generic template scheme of cfg: the signature
+// at cfg.Signature must be, under one of the keys, the signature by the
+// algorithm of the string cfg.String makes of the request. Amazon SNS,
+// PayPal, SendGrid and Adyen are written so in the package's tests,
+// checked against their published vectors. Every error names the option
+// it is about. An HMAC template allocates nothing per request, JSON fields
+// and items included; decoded query values and the public-key algorithms'
+// arithmetic allocate a little.
+func NewTemplate(cfg TemplateConfig) (Verifier, error) {
+	return newTemplate(cfg, true)
+}
+
+// newTemplate builds the scheme of cfg; without keys (for a signer) the
+// key material is not looked at.
+func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
+	v := &templateVerifier{paths: newJSONPaths(), publicURL: cfg.PublicURL, maxItems: cfg.MaxItems}
+	if strings.TrimSpace(cfg.String) == "" {
+		return nil, errors.New("string: required")
+	}
+	t, err := parseTemplate(cfg.String, v.paths)
+	if err != nil {
+		return nil, fmt.Errorf("string: %v", err)
+	}
+	v.tmpl = t
+	if t.url && cfg.PublicURL == nil {
+		return nil, errors.New("string: {url} needs the public URL the provider delivers to")
+	}
+	if err := v.setAlgorithms(cfg); err != nil {
+		return nil, err
+	}
+	if err := v.setSignature(cfg.Signature); err != nil {
+		return nil, err
+	}
+	if err := v.setTimestamp(cfg); err != nil {
+		return nil, err
+	}
+	if keys {
+		if err := v.setKeys(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := v.setItems(cfg.Items); err != nil {
+		return nil, err
+	}
+	if v.maxItems < 0 {
+		return nil, errors.New("max_items: must not be negative")
+	}
+	if v.maxItems == 0 {
+		v.maxItems = DefaultMaxItems
+	}
+	leaves, groups := v.paths.leaves, len(t.groups)
+	v.states.New = func() any {
+		return &templateState{spans: make([]jsonSpan, leaves), include: make([]bool, groups), msg: make([]byte, 0, 512)}
+	}
+	return v, nil
+}
+
+// templateVerifier is the scheme of NewTemplate.
+type templateVerifier struct {
+	tmpl      *stringTemplate
+	paths     *jsonPaths
+	publicURL PublicURL
+
+	alg       *algorithm            // or, by a field:
+	algField  source                // (kind 0: none)
+	algValues map[string]*algorithm // values of algField
+	family    keyFamily
+
+	sig       source
+	prefix    string
+	separator string
+	encoding  Encoding
+	rawECDSA  bool
+
+	ts        source // (kind 0: none)
+	unit      timeUnit
+	tolerance time.Duration
+
+	keyrings map[*algorithm]keyring // HMAC
+	keys     []crypto.PublicKey     // public keys, or
+	certURL  source
+	certs    *certFetcher
+
+	items    *itemPaths
+	maxItems int
+
+	states sync.Pool // of *templateState
+}
+
+// itemPaths is where the items of Items mode are: the array, and the
+// item within each element.
+type itemPaths struct {
+	array *jsonPaths // one path, to the array; nil when the body is the array
+	inner *jsonPaths // one path within an element; nil when the element is the item
+}
+
+func (v *templateVerifier) setAlgorithms(cfg TemplateConfig) error {
+	switch {
+	case cfg.Algorithm != "" && cfg.AlgorithmField != "":
+		return errors.New("algorithm: give one algorithm, or a field that chooses it, not both")
+	case cfg.Algorithm != "":
+		a, err := lookupAlgorithm(cfg.Algorithm)
+		if err != nil {
+			return fmt.Errorf("algorithm: %v", err)
+		}
+		v.alg, v.family = a, a.family
+		return nil
+	case cfg.AlgorithmField == "":
+		return errors.New("algorithm: required")
+	}
+	src, err := parseSource(cfg.AlgorithmField, v.paths, fromHeader, fromJSON, fromQuery)
+	if err != nil {
+		return fmt.Errorf("algorithm: %v", err)
+	}
+	if len(cfg.AlgorithmValues) == 0 {
+		return fmt.Errorf("algorithm: %s chooses among no algorithms: map its values to algorithms", cfg.AlgorithmField)
+	}
+	v.algField, v.algValues = src, make(map[string]*algorithm, len(cfg.AlgorithmValues))
+	first := true
+	for val, name := range cfg.AlgorithmValues {
+		a, err := lookupAlgorithm(name)
+		if err != nil {
+			return fmt.Errorf("algorithm: value %q: %v", val, err)
+		}
+		if !first && a.family != v.family {
+			return fmt.Errorf("algorithm: %s takes %s keys, another value's algorithm %s keys: one kind of key for all", a.name, a.family, v.family)
+		}
+		first, v.family = false, a.family
+		v.algValues[val] = a
+	}
+	return nil
+}
+
+func (v *templateVerifier) setSignature(loc SignatureLocation) error {
+	if loc.From == "" {
+		return errors.New("signature: required (header:<Name>, json:<path> or query:<name>)")
+	}
+	src, err := parseSource(loc.From, v.paths, fromHeader, fromJSON, fromQuery)
+	if err != nil {
+		return fmt.Errorf("signature: %v", err)
+	}
+	v.sig, v.prefix, v.separator = src, loc.Prefix, loc.Separator
+	switch strings.ToLower(loc.Encoding) {
+	case "":
+		v.encoding = Base64
+		if v.family == familyHMAC {
+			v.encoding = Hex
+		}
+	case "hex":
+		v.encoding = Hex
+	case "base64":
+		v.encoding = Base64
+	default:
+		return fmt.Errorf("signature: encoding %q: want hex or base64", loc.Encoding)
+	}
+	switch strings.ToLower(loc.Format) {
+	case "", "der":
+	case "raw":
+		v.rawECDSA = true
+	default:
+		return fmt.Errorf("signature: format %q: want der or raw", loc.Format)
+	}
+	if loc.Format != "" && v.family != familyECDSA {
+		return fmt.Errorf("signature: format applies to ECDSA signatures, not %s", v.family)
+	}
+	return nil
+}
+
+func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
+	if cfg.Tolerance < 0 {
+		return errors.New("tolerance: must not be negative")
+	}
+	v.tolerance = toleranceOrDefault(cfg.Tolerance)
+	if cfg.Timestamp.From == "" {
+		if cfg.Timestamp.Unit != "" {
+			return errors.New("timestamp: a unit without a timestamp")
+		}
+		return nil
+	}
+	src, err := parseSource(cfg.Timestamp.From, v.paths, fromHeader, fromJSON, fromQuery)
+	if err != nil {
+		return fmt.Errorf("timestamp: %v", err)
+	}
+	v.ts = src
+	switch strings.ToLower(cfg.Timestamp.Unit) {
+	case "", "s":
+		v.unit = unitSeconds
+	case "ms":
+		v.unit = unitMillis
+	case "rfc3339":
+		v.unit = unitRFC3339
+	default:
+		return fmt.Errorf("timestamp: unit %q: want s, ms or rfc3339", cfg.Timestamp.Unit)
+	}
+	return nil
+}
+
+func (v *templateVerifier) setKeys(cfg TemplateConfig) error {
+	if v.family == familyHMAC {
+		if len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "" {
+			return errors.New("public_key: an HMAC algorithm takes secrets, not public keys or certificates")
+		}
+		secrets, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
+		if err != nil {
+			return err
+		}
+		v.keyrings = make(map[*algorithm]keyring)
+		for _, a := range v.allAlgorithms() {
+			v.keyrings[a] = newHMACKeyring(newHash(a.hash), secrets)
+		}
+		return nil
+	}
+	if len(cfg.Secrets) > 0 || cfg.SecretEncoding != "" {
+		return fmt.Errorf("secret: %s takes a public key or a certificate, not secrets", v.family)
+	}
+	switch {
+	case len(cfg.PublicKeys) > 0 && cfg.CertURL.From != "":
+		return errors.New("public_key: give public keys or cert_url, not both")
+	case cfg.CertURL.From != "":
+		src, err := parseSource(cfg.CertURL.From, v.paths, fromHeader, fromJSON)
+		if err != nil {
+			return fmt.Errorf("cert_url: %v", err)
+		}
+		f, err := newCertFetcher(cfg.CertURL, v.family)
+		if err != nil {
+			return fmt.Errorf("cert_url: %v", err)
+		}
+		v.certURL, v.certs = src, f
+		return nil
+	case len(cfg.PublicKeys) == 0:
+		return fmt.Errorf("public_key: %s needs public keys or cert_url", v.family)
+	}
+	for i, s := range cfg.PublicKeys {
+		k, err := parsePublicKey(v.family, s)
+		if err != nil {
+			return fmt.Errorf("public_key %d: %v", i+1, err)
+		}
+		v.keys = append(v.keys, k)
+	}
+	return nil
+}
+
+// allAlgorithms lists the algorithms the verifier may use.
+func (v *templateVerifier) allAlgorithms() []*algorithm {
+	if v.alg != nil {
+		return []*algorithm{v.alg}
+	}
+	all := make([]*algorithm, 0, len(v.algValues))
+	for _, a := range v.algValues {
+		all = append(all, a)
+	}
+	return all
+}
+
+// decodeSecrets decodes the secrets as encoding says.
+func decodeSecrets(secrets []string, encoding string) ([][]byte, error) {
+	if len(secrets) == 0 {
+		return nil, errors.New("secret: an HMAC algorithm needs a secret")
+	}
+	out := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		if s == "" {
+			return nil, fmt.Errorf("secret %d: empty", i+1)
+		}
+		var err error
+		switch strings.ToLower(encoding) {
+		case "", "raw":
+			out[i] = []byte(s)
+		case "hex":
+			out[i], err = hex.DecodeString(strings.TrimSpace(s))
+		case "base64":
+			out[i], err = base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+		default:
+			return nil, fmt.Errorf("secret_encoding %q: want raw, hex or base64", encoding)
+		}
+		if err != nil || len(out[i]) == 0 {
+			// the error would quote the secret: say what it is not
+			return nil, fmt.Errorf("secret %d: not %s", i+1, strings.ToLower(encoding))
+		}
+	}
+	return out, nil
+}
+
+func (v *templateVerifier) setItems(items string) error {
+	if items == "" {
+		return nil
+	}
+	path, ok := strings.CutPrefix(items, "json:")
+	if !ok {
+		return fmt.Errorf("items: %q: want json:<path to the array>.#[.<path to the item>]", items)
+	}
+	// the array is the body itself (`#`), or at a path (`a.b.#`)
+	var before, after string
+	switch {
+	case path == "#":
+	case strings.HasPrefix(path, "#."):
+		after = path[1:]
+	default:
+		var found bool
+		before, after, found = strings.Cut(path, ".#")
+		if !found || (after != "" && after[0] != '.') {
+			return fmt.Errorf("items: %q: want json:<path to the array>.#[.<path to the item>]", items)
+		}
+	}
+	if strings.Contains(after, ".#") {
+		return fmt.Errorf("items: %q: one # only", items)
+	}
+	ip := &itemPaths{}
+	if before != "" {
+		ip.array = newJSONPaths()
+		if _, err := ip.array.add(before); err != nil {
+			return fmt.Errorf("items: %v", err)
+		}
+	}
+	if after != "" {
+		ip.inner = newJSONPaths()
+		if _, err := ip.inner.add(after[1:]); err != nil {
+			return fmt.Errorf("items: %v", err)
+		}
+	}
+	if v.sig.kind != fromJSON {
+		return errors.New("items: the items are signed one by one, so the signature is in each: read it with signature json:<path within the item>")
+	}
+	v.items = ip
+	return nil
+}
