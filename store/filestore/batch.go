@@ -27,7 +27,7 @@ func (s *Store) ClaimBatch(ctx context.Context, keys []string, owner string, lea
 	if len(keys) == 0 {
 		return store.BatchResult{}, nil
 	}
-	return s.db.claimBatch(keys, owner, lease, mode)
+	return s.use.claimBatch(keys, owner, lease, mode)
 }
 
 // CompleteBatch implements store.BatchStore.
@@ -38,7 +38,7 @@ func (s *Store) CompleteBatch(ctx context.Context, keys []string, owner string, 
 	if len(keys) == 0 {
 		return nil
 	}
-	return s.db.completeBatch(ctx, keys, owner, records, ttl)
+	return s.use.file().completeBatch(ctx, keys, owner, records, ttl)
 }
 
 // ReleaseBatch implements store.BatchStore.
@@ -46,7 +46,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, keys []string, owner string) e
 	if err := store.CheckBatch(keys); err != nil {
 		return fmt.Errorf("file store: %w", err)
 	}
-	return s.db.eachOwned(keys, owner, func(sh *shard, key string, _ *claim) {
+	return s.use.file().eachOwned(keys, owner, func(sh *shard, key string, _ *claim) {
 		// a note a claim took stays in memory, unwritten, as with release
 		delete(sh.claims, key)
 	})
@@ -58,7 +58,7 @@ func (s *Store) RenewBatch(ctx context.Context, keys []string, owner string, lea
 		return fmt.Errorf("file store: %w", err)
 	}
 	expires := now().UnixNano() + int64(lease)
-	return s.db.eachOwned(keys, owner, func(_ *shard, _ string, c *claim) {
+	return s.use.file().eachOwned(keys, owner, func(_ *shard, _ string, c *claim) {
 		c.expires = expires
 	})
 }
@@ -99,8 +99,9 @@ func (d *db) unlock(set shardSet) {
 // batchStack is how many keys' shard indexes a batch keeps on the stack.
 const batchStack = 256
 
-// claimBatch claims keys as store.BatchStore.ClaimBatch does.
-func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode store.BatchMode) (store.BatchResult, error) {
+// claimBatch claims keys as store.BatchStore.ClaimBatch does, through the
+// use by (nil in tests).
+func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode store.BatchMode, by *use) (store.BatchResult, error) {
 	items := make([]store.ClaimResult, len(keys))
 	var buf [batchStack]uint8
 	set := d.shardsOf(keys, buf[:0])
@@ -130,7 +131,7 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 	if len(unknown) > 0 {
 		err := d.view(func(tx *bolt.Tx) error {
 			for _, i := range unknown {
-				v, found := fetch(tx, keys[i], nowNano)
+				v, found := d.fetch(tx, keys[i], nowNano)
 				if found {
 					d.shards[set.idx[i]].remember(keys[i], v)
 				}
@@ -163,7 +164,7 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 			c.expires = expires
 			continue
 		}
-		claims[n] = claim{owner: owner, expires: expires}
+		claims[n] = claim{owner: owner, expires: expires, by: by}
 		s.claims[k] = &claims[n]
 		n++
 	}

@@ -4,8 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/storetest"
 )
@@ -18,12 +16,15 @@ import (
 //
 //	go test -run '^$' -bench BatchClaim -benchmem ./store/filestore
 func BenchmarkBatchClaim(b *testing.B) {
-	d, err := openDB(filepath.Join(b.TempDir(), "store.db"), zap.NewNop())
-	if err != nil {
+	ctx, cancel := testkit.NewContext(b)
+	defer cancel()
+	s := &Store{Path: filepath.Join(b.TempDir(), "store.db")}
+	if err := s.Provision(ctx); err != nil {
 		b.Fatal(err)
 	}
-	defer d.Destruct()
-	storetest.BenchBatchClaim(b, &Store{db: d}, map[string]func() int64{
+	defer s.Cleanup()
+	d := s.use.file()
+	storetest.BenchBatchClaim(b, s, map[string]func() int64{
 		"cpu-ns/op": func() int64 { return int64(testkit.CPUTime()) },
 		"reads/op":  func() int64 { return int64(d.bolt.Stats().TxN) },
 	})

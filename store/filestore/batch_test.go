@@ -26,7 +26,7 @@ func TestBatchOneCommitOneRead(t *testing.T) {
 		recs[i] = []byte("\x01record of " + keys[i])
 	}
 	owner := store.NewOwner()
-	res, err := d.claimBatch(keys, owner, time.Minute, store.BatchUnlessInFlight)
+	res, err := d.claimBatch(keys, owner, time.Minute, store.BatchUnlessInFlight, nil)
 	if err != nil || res.Claimed != len(keys) {
 		t.Fatalf("claim: %d of %d claimed, %v", res.Claimed, len(keys), err)
 	}
@@ -56,7 +56,7 @@ func TestBatchOneCommitOneRead(t *testing.T) {
 	absent := []string{"batch:absent:1", "batch:absent:2"}
 	all := append(append([]string(nil), keys...), absent...)
 	reads := d3.bolt.Stats().TxN
-	res, err = d3.claimBatch(all, store.NewOwner(), time.Minute, store.BatchUnlessInFlight)
+	res, err = d3.claimBatch(all, store.NewOwner(), time.Minute, store.BatchUnlessInFlight, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
