@@ -33,7 +33,7 @@ type BatchStore interface {
 	// for owner with the given lease, unless mode is BatchUnlessInFlight
 	// and a key is in flight for another owner: then it claims none, and
 	// reports the absent keys as StateAbsent. A key owner already holds is
-	// reported claimed, its lease renewed.
+	// reported claimed (its lease renewed, unless the batch is held back).
 	ClaimBatch(ctx context.Context, keys []string, owner string, lease time.Duration, mode BatchMode) (BatchResult, error)
 
 	// CompleteBatch replaces owner's claim of each key with its record,

@@ -117,8 +117,8 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 				items[i] = c.inFlight(nowNano)
 				busy = true
 			}
-			// else owner's own claim: claimed again below, its lease
-			// renewed
+			// else the owner's own claim: StateClaimed, its lease renewed
+			// below
 			continue
 		}
 		v, found, known := d.recall(s, k, nowNano)
@@ -126,7 +126,7 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 			unknown = append(unknown, i)
 			continue
 		}
-		items[i] = valueState(v, found)
+		items[i] = itemState(v, found)
 	}
 	if len(unknown) > 0 {
 		err := d.view(func(tx *bolt.Tx) error {
@@ -135,7 +135,7 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 				if found {
 					d.shards[set.idx[i]].remember(keys[i], v)
 				}
-				items[i] = valueState(v, found)
+				items[i] = itemState(v, found)
 			}
 			return nil
 		})
@@ -143,32 +143,37 @@ func (d *db) claimBatch(keys []string, owner string, lease time.Duration, mode s
 			return store.BatchResult{}, err
 		}
 	}
-	if busy && mode == store.BatchUnlessInFlight {
-		for i := range items {
-			if items[i].State == store.StateClaimed {
-				items[i].State = store.StateAbsent
-			}
-		}
-		return store.NewBatchResult(items), nil
-	}
 	res := store.NewBatchResult(items)
+	if busy && mode == store.BatchUnlessInFlight {
+		return res, nil
+	}
 	expires := nowNano + int64(lease)
-	claims := make([]claim, res.Claimed) // one allocation for the batch's claims
+	claims := make([]claim, res.Absent) // one allocation for the batch's claims
 	n := 0
 	for i, k := range keys {
-		if items[i].State != store.StateClaimed {
-			continue
-		}
 		s := &d.shards[set.idx[i]]
-		if c, ok := s.claims[k]; ok { // owner's own
-			c.expires = expires
-			continue
+		switch items[i].State {
+		case store.StateAbsent:
+			claims[n] = claim{owner: owner, expires: expires, by: by}
+			s.claims[k] = &claims[n]
+			n++
+			items[i].State = store.StateClaimed
+		case store.StateClaimed: // the owner's own
+			s.claims[k].expires = expires
 		}
-		claims[n] = claim{owner: owner, expires: expires, by: by}
-		s.claims[k] = &claims[n]
-		n++
 	}
+	res.Claimed, res.Absent = res.Claimed+res.Absent, 0
 	return res, nil
+}
+
+// itemState is valueState for a batch's key: a free key is StateAbsent
+// until the batch claims it.
+func itemState(v cached, found bool) store.ClaimResult {
+	res := valueState(v, found)
+	if res.State == store.StateClaimed {
+		res.State = store.StateAbsent
+	}
+	return res
 }
 
 // completeBatch completes keys as store.BatchStore.CompleteBatch does: the

@@ -104,25 +104,26 @@ func (t *memoryTable) claimBatch(keys []string, owner string, lease time.Duratio
 	for i, k := range keys {
 		s := &t.shards[set.idx[i]]
 		res, live, _ := s.found(k, nowNano)
-		if live && (res.State == store.StateCompleted || s.owners[k] != owner) {
+		switch {
+		case !live:
+			items[i].State = store.StateAbsent // claimed below
+		case res.State == store.StateCompleted || s.owners[k] != owner:
 			items[i] = res
 			busy = busy || res.State == store.StateInFlight
 		}
-		// else: absent, or owner's own claim: claimed below (the zero
-		// ClaimResult is StateClaimed)
+		// else the owner's own claim: StateClaimed, its lease renewed below
 	}
 	if busy && mode == store.BatchUnlessInFlight {
 		t.unlock(set)
-		for i := range items {
-			if items[i].State == store.StateClaimed {
-				items[i].State = store.StateAbsent
-			}
-		}
 		return store.NewBatchResult(items)
 	}
 	added := int64(0)
 	for i, k := range keys {
-		if items[i].State != store.StateClaimed {
+		switch items[i].State {
+		case store.StateAbsent:
+			items[i].State = store.StateClaimed
+		case store.StateClaimed:
+		default:
 			continue
 		}
 		s := &t.shards[set.idx[i]]

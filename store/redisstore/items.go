@@ -84,6 +84,8 @@ func (s *Store) ClaimBatch(ctx context.Context, keys []string, owner string, lea
 				claimed = append(claimed, i)
 			case v == int64(-3):
 				items[i] = store.ClaimResult{State: store.StateAbsent}
+			case v == int64(-4): // owner's already: not given back, not counted again
+				items[i] = store.ClaimResult{State: store.StateClaimed}
 			default:
 				res, ok := keyStateResult(v)
 				if !ok {
@@ -383,18 +385,21 @@ end
 
 var (
 	// ARGV: owner, lease, '1' to claim nothing when a key is in flight for
-	// another owner, keys. Returns for each key -1 (claimed, or the
-	// owner's own, its lease renewed), -2 (claimed over a corrupt or
-	// foreign value), -3 (absent, left so: the batch is held back), the
-	// PTTL (>= 0) of a key in flight, or the record of a completed key.
+	// another owner, keys. Returns for each key -1 (claimed), -2 (claimed
+	// over a corrupt or foreign value), -3 (absent, left so: the batch is
+	// held back), -4 (the owner's already, its lease renewed unless the
+	// batch is held back), the PTTL (>= 0) of a key in flight, or the
+	// record of a completed key.
 	redisClaimBatchScript = luaScript(luaBatchKeys + `
 local keys = batchKeys(3)
 local mine = $IN_FLIGHT .. ARGV[1]
 local out, busy = {}, false
 for i = 1, #keys do
 	local v = read(keys[i])
-	if not v or v == mine then
+	if not v then
 		out[i] = -1
+	elseif v == mine then
+		out[i] = -4
 	elseif string.byte(v, 1) == $RECORD_VERSION and string.len(v) > $RECORD_MIN_LEN then
 		out[i] = v
 	else
@@ -414,7 +419,7 @@ if busy and ARGV[3] == '1' then
 	return out
 end
 for i = 1, #keys do
-	if out[i] == -1 or out[i] == -2 then
+	if out[i] == -1 or out[i] == -2 or out[i] == -4 then
 		redis.call('SET', keys[i], mine, 'PX', ARGV[2])
 	end
 end

@@ -133,6 +133,8 @@ func testBatchMixed(t *testing.T, s store.Store, k keys) {
 	wantItems(t, "BatchEach with items in flight", res, C, F, N, C, F, N)
 	wantState(t, "another's claim of a claimed item", claim(t, s, ks[2], other, lease), store.StateInFlight)
 	wantItems(t, "the owner's claim of its own items", claimBatch(t, b, []string{ks[2], ks[5]}, a, lease, store.BatchUnlessInFlight), N, N)
+	// held back, the owner's own items stay its own (completed below)
+	wantItems(t, "the owner's items held back", claimBatch(t, b, []string{ks[2], ks[1], ks[5]}, a, lease, store.BatchUnlessInFlight), N, F, N)
 	mustNil(t, "CompleteBatch, a record each", b.CompleteBatch(ctx, []string{ks[2], ks[5]}, a, [][]byte{rec(ks[2]), rec(ks[5])}, time.Hour))
 
 	// the items in flight end; the batch claims them, holding back nothing
