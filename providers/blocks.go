@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,10 +54,10 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		tc.PublicURL = cfg.publicURL()
 	}
 	if s := cfg.Signature; s != nil {
-		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator}
+		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator, Param: s.Param}
 	}
 	if ts := cfg.Timestamp; ts != nil {
-		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit}
+		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Param: ts.Param}
 	}
 	if c := cfg.CertURL; c != nil {
 		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
@@ -224,10 +225,10 @@ func (cfg VerifyConfig) resignable() bool {
 // its signature, timestamp and certificate URL from.
 func (cfg VerifyConfig) credentials() (headers, query []string) {
 	add := func(from string) {
-		switch kind, name, _ := strings.Cut(from, ":"); kind {
-		case "header":
+		switch kind, name, _ := strings.Cut(from, ":"); {
+		case kind == "header" && !slices.Contains(headers, name):
 			headers = append(headers, name)
-		case "query":
+		case kind == "query" && !slices.Contains(query, name):
 			query = append(query, name)
 		}
 	}

@@ -26,8 +26,8 @@ import (
 //		jwks_url        <url>                         (stone, jwt)
 //		jwks_file       <path>                        (stone, jwt)
 //		string          "<template>"                  (template)
-//		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>]
-//		timestamp       <from> [unit s|ms|rfc3339]
+//		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>] [param <name>]
+//		timestamp       <from> [unit s|ms|rfc3339] [param <name>]
 //		secret_encoding raw | hex | base64
 //		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; cache <duration> }
 //		items           json:<path>
@@ -216,11 +216,11 @@ func (cfg *VerifyConfig) parseHeader(d *caddyfile.Dispenser) error {
 }
 
 // parseSignature reads `signature <from> [prefix <p>] [encoding hex|base64]
-// [format der|raw] [separator <s>]`.
+// [format der|raw] [separator <s>] [param <name>]`.
 func (cfg *VerifyConfig) parseSignature(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) == 0 || len(args)%2 != 1 {
-		return d.Err("verify 'signature' takes where it is (header:<name>, json:<path> or query:<name>) and optional `prefix`, `encoding`, `format` and `separator` values")
+		return d.Err("verify 'signature' takes where it is (header:<name>, json:<path> or query:<name>) and optional `prefix`, `encoding`, `format`, `separator` and `param` values")
 	}
 	loc := &SignatureConfig{From: args[0]}
 	for i := 1; i < len(args); i += 2 {
@@ -239,29 +239,37 @@ func (cfg *VerifyConfig) parseSignature(d *caddyfile.Dispenser) error {
 			loc.Format = v
 		case "separator":
 			loc.Separator = v
+		case "param":
+			loc.Param = v
 		default:
-			return d.Errf("unrecognized signature option '%s': want prefix, encoding, format or separator", args[i])
+			return d.Errf("unrecognized signature option '%s': want prefix, encoding, format, separator or param", args[i])
 		}
 	}
 	cfg.Signature = loc
 	return nil
 }
 
-// parseTimestamp reads `timestamp <from> [unit s|ms|rfc3339]`.
+// parseTimestamp reads `timestamp <from> [unit s|ms|rfc3339] [param
+// <name>]`.
 func (cfg *VerifyConfig) parseTimestamp(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
-	ts := &TimestampConfig{}
-	switch {
-	case len(args) == 1:
-	case len(args) == 3 && args[1] == "unit":
-		ts.Unit = args[2]
-		if ts.Unit != "s" && ts.Unit != "ms" && ts.Unit != "rfc3339" {
-			return d.Errf("invalid timestamp unit '%s': want s, ms or rfc3339", ts.Unit)
-		}
-	default:
-		return d.Err("verify 'timestamp' takes where it is (header:<name>, json:<path> or query:<name>) and optionally `unit s|ms|rfc3339`")
+	if len(args) == 0 || len(args)%2 != 1 {
+		return d.Err("verify 'timestamp' takes where it is (header:<name>, json:<path> or query:<name>) and optionally `unit s|ms|rfc3339` and `param <name>`")
 	}
-	ts.From = args[0]
+	ts := &TimestampConfig{From: args[0]}
+	for i := 1; i < len(args); i += 2 {
+		switch v := args[i+1]; args[i] {
+		case "unit":
+			if v != "s" && v != "ms" && v != "rfc3339" {
+				return d.Errf("invalid timestamp unit '%s': want s, ms or rfc3339", v)
+			}
+			ts.Unit = v
+		case "param":
+			ts.Param = v
+		default:
+			return d.Errf("unrecognized timestamp option '%s': want unit or param", args[i])
+		}
+	}
 	cfg.Timestamp = ts
 	return nil
 }

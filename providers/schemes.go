@@ -108,7 +108,7 @@ type VerifyConfig struct {
 
 	// For `template`: the signed message, as a template over the request
 	// (docs/providers.md: Generic schemes): text, `{body}`, `{method}`,
-	// `{url}`, `{header.<Name>}`, `{json.<path>}`, `{query.<name>}`,
+	// `{url}`, `{timestamp}`, `{header.<Name>}`, `{json.<path>}`, `{query.<name>}`,
 	// `{body.crc32}`, `{body.sha256}`, escapes such as `\n`, and parts in
 	// brackets left out when a field in them is absent. Required.
 	String string `json:"string,omitempty"`
@@ -177,6 +177,9 @@ type SignatureConfig struct {
 	Format string `json:"format,omitempty"`
 	// Splits one value into several signatures (rotation). Default: none.
 	Separator string `json:"separator,omitempty"`
+	// Reads the signature from the parameters of the value (`v1` of
+	// `t=…,v1=…`): every item of that name. Default: the whole value.
+	Param string `json:"param,omitempty"`
 }
 
 // TimestampConfig is where a template's signed time is.
@@ -185,6 +188,9 @@ type TimestampConfig struct {
 	From string `json:"from,omitempty"`
 	// `s`, `ms` or `rfc3339`. Default: s.
 	Unit string `json:"unit,omitempty"`
+	// Reads the timestamp from the parameters of the value (`t` of
+	// `t=…,v1=…`): the first item of that name. Default: the whole value.
+	Param string `json:"param,omitempty"`
 }
 
 // CertURLConfig is where a template's certificate comes from.

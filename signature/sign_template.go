@@ -21,7 +21,10 @@ import (
 // checks them (NewTemplate), for a signature in a header or in the query:
 // it sets cfg's timestamp, when it is a header or a query parameter, to
 // the signing time in its unit; builds the string; signs it; and writes
-// the signature with its prefix, encoding and format. JSON fields are
+// the signature with its prefix, encoding and format. A timestamp or a
+// signature read from a parameter is written as that parameter alone, or
+// both in one list, `<ts param>=…,<sig param>=…`, when they share a
+// header. JSON fields are
 // read from the body, which is sent as it is. key is the private key of a
 // public-key algorithm (ed25519.PrivateKey, *ecdsa.PrivateKey on P-256,
 // *rsa.PrivateKey); an HMAC algorithm takes key nil and signs with the
@@ -64,16 +67,15 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 	st := v.states.Get().(*templateState)
 	defer v.release(st)
 	if v.ts.kind != 0 {
-		var ts string
 		switch v.unit {
 		case unitMillis:
-			ts = strconv.FormatInt(at.UnixMilli(), 10)
+			st.ts = strconv.FormatInt(at.UnixMilli(), 10)
 		case unitRFC3339:
-			ts = at.UTC().Format(time.RFC3339)
+			st.ts = at.UTC().Format(time.RFC3339)
 		default:
-			ts = unix(at)
+			st.ts = unix(at)
 		}
-		if err := setSource(r, v.ts, ts); err != nil {
+		if err := setSource(r, v.ts, withParam(v.tsParam, st.ts)); err != nil {
 			return nil, fmt.Errorf("timestamp: %v", err)
 		}
 	}
@@ -110,10 +112,24 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	if err := setSource(r, v.sig, v.prefix+encode(v.encoding, sig)); err != nil {
+	val := withParam(v.sigParam, v.prefix+encode(v.encoding, sig))
+	if v.sigParam != "" && v.tsParam != "" && v.sig == v.ts {
+		// one parameter list holds both, the timestamp first (`t=…,v1=…`)
+		val = withParam(v.tsParam, st.ts) + "," + val
+	}
+	if err := setSource(r, v.sig, val); err != nil {
 		return nil, fmt.Errorf("signature: %v", err)
 	}
 	return body, nil
+}
+
+// withParam is a value written as the parameter name of a list, or as it
+// is for no name.
+func withParam(name, val string) string {
+	if name == "" {
+		return val
+	}
+	return name + "=" + val
 }
 
 // signDigest signs the digest in h with an ECDSA or RSA key.

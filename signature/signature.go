@@ -57,8 +57,9 @@
 //   - A field in braces is replaced by its value: {body} the raw body;
 //     {method} the request method; {url} the public URL (the URL the
 //     provider was told to deliver to, with the request's query, from
-//     TemplateConfig.PublicURL); {header.<Name>} the first value of a
-//     header; {query.<name>} the first value of a query parameter,
+//     TemplateConfig.PublicURL); {timestamp} the signed timestamp as the
+//     delivery writes it, wherever TemplateConfig.Timestamp reads it;
+//     {header.<Name>} the first value of a header; {query.<name>} the first value of a query parameter,
 //     percent-decoded; {json.<path>} a member of the JSON body, a string
 //     decoded and any other value as written; {body.crc32} the CRC-32
 //     (IEEE) of the body in decimal, as PayPal signs it; {body.sha256} the
@@ -73,6 +74,14 @@
 //     Brackets do not nest, and must hold a field. Outside brackets an
 //     absent field is the empty string, as Adyen signs an absent
 //     originalReference: nothing between its colons.
+//
+// A signature or a timestamp may be a parameter of a value rather than
+// the whole value (SignatureLocation.Param, TimestampLocation.Param): a
+// value written as `name=value` items separated by `,` or `;`, as Stripe,
+// Calendly and Paddle write theirs. Calendly's
+// `Calendly-Webhook-Signature: t=…,v1=…` over `{t}.{body}` is the string
+// "{timestamp}.{body}" with the signature the header's `v1` and the
+// timestamp its `t`; every `v1` is a candidate.
 //
 // JSON lets an object give a member twice, and readers disagree on which
 // counts (Go's encoding/json, JavaScript, PHP and Python take the last;

@@ -113,6 +113,13 @@ type SignatureLocation struct {
 	// `v1,<a> v1,<b>` is Separator " " and Prefix "v1,"). Any of them
 	// may match; at most 16 are looked at for an HMAC, 4 for the others.
 	Separator string
+
+	// Param, when set, reads the signature from a parameter of the value:
+	// the value is a list of `name=value` items separated by `,` or `;`,
+	// and every item named Param is a signature (Stripe's and Calendly's
+	// `t=…,v1=…[,v1=…]` is Param "v1"; Paddle's `ts=…;h1=…` is "h1").
+	// Separator and Prefix then apply to each item's value.
+	Param string
 }
 
 // TimestampLocation is where a template's signed time is.
@@ -124,6 +131,11 @@ type TimestampLocation struct {
 	// Unit is "s" (Unix seconds), "ms" (Unix milliseconds) or "rfc3339".
 	// Default: s.
 	Unit string
+
+	// Param, when set, reads the timestamp from a parameter of the value,
+	// as SignatureLocation.Param reads a signature: the first item named
+	// Param (`t` of `t=…,v1=…`).
+	Param string
 }
 
 // Defaults of NewTemplate.
@@ -177,6 +189,9 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	if err := v.setTimestamp(cfg); err != nil {
 		return nil, err
 	}
+	if t.timestamp && v.ts.kind == 0 {
+		return nil, errors.New("string: {timestamp} needs a timestamp: say where it is")
+	}
 	if keys {
 		if err := v.setKeys(cfg); err != nil {
 			return nil, err
@@ -210,12 +225,14 @@ type templateVerifier struct {
 	family    keyFamily
 
 	sig       source
+	sigParam  string // "" for the whole value
 	prefix    string
 	separator string
 	encoding  Encoding
 	rawECDSA  bool
 
 	ts        source // (kind 0: none)
+	tsParam   string // "" for the whole value
 	unit      timeUnit
 	tolerance time.Duration
 
@@ -282,7 +299,11 @@ func (v *templateVerifier) setSignature(loc SignatureLocation) error {
 	if err != nil {
 		return fmt.Errorf("signature: %v", err)
 	}
-	v.sig, v.prefix, v.separator = src, loc.Prefix, loc.Separator
+	param, err := checkParam(loc.Param)
+	if err != nil {
+		return fmt.Errorf("signature: %v", err)
+	}
+	v.sig, v.sigParam, v.prefix, v.separator = src, param, loc.Prefix, loc.Separator
 	switch strings.ToLower(loc.Encoding) {
 	case "":
 		v.encoding = Base64
@@ -315,13 +336,16 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 	}
 	v.tolerance = toleranceOrDefault(cfg.Tolerance)
 	if cfg.Timestamp.From == "" {
-		if cfg.Timestamp.Unit != "" {
-			return errors.New("timestamp: a unit without a timestamp")
+		if cfg.Timestamp.Unit != "" || cfg.Timestamp.Param != "" {
+			return errors.New("timestamp: a unit or a param without a timestamp")
 		}
 		return nil
 	}
 	src, err := parseSource(cfg.Timestamp.From, v.paths, fromHeader, fromJSON, fromQuery)
 	if err != nil {
+		return fmt.Errorf("timestamp: %v", err)
+	}
+	if v.tsParam, err = checkParam(cfg.Timestamp.Param); err != nil {
 		return fmt.Errorf("timestamp: %v", err)
 	}
 	v.ts = src

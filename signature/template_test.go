@@ -676,10 +676,17 @@ func TestTemplateAllocations(t *testing.T) {
 	item := `{"Item":{"ref":"a\/b","value":1000,"sig":"` + signHMAC("k", "a/b:1000") + `"}}`
 	da := sigtest.NewDelivery("/", []byte(`{"items":[`+item+`,`+item+`]}`), time.Time{})
 
+	params := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
+		c.Timestamp = signature.TimestampLocation{From: "header:X-Sig", Param: "t"}
+		c.Signature.Param = "v1"
+	})
+	dp := sigtest.NewDelivery("/", body, time.Time{})
+	dp.Req.Header.Set("X-Sig", "t="+ts+",v0=x,v1="+signHMAC("k", ts+"."+string(body)))
+
 	for name, c := range map[string]struct {
 		v signature.Verifier
 		d *sigtest.Delivery
-	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}} {
+	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}, "parameters": {params, dp}} {
 		if n := testing.AllocsPerRun(100, func() {
 			if err := c.v.Verify(c.d.Req, c.d.Body); err != nil {
 				t.Fatal(err)

@@ -25,6 +25,7 @@ type templateState struct {
 	msg     []byte // the message, the body left out at bodyAt
 	bodyAt  []int
 	vals    []byte // decoded JSON strings
+	ts      string // the timestamp as the delivery writes it
 	cands   [maxSignatures]string
 	sigBuf  [maxRSABytes + 2]byte
 	digest  [64]byte
@@ -59,7 +60,7 @@ func (v *templateVerifier) release(st *templateState) {
 	if cap(st.msg) > 64<<10 || cap(st.vals) > 64<<10 {
 		return
 	}
-	st.msg, st.vals, st.bodyAt = st.msg[:0], st.vals[:0], st.bodyAt[:0]
+	st.msg, st.vals, st.bodyAt, st.ts = st.msg[:0], st.vals[:0], st.bodyAt[:0], ""
 	st.crc.done, st.sha.done = false, false
 	v.states.Put(st)
 }
@@ -229,9 +230,13 @@ func (v *templateVerifier) checkTimestamp(st *templateState, r *http.Request, bo
 	if err != nil {
 		return err
 	}
+	if ok && v.tsParam != "" {
+		val, ok = paramValue(val, v.tsParam)
+	}
 	if val = strings.TrimSpace(val); !ok || val == "" {
 		return ErrMissing
 	}
+	st.ts = val
 	var t time.Time
 	switch v.unit {
 	case unitRFC3339:
@@ -264,7 +269,7 @@ func (v *templateVerifier) candidates(st *templateState, r *http.Request, body [
 			return 0, err
 		}
 		for _, val := range values {
-			n, seen = v.split(st, val, n, seen, limit)
+			n, seen = v.splitValue(st, val, n, seen, limit)
 		}
 	default:
 		val, ok, err := v.value(st, v.sig, r, body)
@@ -274,12 +279,30 @@ func (v *templateVerifier) candidates(st *templateState, r *http.Request, body [
 		if !ok || strings.TrimSpace(val) == "" {
 			return 0, ErrMissing
 		}
-		n, _ = v.split(st, val, n, seen, limit)
+		n, _ = v.splitValue(st, val, n, seen, limit)
 	}
 	if n == 0 {
 		return 0, ErrInvalid
 	}
 	return n, nil
+}
+
+// splitValue adds the signatures of one value to st.cands: of each of its
+// parameters named sigParam, or of the whole value.
+func (v *templateVerifier) splitValue(st *templateState, val string, n, seen, limit int) (int, int) {
+	if v.sigParam == "" {
+		return v.split(st, val, n, seen, limit)
+	}
+	for val != "" && n < limit && seen < maxHeaderItems {
+		var name, item string
+		name, item, val = cutParam(val)
+		if name != v.sigParam {
+			seen++
+			continue
+		}
+		n, seen = v.split(st, item, n, seen, limit)
+	}
+	return n, seen
 }
 
 // split adds the signatures of one value to st.cands.
@@ -375,6 +398,8 @@ func (v *templateVerifier) build(st *templateState, r *http.Request, body []byte
 			}
 		case partMethod:
 			msg = append(msg, r.Method...)
+		case partTimestamp:
+			msg = append(msg, st.ts...)
 		case partURL:
 			msg = v.publicURL(msg, r)
 		case partCRC32:
