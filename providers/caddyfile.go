@@ -28,7 +28,7 @@ import (
 //		string          "<template>"                  (template)
 //		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>] [param <name>]
 //		timestamp       <from> [unit s|ms|rfc3339] [param <name>]
-//		secret_encoding raw | hex | base64
+//		secret_encoding raw | hex | base64 | html_specialchars
 //		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; cache <duration> }
 //		items           json:<path>
 //		max_items       <n>
@@ -165,7 +165,7 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 }
 
 // secretEncodings are the words of secret_encoding.
-var secretEncodings = cfparse.Keywords[string]{{Word: "raw", Value: "raw"}, {Word: "hex", Value: "hex"}, {Word: "base64", Value: "base64"}}
+var secretEncodings = cfparse.Keywords[string]{{Word: "raw", Value: "raw"}, {Word: "hex", Value: "hex"}, {Word: "base64", Value: "base64"}, {Word: "html_specialchars", Value: "html_specialchars"}}
 
 // parseAlgorithm reads `algorithm <name>` or `algorithm <field> { <value>
 // <name>... }`: a template's algorithm, or the hash of hmac and rsa.

@@ -129,7 +129,8 @@ type VerifyConfig struct {
 	Timestamp *TimestampConfig `json:"timestamp,omitempty"`
 
 	// For `template`: how the secrets are written, `raw` (used as
-	// written), `hex` or `base64`. Default: `raw`.
+	// written), `hex`, `base64` or `html_specialchars` (`&amp;`, `&lt;`,
+	// … decoded as WordPress decodes a stored secret). Default: `raw`.
 	SecretEncoding string `json:"secret_encoding,omitempty"`
 
 	// For `template`: the key of each delivery taken from the

@@ -55,7 +55,11 @@ type TemplateConfig struct {
 	Secrets []string
 
 	// SecretEncoding is how the secrets are written: "" or "raw" (used as
-	// written), "hex" (Adyen's HMAC keys) or "base64". Default: raw.
+	// written), "hex" (Adyen's HMAC keys), "base64", or "html_specialchars"
+	// (HTML's special characters written as references, `&amp;` `&lt;`
+	// `&gt;` `&quot;` `&#039;` and their numeric forms, decoded as
+	// WordPress's wp_specialchars_decode(…, ENT_QUOTES) decodes them:
+	// WooCommerce's webhook secrets). Default: raw.
 	SecretEncoding string
 
 	// PublicKeys are the keys of a public-key algorithm (several for
@@ -437,8 +441,10 @@ func decodeSecrets(secrets []string, encoding string) ([][]byte, error) {
 			out[i], err = hex.DecodeString(strings.TrimSpace(s))
 		case "base64":
 			out[i], err = base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+		case "html_specialchars":
+			out[i] = []byte(decodeHTMLSpecialChars(s))
 		default:
-			return nil, fmt.Errorf("secret_encoding %q: want raw, hex or base64", encoding)
+			return nil, fmt.Errorf("secret_encoding %q: want raw, hex, base64 or html_specialchars", encoding)
 		}
 		if err != nil || len(out[i]) == 0 {
 			// the error would quote the secret: say what it is not

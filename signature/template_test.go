@@ -445,14 +445,20 @@ func TestTemplateAlgorithmByField(t *testing.T) {
 // base64, decoded before use.
 func TestTemplateSecretEncoding(t *testing.T) {
 	key := []byte{0xdf, 0xb1, 0x00, 0xff, 0x10}
-	for _, c := range []struct{ encoding, secret string }{
-		{"hex", "DFB100FF10"},
-		{"base64", base64.StdEncoding.EncodeToString(key)},
+	for _, c := range []struct {
+		encoding, secret string
+		key              []byte
+	}{
+		{"hex", "DFB100FF10", key},
+		{"base64", base64.StdEncoding.EncodeToString(key), key},
+		// WooCommerce signs with its stored secret decoded as WordPress's
+		// wp_specialchars_decode(…, ENT_QUOTES) decodes it
+		{"html_specialchars", "a&amp;b&lt;c&#039;d&amp;lt;", []byte("a&b<c'd&lt;")},
 	} {
 		v := hmacTemplate(t, `{body}`, func(cfg *signature.TemplateConfig) {
 			cfg.Secrets, cfg.SecretEncoding = []string{c.secret}, c.encoding
 		})
-		m := hmac.New(sha256.New, key)
+		m := hmac.New(sha256.New, c.key)
 		m.Write([]byte("payload"))
 		d := sigtest.NewDelivery("/", []byte("payload"), time.Time{})
 		d.Req.Header.Set("X-Sig", hex.EncodeToString(m.Sum(nil)))
