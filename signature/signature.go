@@ -1,10 +1,10 @@
 // Package signature verifies the signatures webhook providers put on their
 // deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix) with
 // secrets or public keys, Mercado Pago, PagBank, Twilio, Square, Shopify,
-// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web
-// Tokens (Evolution API), and the generic schemes that sign the raw body
-// with an HMAC (GitHub, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
-// key, or send a shared token.
+// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi, Stone and Hook0
+// (Coinbase's CDP webhooks), JSON Web Tokens (Evolution API), and the
+// generic schemes that sign the raw body with an HMAC (GitHub, Meta,
+// iFood, Razorpay, …), an Ed25519 or an RSA key, or send a shared token.
 //
 // For providers without a scheme of their own there are building blocks
 // (the package's tests write Amazon SNS, PayPal, SendGrid, Adyen and
