@@ -30,6 +30,12 @@ type Handshake struct {
 	// secret (Zoom's).
 	keyed bool
 
+	// ping handshakes are unsigned checks that carry nothing to verify
+	// and need no token (WooCommerce's activation ping, Intercom's HEAD):
+	// answered before the body is read, on a route that verifies (with
+	// `verify off` the application gets them like any request).
+	ping bool
+
 	// answer returns the answer when the request is this handshake; body
 	// is the verified body, nil for unsigned handshakes.
 	answer func(hs *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool)
@@ -101,6 +107,10 @@ func NewHandshake(preset string, cfg HandshakeConfig) (*HandshakeState, error) {
 	state := &HandshakeState{Handshake: hs}
 	repl := caddy.NewReplacer()
 	switch {
+	case hs.ping:
+		if !cfg.Verified {
+			return nil, nil
+		}
 	case !hs.signed:
 		if cfg.VerifyToken == "" {
 			return nil, nil
@@ -144,7 +154,7 @@ func CheckHandshakeOptions(preset, mode, verifyToken string) error {
 	if mode != "" && hs == nil {
 		return fmt.Errorf("the %s preset has no handshake to answer (%s have one)", preset, strings.Join(HandshakeProviders(), ", "))
 	}
-	if verifyToken != "" && (hs == nil || hs.signed) {
+	if verifyToken != "" && (hs == nil || hs.signed || hs.ping) {
 		return fmt.Errorf("verify_token is the token of Meta's subscription check (the whatsapp preset); the %s preset takes none", preset)
 	}
 	if verifyToken != "" && mode == HandshakeOff {
