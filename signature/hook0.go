@@ -227,15 +227,16 @@ func appendHook0Covered(msg []byte, h http.Header, names string, require []strin
 		if !isToken(name) {
 			return msg, ErrInvalid
 		}
-		lower := strings.ToLower(name)
 		occurrence := 0
 		for _, s := range seen[:n] {
-			if s == lower {
+			if strings.EqualFold(s, name) {
 				occurrence++
 			}
 		}
-		seen[n] = lower
-		values := h[http.CanonicalHeaderKey(name)]
+		seen[n] = name
+		var canon [64]byte
+		// (indexing by string(bytes) does not allocate)
+		values := h[string(appendCanonicalKey(canon[:0], name))]
 		if occurrence >= len(values) {
 			return msg, ErrInvalid
 		}
@@ -243,7 +244,7 @@ func appendHook0Covered(msg []byte, h http.Header, names string, require []strin
 			msg = append(msg, '.')
 		}
 		msg = append(msg, values[occurrence]...)
-		if occurrence == 0 && slices.Contains(require, lower) {
+		if occurrence == 0 && slices.ContainsFunc(require, func(r string) bool { return strings.EqualFold(r, name) }) {
 			found++
 		}
 	}
@@ -251,6 +252,25 @@ func appendHook0Covered(msg []byte, h http.Header, names string, require []strin
 		return msg, ErrInvalid
 	}
 	return append(msg, '.'), nil
+}
+
+// appendCanonicalKey appends name in the canonical form of http.Header's
+// keys (a letter upper-case at the start and after a hyphen, lower-case
+// elsewhere), for a name made of token characters.
+func appendCanonicalKey(dst []byte, name string) []byte {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+		upper = c == '-'
+	}
+	return dst
 }
 
 // NewHook0Signer signs as Hook0 does (NewHook0): `t`, then `h` naming

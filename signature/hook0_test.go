@@ -200,3 +200,19 @@ func TestHook0Malformed(t *testing.T) {
 		t.Error("a required name that is no header name accepted")
 	}
 }
+
+// TestHook0Allocations: a v1 delivery is verified without allocating,
+// headers of any case in `h` included.
+func TestHook0Allocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items: make test measures allocations in a run without it")
+	}
+	signature.SetClock(t, time.Unix(hook0At, 0))
+	v := newHook0(t, signature.Hook0Config{Secrets: []string{hook0Secret}, Require: []string{"x-event-id"}})
+	r := hook0Request("t=" + strconv.Itoa(hook0At) + ",h=X-EVENT-ID x-delivery-id,v1=" + sigtest.HMACHex(hook0Secret, strconv.Itoa(hook0At), ".X-EVENT-ID x-delivery-id.evt-1.dlv-1.", hook0Payload))
+	body := []byte(hook0Payload)
+	sigtest.WantReason(t, v.Verify(r, body), nil)
+	if n := testing.AllocsPerRun(100, func() { _ = v.Verify(r, body) }); n != 0 {
+		t.Errorf("%v allocations per verify, want none", n)
+	}
+}
