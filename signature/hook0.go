@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Hook0's signature (hook0.com, an open-source webhook sender; Coinbase's
@@ -60,12 +63,12 @@ func NewHook0(cfg Hook0Config) (Verifier, error) {
 		return nil, errors.New("secret: needs the subscription's secret")
 	}
 	v := &hook0Verifier{
-		header:    http.CanonicalHeaderKey(cmpOr(cfg.Header, "X-Hook0-Signature")),
+		header:    http.CanonicalHeaderKey(cmp.Or(cfg.Header, "X-Hook0-Signature")),
 		keys:      newHMACKeyring(sha256.New, rawSecrets(cfg.Secrets)),
 		tolerance: toleranceOrDefault(cfg.Tolerance),
 	}
 	for _, name := range cfg.Require {
-		if !isToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, fmt.Errorf("require: %q is not a header name", name)
 		}
 		v.require = append(v.require, strings.ToLower(name))
@@ -73,14 +76,6 @@ func NewHook0(cfg Hook0Config) (Verifier, error) {
 	slices.Sort(v.require)
 	v.require = slices.Compact(v.require)
 	return v, nil
-}
-
-// cmpOr is s, or def when s is empty.
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // hook0Verifier is the scheme of NewHook0.
@@ -162,20 +157,6 @@ func wholeHex(s string) bool {
 	return true
 }
 
-// isToken reports whether s is a header name (RFC 9110's token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
 // Verify implements Verifier.
 func (v *hook0Verifier) Verify(r *http.Request, body []byte) error {
 	value := headerValue(r.Header, v.header)
@@ -224,7 +205,7 @@ func appendHook0Covered(msg []byte, h http.Header, names string, require []strin
 		}
 		var name string
 		name, rest, _ = strings.Cut(rest, " ")
-		if !isToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return msg, ErrInvalid
 		}
 		occurrence := 0
@@ -282,10 +263,10 @@ func NewHook0Signer(header, secret string, covered []string) (Signer, error) {
 	if secret == "" {
 		return nil, errors.New("needs the subscription's secret")
 	}
-	header = cmpOr(header, "X-Hook0-Signature")
+	header = cmp.Or(header, "X-Hook0-Signature")
 	names := make([]string, 0, len(covered))
 	for _, c := range covered {
-		if !isToken(c) {
+		if !httpguts.ValidHeaderFieldName(c) {
 			return nil, fmt.Errorf("%q is not a header name", c)
 		}
 		names = append(names, strings.ToLower(c))
