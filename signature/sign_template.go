@@ -24,11 +24,10 @@ import (
 // the signature with its prefix, encoding and format. A timestamp or a
 // signature read from a parameter is written as that parameter alone, or
 // both in one list, `<ts param>=…,<sig param>=…`, when they share a
-// header. JSON fields are
-// read from the body, which is sent as it is. key is the private key of a
-// public-key algorithm (ed25519.PrivateKey, *ecdsa.PrivateKey on P-256,
-// *rsa.PrivateKey); an HMAC algorithm takes key nil and signs with the
-// first of cfg.Secrets. Items mode and signatures in the body are not
+// header. JSON fields are read from the body, which is sent as it is. key
+// is the private key of a public-key algorithm (ed25519.PrivateKey,
+// *ecdsa.PrivateKey on P-256, *rsa.PrivateKey); an HMAC algorithm takes
+// key nil and signs with the first of cfg.Secrets. Items mode and signatures in the body are not
 // signed; cfg's public keys and certificate URL are not used.
 func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 	v, err := newTemplate(cfg, false)
