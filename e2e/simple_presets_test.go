@@ -18,8 +18,8 @@ import (
 // TestE2ESimplePresetChecks: through a real Caddy, WooCommerce's
 // activation ping and Intercom's HEAD are answered 200 at the edge, reach
 // no upstream and store nothing, while a request that only looks like the
-// ping is refused; a Calendly delivery, whose `t=…,v1=…` is read as header
-// parameters, and a WooCommerce delivery keyed with an HTML-escaped secret
+// ping is refused; a Calendly delivery, whose `t=…,v1=…` header is read as
+// its items, and a WooCommerce delivery keyed with an HTML-escaped secret
 // pass once and are replayed after; a Calendly delivery signed two days ago
 // is refused.
 func TestE2ESimplePresetChecks(t *testing.T) {

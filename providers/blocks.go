@@ -54,10 +54,11 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		tc.PublicURL = cfg.publicURL()
 	}
 	if s := cfg.Signature; s != nil {
-		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator, Param: s.Param}
+		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format,
+			Separator: s.Separator, Skip: s.Skip, Sets: s.Sets}
 	}
 	if ts := cfg.Timestamp; ts != nil {
-		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Param: ts.Param}
+		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Separator: ts.Separator, Prefix: ts.Prefix}
 	}
 	if c := cfg.CertURL; c != nil {
 		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
@@ -214,9 +215,11 @@ func loadKeySet(ctx caddy.Context, cfg VerifyConfig) (*keyset.Set, error) {
 
 // resignable reports whether a template can be signed again at a new time
 // without changing the body: an HMAC whose signature and timestamp are in
-// headers or the query, over the whole body.
+// headers or the query, over the whole body, with secrets of one encoding
+// (with several, which key the application holds is not known).
 func (cfg VerifyConfig) resignable() bool {
-	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil {
+	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil ||
+		len(strings.Fields(cfg.SecretEncoding)) > 1 {
 		return false
 	}
 	if strings.HasPrefix(cfg.Signature.From, "json:") {
@@ -229,11 +232,15 @@ func (cfg VerifyConfig) resignable() bool {
 // its signature, timestamp and certificate URL from.
 func (cfg VerifyConfig) credentials() (headers, query []string) {
 	add := func(from string) {
-		switch kind, name, _ := strings.Cut(from, ":"); {
-		case kind == "header" && !slices.Contains(headers, name):
-			headers = append(headers, name)
-		case kind == "query" && !slices.Contains(query, name):
-			query = append(query, name)
+		switch kind, name, _ := strings.Cut(from, ":"); kind {
+		case "header":
+			if !slices.ContainsFunc(headers, func(h string) bool { return strings.EqualFold(h, name) }) {
+				headers = append(headers, name)
+			}
+		case "query":
+			if !slices.Contains(query, name) {
+				query = append(query, name)
+			}
 		}
 	}
 	if cfg.Signature != nil {

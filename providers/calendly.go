@@ -17,8 +17,8 @@ func init() {
 		Block: `template {
 			string    "{timestamp}.{body}"
 			algorithm hmac-sha256
-			signature header:Calendly-Webhook-Signature param v1
-			timestamp header:Calendly-Webhook-Signature param t
+			signature header:Calendly-Webhook-Signature separator , prefix v1=
+			timestamp header:Calendly-Webhook-Signature separator , prefix t=
 			tolerance 24h
 		}`,
 		// no event id: `payload.uri` is shared by an invitee's created and

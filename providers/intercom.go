@@ -27,6 +27,6 @@ func init() {
 
 // intercomHEAD is the HEAD request Intercom sends to an endpoint to check
 // it ("Setting up webhooks"): answered 200, with no body.
-var intercomHEAD = Handshake{ping: true, answer: func(_ *HandshakeState, r *http.Request, _ []byte) (HandshakeAnswer, bool) {
+var intercomHEAD = Handshake{open: true, answer: func(_ *HandshakeState, r *http.Request, _ []byte) (HandshakeAnswer, bool) {
 	return HandshakeAnswer{Status: http.StatusOK}, r.Method == http.MethodHead
 }}

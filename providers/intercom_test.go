@@ -29,10 +29,10 @@ func TestIntercom(t *testing.T) {
 			t.Errorf("%s taken for Intercom's check", m)
 		}
 	}
-	// not answered without verification (the application gets the HEAD),
-	// nor with handshake off; no verify_token
-	if hs, _ := NewHandshake("intercom", HandshakeConfig{}); hs != nil {
-		t.Error("answered on a route that does not verify")
+	// answered on a route that does not verify too (the answer gives
+	// nothing away), not with handshake off; no verify_token
+	if hs, _ := NewHandshake("intercom", HandshakeConfig{}); hs == nil {
+		t.Error("not answered on a route that does not verify")
 	}
 	if hs, _ := NewHandshake("intercom", HandshakeConfig{Mode: HandshakeOff, Verified: true}); hs != nil {
 		t.Error("answered with handshake off")

@@ -37,7 +37,7 @@ func init() {
 // takes only a 200 (anything else leaves the webhook pending and shows an
 // error). It is recognised without reading the body: nothing in it is
 // used, and the answer triggers nothing.
-var wooCommercePing = Handshake{ping: true, answer: answerWooCommercePing}
+var wooCommercePing = Handshake{open: true, answer: answerWooCommercePing}
 
 // wooCommercePingMax is the longest `webhook_id=<id>`: a 64-bit id.
 const wooCommercePingMax = len("webhook_id=") + 20

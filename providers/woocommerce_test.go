@@ -91,8 +91,13 @@ func TestWooCommercePing(t *testing.T) {
 			t.Errorf("%s answered %+v", name, a)
 		}
 	}
-	if hs, _ := NewHandshake("woocommerce", HandshakeConfig{}); hs != nil {
-		t.Error("answered on a route that does not verify")
+	// unsigned and carrying nothing: answered whether or not the route
+	// verifies, passed on with handshake off
+	if hs, _ := NewHandshake("woocommerce", HandshakeConfig{}); hs == nil {
+		t.Error("not answered on a route that does not verify")
+	}
+	if hs, _ := NewHandshake("woocommerce", HandshakeConfig{Mode: HandshakeOff, Verified: true}); hs != nil {
+		t.Error("answered with handshake off")
 	}
 	if got := strconv.Itoa(wooCommercePingMax); got != "31" {
 		t.Errorf("longest ping %s", got)

@@ -57,13 +57,14 @@
 //   - A field in braces is replaced by its value: {body} the raw body;
 //     {method} the request method; {url} the public URL (the URL the
 //     provider was told to deliver to, with the request's query, from
-//     TemplateConfig.PublicURL); {timestamp} the signed timestamp as the
-//     delivery writes it, wherever TemplateConfig.Timestamp reads it;
-//     {header.<Name>} the first value of a header; {query.<name>} the first value of a query parameter,
+//     TemplateConfig.PublicURL); {header.<Name>} the first value of a
+//     header; {query.<name>} the first value of a query parameter,
 //     percent-decoded; {json.<path>} a member of the JSON body, a string
 //     decoded and any other value as written; {body.crc32} the CRC-32
 //     (IEEE) of the body in decimal, as PayPal signs it; {body.sha256} the
-//     SHA-256 of the body in lower-case hex. A JSON path is member names
+//     SHA-256 of the body in lower-case hex; {timestamp} the timestamp as
+//     sent (TemplateConfig.Timestamp, which it needs), once taken out of
+//     the value that holds it. A JSON path is member names
 //     separated by dots, a backslash making the next character literal;
 //     a segment of digits also indexes an array.
 //   - A part in square brackets is optional: it is left out, text and all,
@@ -75,13 +76,21 @@
 //     absent field is the empty string, as Adyen signs an absent
 //     originalReference: nothing between its colons.
 //
-// A signature or a timestamp may be a parameter of a value rather than
-// the whole value (SignatureLocation.Param, TimestampLocation.Param): a
-// value written as `name=value` items separated by `,` or `;`, as Stripe,
-// Calendly and Paddle write theirs. Calendly's
-// `Calendly-Webhook-Signature: t=…,v1=…` over `{t}.{body}` is the string
-// "{timestamp}.{body}" with the signature the header's `v1` and the
-// timestamp its `t`; every `v1` is a candidate.
+// A header may hold more than one signature, and more than signatures.
+// SignatureLocation's Separator splits its value into items, of which
+// those with the Prefix are signatures (any may match) and the first Skip
+// are not; TimestampLocation's Separator and Prefix take the timestamp out
+// of such a value. So Stripe-like `t=<ts>,v1=<sig>[,v1=<sig>]` headers
+// (Calendly, WorkOS, Mux) are a signature with Separator "," and Prefix
+// "v1=" and a timestamp in the same header with Separator "," and Prefix
+// "t=", signed as "{timestamp}.{body}" (Paddle's `ts=…;h1=…` is the same
+// with Separator ";"); Recurly's `<ts>,<sig>[,<sig>]` is Skip 1 and a
+// timestamp without a prefix (the first item); Persona's rotation, two
+// sets `t=…,v1=… t=…,v1=…` each with its own timestamp, adds Sets " ": each
+// set is verified on its own. Secrets may be decoded before use
+// (TemplateConfig.SecretEncoding: hex, base64, Standard Webhooks' whsec_,
+// Unicode NFKD, WordPress's HTML references), or tried under several
+// encodings at once.
 //
 // JSON lets an object give a member twice, and readers disagree on which
 // counts (Go's encoding/json, JavaScript, PHP and Python take the last;

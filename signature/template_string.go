@@ -23,10 +23,10 @@ const (
 	partURL
 	partCRC32
 	partSHA256
+	partTimestamp
 	partHeader
 	partQuery
 	partJSON
-	partTimestamp
 )
 
 // part is a piece of a template: text, or a field.
@@ -201,7 +201,7 @@ func parseField(name string, paths *jsonPaths) (part, error) {
 		}
 		return part{kind: partJSON, leaf: leaf}, nil
 	}
-	return part{}, fmt.Errorf("unknown field {%s} (known: {body} {method} {url} {timestamp} {body.crc32} {body.sha256} {header.<Name>} {query.<name>} {json.<path>})", name)
+	return part{}, fmt.Errorf("unknown field {%s} (known: {body} {method} {url} {body.crc32} {body.sha256} {timestamp} {header.<Name>} {query.<name>} {json.<path>})", name)
 }
 
 // unescapeName removes the backslash escapes of a query parameter's name.

@@ -682,17 +682,26 @@ func TestTemplateAllocations(t *testing.T) {
 	item := `{"Item":{"ref":"a\/b","value":1000,"sig":"` + signHMAC("k", "a/b:1000") + `"}}`
 	da := sigtest.NewDelivery("/", []byte(`{"items":[`+item+`,`+item+`]}`), time.Time{})
 
+	// `t=…,v1=…`, the timestamp signed through {timestamp}
 	params := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
-		c.Timestamp = signature.TimestampLocation{From: "header:X-Sig", Param: "t"}
-		c.Signature.Param = "v1"
+		c.Signature = signature.SignatureLocation{From: "header:X-Sig", Separator: ",", Prefix: "v1="}
+		c.Timestamp = signature.TimestampLocation{From: "header:X-Sig", Separator: ",", Prefix: "t="}
 	})
 	dp := sigtest.NewDelivery("/", body, time.Time{})
 	dp.Req.Header.Set("X-Sig", "t="+ts+",v0=x,v1="+signHMAC("k", ts+"."+string(body)))
 
+	// Persona's sets of `t=…,v1=…`
+	sets := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
+		c.Signature = signature.SignatureLocation{From: "header:Sig", Sets: " ", Separator: ",", Prefix: "v1="}
+		c.Timestamp = signature.TimestampLocation{From: "header:Sig", Separator: ",", Prefix: "t="}
+	})
+	ds := sigtest.NewDelivery("/", body, time.Time{})
+	ds.Req.Header.Set("Sig", "t="+ts+",v1="+signHMAC("old", ts+"."+string(body))+" t="+ts+",v1="+signHMAC("k", ts+"."+string(body)))
+
 	for name, c := range map[string]struct {
 		v signature.Verifier
 		d *sigtest.Delivery
-	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}, "parameters": {params, dp}} {
+	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}, "parameters": {params, dp}, "parameters in sets": {sets, ds}} {
 		if n := testing.AllocsPerRun(100, func() {
 			if err := c.v.Verify(c.d.Req, c.d.Body); err != nil {
 				t.Fatal(err)

@@ -23,7 +23,7 @@ type docShape map[string]string
 // shape per "### <name>" heading.
 func docShapes(t *testing.T) map[string]docShape {
 	t.Helper()
-	text := readFile(t, "../../docs/admin.md")
+	text := testkit.ReadFile(t, "../../docs/admin.md")
 	start := strings.Index(text, "\n## JSON shapes\n")
 	if start < 0 {
 		t.Fatal("docs/admin.md has no JSON shapes section")

@@ -1,22 +1,21 @@
-package webhookidempotency
+package e2e
 
 import (
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
+
+// What Caddy's logs hold of the handler's work, read from the log files a
+// Caddyfile writes.
 
 // Distinctive strings that must never reach a log line.
 const (
@@ -24,27 +23,6 @@ const (
 	logTokenSecret = "logtoken-c40ffee1"
 	logBodyCanary  = "BODYCANARY-91ab3d"
 )
-
-// readLogLines reads a JSON-lines log file.
-func readLogLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []map[string]any
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, line)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // accessLine finds the access-log line of the request carrying id in its
 // X-Test-Id header.
@@ -63,6 +41,11 @@ func accessLine(lines []map[string]any, id string) (map[string]any, int) {
 	return found, n
 }
 
+// The access log carries the source, the result and the key of every
+// request (no key on a request rejected before its key is resolved, and a
+// body's hash, not the body, when the key comes from the body); neither
+// the access log nor every logger at DEBUG holds a secret, a token or a
+// body.
 func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	dir := t.TempDir()
 	accessLog := filepath.Join(dir, "access.log")
@@ -134,35 +117,31 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	}
 
 	k1 := "evt_logkey_" + stamp
-	send("/signed", body(1), "logs_signed", k1, "new", http.StatusOK, "X-Sig", logHMAC(logSecret, body(1)))
-	send("/signed", body(1), "logs_signed", k1, "replayed", 200, "X-Sig", logHMAC(logSecret, body(1)))
-	send("/signed", body(2), "logs_signed", "", "invalid_signature", 401, "X-Sig", logHMAC("wrong", body(2)))
+	send("/signed", body(1), "logs_signed", k1, "new", http.StatusOK, "X-Sig", sigtest.HMACHex(logSecret, string(body(1))))
+	send("/signed", body(1), "logs_signed", k1, "replayed", 200, "X-Sig", sigtest.HMACHex(logSecret, string(body(1))))
+	send("/signed", body(2), "logs_signed", "", "invalid_signature", 401, "X-Sig", sigtest.HMACHex("wrong", string(body(2))))
 	// no Idempotency-Key: the key comes from the body, and must not be it
-	send("/signed", body(3), "logs_signed", "sha256:", "new", 200, "X-Sig", logHMAC(logSecret, body(3)))
+	send("/signed", body(3), "logs_signed", "sha256:", "new", 200, "X-Sig", sigtest.HMACHex(logSecret, string(body(3))))
 	k2 := "evt_logtoken_" + stamp
 	send("/token", body(4), "logs_token", k2, "new", 200, "X-Token", logTokenSecret)
 	send("/token", body(5), "logs_token", "", "invalid_signature", 401, "X-Token", "not-the-token")
 
 	// access lines are written when each request ends; wait for them all
 	var access []map[string]any
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		access = readLogLines(t, accessLog)
-		complete := true
+	testkit.WaitFor(t, 5*time.Second, "an access-log line for every request", func() (bool, string) {
+		access = testkit.ReadLogLines(t, accessLog)
+		var missing []string
 		for _, r := range requests {
 			if _, n := accessLine(access, r.id); n == 0 {
-				complete = false
+				missing = append(missing, r.id)
 			}
 		}
-		if complete || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(missing) == 0, fmt.Sprintf("no line for %v", missing)
+	})
 	for _, r := range requests {
 		line, n := accessLine(access, r.id)
 		if n != 1 {
-			t.Fatalf("%d access-log lines for %s, want 1; access log:\n%s", n, r.id, mustRead(t, accessLog))
+			t.Fatalf("%d access-log lines for %s, want 1; access log:\n%s", n, r.id, testkit.ReadFile(t, accessLog))
 		}
 		if got := line["webhook_idempotency.source"]; got != r.source {
 			t.Errorf("%s: webhook_idempotency.source %v, want %q; line: %v", r.id, got, r.source, line)
@@ -188,14 +167,14 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 		}
 	}
 
-	all := mustRead(t, allLog)
+	all := testkit.ReadFile(t, allLog)
 	if !strings.Contains(all, `"handled delivery"`) {
 		t.Fatalf("the DEBUG log has no handler line; is the capture working?\n%s", all)
 	}
 	if !strings.Contains(all, `"http.log.access`) {
 		t.Fatalf("the DEBUG log has no access line; is the capture working?\n%s", all)
 	}
-	for name, text := range map[string]string{"access log": mustRead(t, accessLog), "debug log": all} {
+	for name, text := range map[string]string{"access log": testkit.ReadFile(t, accessLog), "debug log": all} {
 		for _, secret := range []string{logSecret, logTokenSecret, logBodyCanary} {
 			if strings.Contains(text, secret) {
 				t.Errorf("%s contains %q:\n%s", name, secret, linesWith(text, secret))
@@ -208,31 +187,4 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	line, _ := accessLine(access, requests[0].id)
 	example, _ := json.Marshal(line)
 	t.Logf("example access-log line: %s", example)
-}
-
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// logHMAC signs body as the generic `hmac` scheme expects by default.
-func logHMAC(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// linesWith returns the lines of s that contain sub.
-func linesWith(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -1,33 +1,28 @@
-package webhookidempotency
+package e2e
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
+
+// The metrics as Prometheus scrapes them from Caddy's admin endpoint:
+// every result counted exactly, across reloads, and every series the
+// alerting rules (dashboards/alerts.yml) read present from the start.
 
 const (
 	metricRequestsName    = "caddy_webhook_idempotency_requests_total"
 	metricStoreErrorsName = "caddy_webhook_idempotency_store_errors_total"
 	metricDurationCount   = "caddy_webhook_idempotency_store_duration_seconds_count"
 )
-
-// signHex signs body as the generic `hmac` scheme expects by default.
-func signHex(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
 
 // metricsSites is a site with one route per source: a memory store, a
 // signed route and a Redis store nobody listens on. ttl changes the
@@ -65,11 +60,16 @@ func metricsSites(port int, deadRedis, upstream, ttl string) string {
 }`, port, deadRedis, upstream, ttl)
 }
 
+// Every request is counted once, under its result, in requests_total;
+// the store's errors and durations count each claim and completion; no
+// series carries a key; reloads keep the counters, and the new
+// configuration counts into the same series.
 func TestMetricsCountEveryResultExactly(t *testing.T) {
-	release := make(chan struct{})
+	slowGate := newGate()
+	defer slowGate.open()
 	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if r.Header.Get("X-Slow") != "" {
-			<-release
+			slowGate.wait(r)
 		}
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
@@ -91,41 +91,20 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 	}
 	for range 2 {
 		k := key("new0")
-		if resp, _ := testkit.Post(t, base+"/plain", []byte(k), "Idempotency-Key", k); resp.Header.Get(record.ReplayedHeader) != "true" {
+		if resp, _ := testkit.Post(t, base+"/plain", []byte(k), "Idempotency-Key", k); resp.Header.Get(testkit.ReplayedHeader) != "true" {
 			t.Fatalf("duplicate not replayed: %d", resp.StatusCode)
 		}
 	}
 	slow := key("slow")
-	slowDone := make(chan int, 1)
 	callsBefore := up.Calls.Load()
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, base+"/plain", strings.NewReader(slow))
-		req.Header.Set("Idempotency-Key", slow)
-		req.Header.Set("X-Slow", "1")
-		resp, err := testkit.Client.Do(req)
-		if err != nil {
-			slowDone <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		slowDone <- resp.StatusCode
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for up.Calls.Load() == callsBefore {
-		if time.Now().After(deadline) {
-			close(release)
-			t.Fatal("the slow delivery never reached the upstream")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	slowDone := testkit.SendAsync(http.MethodPost, base+"/plain", []byte(slow), "Idempotency-Key", slow, "X-Slow", "1")
+	up.WaitCalls(t, callsBefore+1, 5*time.Second)
 	if resp, _ := testkit.Post(t, base+"/plain", []byte(slow), "Idempotency-Key", slow); resp.StatusCode != http.StatusConflict {
-		close(release)
 		t.Fatalf("duplicate of an in-flight delivery: %d, want 409", resp.StatusCode)
 	}
-	close(release)
-	if st := <-slowDone; st != http.StatusOK {
-		t.Fatalf("slow delivery: %d", st)
+	slowGate.open()
+	if r := testkit.Receive(t, slowDone); r.Status != http.StatusOK {
+		t.Fatalf("slow delivery: %d", r.Status)
 	}
 	big := strings.Repeat("x", 200)
 	if resp, _ := testkit.Post(t, base+"/plain", []byte(big), "Idempotency-Key", key("big")); resp.StatusCode != http.StatusRequestEntityTooLarge {
@@ -139,13 +118,13 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 
 	// signed: 2 invalid_signature, 1 new
 	signedBody := []byte(`{"id":"` + key("signed") + `"}`)
-	if resp, _ := testkit.Post(t, base+"/signed", signedBody, "X-Sig", signHex("wrong", signedBody)); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := testkit.Post(t, base+"/signed", signedBody, "X-Sig", sigtest.HMACHex("wrong", string(signedBody))); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("forged signature: %d", resp.StatusCode)
 	}
 	if resp, _ := testkit.Post(t, base+"/signed", signedBody); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("missing signature: %d", resp.StatusCode)
 	}
-	if resp, b := testkit.Post(t, base+"/signed", signedBody, "X-Sig", signHex("metrics-secret", signedBody)); resp.StatusCode != http.StatusOK {
+	if resp, b := testkit.Post(t, base+"/signed", signedBody, "X-Sig", sigtest.HMACHex("metrics-secret", string(signedBody))); resp.StatusCode != http.StatusOK {
 		t.Fatalf("signed delivery: %d %s", resp.StatusCode, b)
 	}
 
@@ -204,7 +183,7 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 		t.Errorf("store_duration_seconds{op=complete} observed %v completions, want 5", got)
 	}
 	if strings.Contains(after.Raw, "evt_metricskey") {
-		t.Errorf("an idempotency key appears in the metrics:\n%s", grepLines(after.Raw, "evt_metricskey"))
+		t.Errorf("an idempotency key appears in the metrics:\n%s", linesWith(after.Raw, "evt_metricskey"))
 	}
 	for _, line := range strings.Split(after.Raw, "\n") {
 		if strings.HasPrefix(line, "caddy_webhook_idempotency_") && strings.Contains(line, "evt_") {
@@ -248,13 +227,80 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 	}
 }
 
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
+// TestAlertRulesSeriesExistAtZero: every metric the rules read has series
+// from the first provision on, before any traffic, at zero (a file store
+// healthy at one), so that a rule on its rate or increase sees the first
+// event (the first Redis restart, the first file store lost, above all).
+func TestAlertRulesSeriesExistAtZero(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	file := t.TempDir() + "/alerts.db"
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source alerts
+		fail closed
+		store redis redis://%s
+		archive
+	}
+	reverse_proxy %s
+}
+:%d {
+	webhook_idempotency {
+		source alerts_file
+		store file %s
+	}
+	reverse_proxy %s
+}
+:%d {
+	webhook_idempotency github {
+		source alerts
+		secret gh-secret
+		store redis redis://%s
+		reconcile {
+			token   gh-token
+			hook    repos/octo/shop/hooks/1
+			api_url http://127.0.0.1:1
+			every   1h
 		}
 	}
-	return strings.Join(out, "\n")
+	reverse_proxy %s
+}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), file, up.Addr(), testkit.FreePort(t), srv.Addr(), up.Addr()))
+	m := c.Metrics(t)
+	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(testkit.ReadFile(t, "../dashboards/alerts.yml"), -1)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) < 3 {
+		t.Fatalf("the rules read %v", names)
+	}
+	for _, name := range names {
+		found := false
+		for _, line := range strings.Split(m.Raw, "\n") {
+			// this Caddy's series: the test process's other tests count too
+			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`) ||
+				strings.Contains(line, `path="`+file+`"`)
+			if strings.HasPrefix(line, name+"{") && ours {
+				found = true
+				// reconciliation's start time and interval are what they
+				// are from its start, a file store is healthy; every other
+				// series is at zero
+				started := strings.Contains(name, "reconcile_started") || strings.Contains(name, "reconcile_interval")
+				if name == "caddy_webhook_idempotency_store_file_healthy" {
+					if !strings.HasSuffix(line, " 1") {
+						t.Errorf("a file store just opened: %s", line)
+					}
+				} else if !started && !strings.HasSuffix(line, " 0") {
+					t.Errorf("before any traffic: %s", line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s, which the rules read, has no series of this Caddy after the provision", name)
+		}
+	}
+	if v, ok := m.Value("caddy_webhook_idempotency_store_restarts_total", "address", srv.Addr()); !ok || v != 0 {
+		t.Errorf("store_restarts_total{address=%q}: %v (present %v), want 0", srv.Addr(), v, ok)
+	}
+	if v, ok := m.Value("caddy_webhook_idempotency_requests_total", "source", "alerts", "result", "unavailable"); !ok || v != 0 {
+		t.Errorf("requests_total{source=alerts,result=unavailable}: %v (present %v), want 0", v, ok)
+	}
 }
