@@ -1,7 +1,8 @@
 // Package admin is the module's operator surface (docs/admin.md,
 // docs/operating.md#commands): the /webhook_idempotency/ endpoints of
-// Caddy's admin API, the console they serve, and the `caddy
-// webhook-idempotency` commands. It reads and acts on the running
+// Caddy's admin API, the console they serve, the
+// webhook_idempotency_console handler that serves both on a site's route,
+// and the `caddy webhook-idempotency` commands. It reads and acts on the running
 // configuration through the Route view each handler publishes (route.go),
 // and knows nothing else of the handler.
 package admin
@@ -88,13 +89,31 @@ type adminMethods map[string]adminHandler
 // idHandler serves a route for the key or id in its path (see withID).
 type idHandler func(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error
 
-// handle routes a request by its path. Path segments are unescaped, so a
-// source, key or id may be percent-encoded (a key with a '/' must be).
+// handle routes a request of the admin endpoint by its path: the console
+// at /webhook_idempotency/console, the API below /webhook_idempotency/.
 func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), adminPrefix)
 	if !ok {
 		return errNotFound
 	}
+	if page, asset, ok := strings.Cut(rest, "/"); page == "console" && !strings.Contains(asset, "/") {
+		if err := allowMethods(w, r, http.MethodGet); err != nil {
+			return err
+		}
+		if !ok {
+			return serveConsolePage(w, adminPageAPI)
+		}
+		return serveConsoleAsset(w, asset)
+	}
+	return serveAPI(w, r, rest)
+}
+
+// serveAPI routes a request of the API by its path below the API's root
+// (escaped, without its leading slash): the same routes on Caddy's admin
+// endpoint (below /webhook_idempotency/) and in the console handler (below
+// api/). Path segments are unescaped, so a source, key or id may be
+// percent-encoded (a key with a '/' must be).
+func serveAPI(w http.ResponseWriter, r *http.Request, rest string) error {
 	if rest == "" {
 		if err := allowMethods(w, r, http.MethodGet); err != nil {
 			return err
@@ -108,12 +127,6 @@ func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 			return errNotFound
 		}
 		segs[i] = v
-	}
-	if segs[0] == "console" && len(segs) <= 2 {
-		if err := allowMethods(w, r, http.MethodGet); err != nil {
-			return err
-		}
-		return serveConsole(w, r, segs[1:])
 	}
 	methods := sourceRoute(segs[1:])
 	if methods == nil {
