@@ -141,7 +141,7 @@ func (rs *requestState) bodyFailed(err error) error {
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(results.TooLarge)
 		rs.tooLarge(rs.r.ContentLength)
-		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+		return rs.answerTooLarge()
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -289,6 +290,15 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 		if err != nil {
 			return err
 		}
+		if len(evs) == 0 {
+			return nil
+		}
+		// the next page starts below this one's oldest event, read before
+		// emit lets the events go
+		last, ok := event.ParseID(evs[len(evs)-1].ID)
+		if !ok {
+			return fmt.Errorf("archive page ends with a malformed id %q", evs[len(evs)-1].ID)
+		}
 		matched := make([]*Event, 0, len(evs))
 		for i := range evs {
 			if len(matched) < limit && q.match(&evs[i]) {
@@ -311,11 +321,7 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			limit -= len(group)
 			matched = matched[len(group):]
 		}
-		if len(evs) < page {
-			return nil
-		}
-		last, _ := event.ParseID(evs[len(evs)-1].ID)
-		if last == event.MinID {
+		if len(evs) < page || last == event.MinID {
 			return nil
 		}
 		hi = last.Prev()

@@ -41,6 +41,17 @@ var (
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
 
+	StoreFileHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_file_healthy",
+		Help:      "1 while the file store's file and its log are the files Caddy opened, 0 once either was deleted or replaced under the running Caddy (what is recorded since is lost at the next restart), by path.",
+	}, []string{"path"})
+
+	StoreFileLost = newCounter("store_file_lost_total",
+		"Times the file store's file or its log was found deleted or replaced under the running Caddy, by path.",
+		"path")
+
 	StoreReplicasShort = newCounter("store_replicas_short_total",
 		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
 		"address", "op")
@@ -136,7 +147,7 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort, StoreFileHealthy, StoreFileLost,
 	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
