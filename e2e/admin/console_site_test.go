@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -419,4 +421,38 @@ http://127.0.0.1:%d {
 			}
 		}
 	}
+}
+
+// TestConsoleStoreHealth: a source's file store deleted under the running
+// Caddy is marked in the console, in the sources table and in the
+// source's panel, once the store notices (docs/stores.md).
+func TestConsoleStoreHealth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	port, opsPort := testkit.FreePort(t), testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`
+http://127.0.0.1:%d {
+	webhook_idempotency {
+		source filed
+		store file %s
+	}
+	respond 204
+}
+http://127.0.0.1:%d {
+	webhook_idempotency_console
+}`, port, path, opsPort))
+	ctx := newBrowser(t)
+	browse(t, ctx, "open the console",
+		chromedp.Navigate(fmt.Sprintf("http://127.0.0.1:%d/?source=filed", opsPort)),
+		chromedp.WaitVisible(`#sources tbody tr[data-source="filed"]`),
+		chromedp.WaitVisible(`#source-panels`),
+	)
+	if got := browserValue(t, ctx, "a healthy store", chromedp.Evaluate[string](`document.querySelector('#sources tbody tr[data-source="filed"] td:nth-child(2)').textContent + ' ' + document.querySelector('#store-health').hidden`)); got != "file true" {
+		t.Fatalf("a healthy file store: %q", got)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	// the store checks its file every 5 s; the live counts every 2 s
+	waitText(t, ctx, "the sources table", `#sources tbody tr[data-source="filed"] td:nth-child(2)`, "file: unhealthy")
+	waitText(t, ctx, "the source's panel", `#store-health`, "The file store is unhealthy: file store: "+path+" was deleted while Caddy runs")
 }

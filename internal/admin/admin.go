@@ -23,6 +23,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 func init() {
@@ -295,6 +296,10 @@ type sourceStatus struct {
 	// Archive is the number of archived events, when the source has an
 	// archive.
 	Archive *archiveStatus `json:"archive,omitempty"`
+	// StoreHealth is what the source's store reports of its own health,
+	// when it checks it (the file store: its file deleted or replaced
+	// under the running Caddy, docs/stores.md); absent otherwise.
+	StoreHealth *storeHealth `json:"store_health,omitempty"`
 	// Unavailable says why the store did not answer for the source's
 	// inbox or archive counts (in the list of every source, which lists
 	// the others as ever); those counts are then left out.
@@ -315,6 +320,34 @@ type archiveStatus struct {
 	RedeliverTo string `json:"redeliver_to,omitempty"`
 }
 
+// storeHealth is a store's report of its own health (store.HealthReporter).
+type storeHealth struct {
+	// Healthy is false when the store no longer keeps what it is given
+	// although its calls succeed.
+	Healthy bool `json:"healthy"`
+	// Error says why the store is unhealthy; "" when it is healthy.
+	Error string `json:"error"`
+}
+
+// health is what the source's stores report of their health: unhealthy
+// when one of its routes' stores is; nil when none reports it.
+func (s *adminSource) health() *storeHealth {
+	var h *storeHealth
+	for _, rt := range s.routes {
+		hr, ok := rt.Store().(store.HealthReporter)
+		if !ok {
+			continue
+		}
+		if h == nil {
+			h = &storeHealth{Healthy: true}
+		}
+		if err := hr.Health(); err != nil && h.Healthy {
+			*h = storeHealth{Error: err.Error()}
+		}
+	}
+	return h
+}
+
 // status reads a source's counts.
 func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 	first := s.routes[0]
@@ -323,6 +356,8 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 		Store:   first.StoreModule(),
 		Routes:  len(s.routes),
 		Results: first.Results(),
+		// no store call: a file store checks its files every 5 s
+		StoreHealth: s.health(),
 	}
 	var failed error // the first store error; the other counts are still read
 	for _, rt := range s.routes {

@@ -104,21 +104,29 @@ async function loadSources() {
 		// a source whose store did not answer is listed, marked, without
 		// the counts its store keeps
 		const down = s.unavailable ? 'unavailable' : null;
-		const cells = [s.source, s.store, r.new, r.replayed, r.conflict, r.invalid_signature, other,
+		const sick = storeTrouble(s);
+		const cells = [s.source, sick ? s.store + ': unhealthy' : s.store, r.new, r.replayed, r.conflict, r.invalid_signature, other,
 			s.inbox ? down || s.pending : '–', s.inbox ? down || s.scheduled : '–', s.inbox ? down || s.dead : '–',
 			s.archive ? (s.archive.events ?? down) : '–'];
 		while (tr.children.length < cells.length) tr.append(el('td'));
 		cells.forEach((v, i) => {
 			const td = tr.children[i];
 			td.textContent = v === undefined || v === null ? '' : String(v);
-			td.className = v === down && down ? 'unavailable' : '';
+			td.className = (v === down && down) || (i === 1 && sick) ? 'unavailable' : '';
 		});
 		if (down) tr.dataset.unavailable = 'true';
 		else delete tr.dataset.unavailable;
-		tr.title = s.unavailable || '';
+		tr.title = [s.unavailable, sick && 'store unhealthy: ' + sick].filter(Boolean).join('; ');
 	}
 	for (const tr of rows.values()) tr.remove();
+	if (sources.has(view.source)) showStoreHealth(sources.get(view.source));
 	$('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+}
+
+// storeTrouble says why the source's store is unhealthy (a file store
+// whose file was deleted or replaced under Caddy), '' when it is not.
+function storeTrouble(s) {
+	return s.store_health && !s.store_health.healthy ? s.store_health.error || 'unhealthy' : '';
 }
 
 // openSource opens a source's panel, as a click on its row does.
@@ -154,6 +162,7 @@ async function show() {
 	const tabsOf = available(s);
 	if (!tabsOf.includes(view.tab)) view.tab = tabsOf[0];
 	$('#source-name').textContent = s.source;
+	showStoreHealth(s);
 	for (const b of document.querySelectorAll('#tabs button')) {
 		b.hidden = !tabsOf.includes(b.dataset.tab);
 		b.setAttribute('aria-selected', String(b.dataset.tab === view.tab));
@@ -176,6 +185,14 @@ async function show() {
 		$('#key-state').replaceChildren();
 		break;
 	}
+}
+
+// showStoreHealth says, above the source's tabs, when its store is
+// unhealthy; the live counts refresh it.
+function showStoreHealth(s) {
+	const why = storeTrouble(s);
+	$('#store-health').hidden = !why;
+	$('#store-health').textContent = why ? 'The ' + s.store + ' store is unhealthy: ' + why + '.' : '';
 }
 
 // target tells whether the source has somewhere to redeliver archived
