@@ -2,9 +2,9 @@
 // docs/operating.md#commands): the /webhook_idempotency/ endpoints of
 // Caddy's admin API, the console they serve, the
 // webhook_idempotency_console handler that serves both on a site's route,
-// and the `caddy webhook-idempotency` commands. It reads and acts on the running
-// configuration through the Route view each handler publishes (route.go),
-// and knows nothing else of the handler.
+// and the `caddy webhook-idempotency` commands. It reads and acts on the
+// running configuration through the Route view each handler publishes
+// (route.go), and knows nothing else of the handler.
 package admin
 
 import (
@@ -91,13 +91,15 @@ type adminMethods map[string]adminHandler
 type idHandler func(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error
 
 // handle routes a request of the admin endpoint by its path: the console
-// at /webhook_idempotency/console, the API below /webhook_idempotency/.
+// at /webhook_idempotency/console and its files below it, the API below
+// /webhook_idempotency/ (a source named console keeps its routes but its
+// summary).
 func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), adminPrefix)
 	if !ok {
 		return errNotFound
 	}
-	if page, asset, ok := strings.Cut(rest, "/"); page == "console" && !strings.Contains(asset, "/") {
+	if page, asset, ok := strings.Cut(rest, "/"); page == "console" && (!ok || consoleAssets[asset] != "") {
 		if err := allowMethods(w, r, http.MethodGet); err != nil {
 			return err
 		}

@@ -12,9 +12,9 @@ import (
 // The console (docs/admin.md#console): one page, its assets embedded in
 // the binary, served by Caddy's admin endpoint and by the
 // webhook_idempotency_console handler. It calls the admin API of its own
-// origin, at a URL relative to its own: the page names it (apiBase); the
-// Content-Security-Policy allows nothing else: no inline script or style,
-// no other origin, no framing.
+// origin, at a URL relative to its own, which the page names in its
+// webhook-idempotency-api meta tag; the Content-Security-Policy allows
+// nothing else: no inline script or style, no other origin, no framing.
 
 //go:embed console
 var consoleFiles embed.FS

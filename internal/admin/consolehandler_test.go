@@ -153,3 +153,33 @@ func TestCheckOrigin(t *testing.T) {
 		t.Error("a POST over TLS from the plain-HTTP origin of the same host was accepted")
 	}
 }
+
+// TestConsoleSourceNamedConsole: on the admin endpoint a source named
+// console loses its summary to the page (docs/admin.md) and keeps its
+// other routes, the page's files still served below it; the handler,
+// whose page is at its root, answers the summary at api/console.
+func TestConsoleSourceNamedConsole(t *testing.T) {
+	owner := new(int)
+	Publish(owner, []Route{&countingRoute{source: "console", counts: map[string]int64{}}})
+	t.Cleanup(func() { Withdraw(owner) })
+	admin := func(path string) *httptest.ResponseRecorder {
+		t.Helper()
+		w := httptest.NewRecorder()
+		if err := (AdminAPI{}).handle(w, httptest.NewRequest(http.MethodGet, "http://localhost:2019"+adminPrefix+path, nil)); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return w
+	}
+	if w := admin("console"); !strings.Contains(w.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("the admin endpoint's console: %v", w.Header())
+	}
+	if w := admin("console/console.js"); w.Header().Get("Content-Type") != "text/javascript; charset=utf-8" {
+		t.Fatalf("the admin endpoint's console.js: %v", w.Header())
+	}
+	if w := admin("console/minutes"); !strings.Contains(w.Body.String(), `"source":"console"`) {
+		t.Fatalf("the minutes of the source named console: %d %.200s", w.Code, w.Body)
+	}
+	if w := serveConsoleRequest(t, http.MethodGet, "/ops/api/console", "/api/console"); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"source":"console"`) {
+		t.Fatalf("the handler's summary of the source named console: %d %.200s", w.Code, w.Body)
+	}
+}
