@@ -2,7 +2,6 @@ package archive
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
@@ -100,21 +99,6 @@ func (fa *fileArchive) make(tx *bolt.Tx) (events, bodies *bolt.Bucket, err error
 	return events, bodies, err
 }
 
-// fileID encodes an id as a bucket key.
-func fileID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func fromFileID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // append writes e in tx and trims the bucket. Called in a commit.
 func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	fa := b.fa
@@ -127,20 +111,17 @@ func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	if fa.count < 0 {
 		fa.count = int64(bk.Stats().KeyN)
 		if k, _ := bk.Cursor().Last(); k != nil {
-			fa.lastID = fromFileID(k)
+			fa.lastID = event.IDFromKey(k)
 		}
 	}
 	// numbered by the time of the append, as a Redis stream numbers its
 	// entries, and trimmed by it
-	id := event.ID{MS: uint64(max(now().UnixMilli(), 0))}
-	if !fa.lastID.Less(id) {
-		id = event.ID{MS: fa.lastID.MS, Seq: fa.lastID.Seq + 1}
-	}
-	if err := bk.Put(fileID(id), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
+	id := fa.lastID.Next(uint64(max(now().UnixMilli(), 0)))
+	if err := bk.Put(id.Key(), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
 		return err
 	}
 	if e.HasBody {
-		if err := bodies.Put(fileID(id), e.Body); err != nil {
+		if err := bodies.Put(id.Key(), e.Body); err != nil {
 			return err
 		}
 	}
@@ -157,7 +138,7 @@ func (b *fileBackend) trim(bk, bodies *bolt.Bucket, cutoff event.ID, maxEvents i
 	fa := b.fa
 	c := bk.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if fa.count <= maxEvents && !fromFileID(k).Less(cutoff) {
+		if fa.count <= maxEvents && !event.IDFromKey(k).Less(cutoff) {
 			break
 		}
 		if err := bodies.Delete(k); err != nil {
@@ -209,14 +190,14 @@ func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Eve
 			return nil // never written
 		}
 		c := bk.Cursor()
-		k, v := c.Seek(fileID(hi))
+		k, v := c.Seek(hi.Key())
 		if k == nil {
 			k, v = c.Last()
-		} else if hi.Less(fromFileID(k)) {
+		} else if hi.Less(event.IDFromKey(k)) {
 			k, v = c.Prev()
 		}
 		for ; k != nil && len(out) < count; k, v = c.Prev() {
-			id := fromFileID(k)
+			id := event.IDFromKey(k)
 			if id.Less(lo) {
 				break
 			}
@@ -250,7 +231,7 @@ func fileEvent(id event.ID, v []byte, bodies *bolt.Bucket) (Event, error) {
 	}, bodies != nil)
 	if bodies != nil && ev.BodyStored && !ev.bodyRead {
 		// bbolt's value lives as long as the transaction: copy it
-		body := bodies.Get(fileID(id))
+		body := bodies.Get(id.Key())
 		if body != nil {
 			body = append(make([]byte, 0, len(body)), body...)
 		}
@@ -267,7 +248,7 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 		if bk == nil {
 			return nil
 		}
-		v := bk.Get(fileID(id))
+		v := bk.Get(id.Key())
 		if v == nil {
 			return nil
 		}
@@ -293,7 +274,7 @@ func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
 				continue
 			}
 			id, _ := event.ParseID(ev.ID)
-			v := bk.Get(fileID(id))
+			v := bk.Get(id.Key())
 			if v == nil {
 				ev.setBody(nil)
 				continue
@@ -320,13 +301,13 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 			return nil
 		}
 		k, _ := bk.Cursor().First()
-		expired = k != nil && fromFileID(k).Less(cutoff)
+		expired = k != nil && event.IDFromKey(k).Less(cutoff)
 		if count < 0 {
 			fa.mu.Lock()
 			defer fa.mu.Unlock()
 			fa.count = int64(bk.Stats().KeyN)
 			if k, _ := bk.Cursor().Last(); k != nil {
-				fa.lastID = fromFileID(k)
+				fa.lastID = event.IDFromKey(k)
 			}
 			count = fa.count
 		}

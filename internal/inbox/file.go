@@ -3,7 +3,6 @@ package inbox
 import (
 	"container/heap"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -134,7 +133,7 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 	err = seam.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			id := decodeID(k)
+			id := event.IDFromKey(k)
 			fs.lastID[0] = id
 			f, err := event.ReadFields(v)
 			if err != nil {
@@ -153,7 +152,7 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 		dead := tx.Bucket(fs.dead)
 		fs.deadCount = int64(dead.Stats().KeyN)
 		if k, _ := dead.Cursor().Last(); k != nil {
-			fs.lastID[1] = decodeID(k)
+			fs.lastID[1] = event.IDFromKey(k)
 		}
 		return nil
 	})
@@ -164,30 +163,11 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 	return fs, nil
 }
 
-// encodeID is an id as a bucket key.
-func encodeID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func decodeID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // nextID gives out the next id of a bucket (0 events, 1 dead), as a Redis
 // stream does: the time in milliseconds, and a sequence within one.
 // Called with fs.mu held.
 func (fs *fileSource) nextID(which int) event.ID {
-	last := fs.lastID[which]
-	id := event.ID{MS: uint64(time.Now().UnixMilli())}
-	if !last.Less(id) {
-		id = event.ID{MS: last.MS, Seq: last.Seq + 1}
-	}
+	id := fs.lastID[which].Next(uint64(time.Now().UnixMilli()))
 	fs.lastID[which] = id
 	return id
 }
@@ -310,7 +290,7 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs))
 	})
 	if err != nil && id != "" {
 		fs.unadmit(id, group)
@@ -397,7 +377,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 		b := tx.Bucket(fs.events)
 		for _, id := range ids {
 			sid, _ := event.ParseID(id)
-			v := b.Get(encodeID(sid))
+			v := b.Get(sid.Key())
 			if v == nil {
 				continue
 			}
@@ -408,7 +388,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
 			started++
 			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
-			if err := b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+			if err := b.Put(sid.Key(), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
 				return err
 			}
 		}
@@ -470,7 +450,7 @@ func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) er
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(fs.events).Delete(encodeID(sid)); err != nil {
+		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
 		if storeKey == "" {
@@ -494,11 +474,11 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		f, err := event.ReadFields(b.Get(encodeID(sid)))
+		f, err := event.ReadFields(b.Get(sid.Key()))
 		if err != nil {
 			return err
 		}
-		return b.Put(encodeID(sid), encode(f,
+		return b.Put(sid.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
 			fieldDue, strconv.FormatInt(dueMs, 10)))
@@ -518,7 +498,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 	sid, _ := event.ParseID(m.id)
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		v := b.Get(encodeID(sid))
+		v := b.Get(sid.Key())
 		if v == nil {
 			return nil
 		}
@@ -532,7 +512,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		did := fs.nextID(1)
 		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
+		if err := tx.Bucket(fs.dead).Put(did.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
@@ -540,15 +520,15 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		if next != "" {
 			// the next event of the group says which one it follows
 			nid, _ := event.ParseID(next)
-			nf, err := event.ReadFields(b.Get(encodeID(nid)))
+			nf, err := event.ReadFields(b.Get(nid.Key()))
 			if err != nil {
 				return err
 			}
-			if err := b.Put(encodeID(nid), encode(nf, fieldOrderBroken, did.String())); err != nil {
+			if err := b.Put(nid.Key(), encode(nf, fieldOrderBroken, did.String())); err != nil {
 				return err
 			}
 		}
-		return b.Delete(encodeID(sid))
+		return b.Delete(sid.Key())
 	})
 	if err != nil {
 		return err
@@ -576,15 +556,11 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 	fs := q.src
 	var from []byte
 	if start != "-" {
-		id, ok := event.ParseID(start)
+		id, ok := event.ParseStart(start)
 		if !ok {
-			ms, err := strconv.ParseUint(start, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("invalid id %q", start)
-			}
-			id = event.ID{MS: ms}
+			return nil, fmt.Errorf("invalid id %q", start)
 		}
-		from = encodeID(id)
+		from = id.Key()
 	}
 	var out []Event
 	err := fs.seam.View(func(tx *bolt.Tx) error {
@@ -598,7 +574,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 			if err != nil {
 				return err
 			}
-			id := decodeID(k).String()
+			id := event.IDFromKey(k).String()
 			out = append(out, fromFields(id, func(name string) string { return f[name] }))
 		}
 		return nil
@@ -611,7 +587,7 @@ func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
 	var id string
 	err := fs.seam.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
-			id = decodeID(k).String()
+			id = event.IDFromKey(k).String()
 		}
 		return nil
 	})
@@ -628,7 +604,7 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	var ready bool
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		v := dead.Get(encodeID(sid))
+		v := dead.Get(sid.Key())
 		if v == nil {
 			return ErrNoDeadEvent
 		}
@@ -645,10 +621,10 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		newID, group = eid.String(), f[fieldGroup]
 		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+		if err := tx.Bucket(fs.events).Put(eid.Key(), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err != nil {
 		if newID != "" {
@@ -675,11 +651,11 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 	found := false
 	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		if dead.Get(encodeID(sid)) == nil {
+		if dead.Get(sid.Key()) == nil {
 			return nil
 		}
 		found = true
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err == nil && found {
 		fs.mu.Lock()
@@ -699,7 +675,7 @@ func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0", group)))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, fields(ev, "0", "0", group)))
 	})
 	if err != nil {
 		if id != "" {
@@ -738,7 +714,7 @@ func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
 		for i := range out.Longest {
 			h := &out.Longest[i].Head
 			id, _ := event.ParseID(h.ID)
-			v := b.Get(encodeID(id))
+			v := b.Get(id.Key())
 			if v == nil {
 				continue
 			}

@@ -674,18 +674,11 @@ func (q *redisQueue) dead(ctx context.Context, start string, count int64) ([]Eve
 			out = append(out, fromMessage(m))
 		}
 	}
-	slices.SortFunc(out, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Event) int { return event.CompareIDs(a.ID, b.ID) })
 	if int64(len(out)) > count {
 		out = out[:count]
 	}
 	return out, nil
-}
-
-// compareIDs orders stream ids.
-func compareIDs(a, b string) int {
-	x, _ := event.ParseID(a)
-	y, _ := event.ParseID(b)
-	return cmp.Or(cmp.Compare(x.MS, y.MS), cmp.Compare(x.Seq, y.Seq))
 }
 
 func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
@@ -702,7 +695,7 @@ func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
 	}
 	newest := ""
 	for _, c := range cmds {
-		if v := c.Val(); len(v) > 0 && (newest == "" || compareIDs(v[0].ID, newest) > 0) {
+		if v := c.Val(); len(v) > 0 && (newest == "" || event.CompareIDs(v[0].ID, newest) > 0) {
 			newest = v[0].ID
 		}
 	}
