@@ -27,7 +27,7 @@ var fileArchives = caddy.NewUsagePool()
 
 // fileArchive is the archive of one source in one file.
 type fileArchive struct {
-	seam    filestore.Seam
+	file    filestore.File
 	bucket  []byte // the events without their bodies
 	bodies  []byte // the bodies, by the same ids
 	release func() // gives back the hold on the file
@@ -46,40 +46,40 @@ func (fa *fileArchive) Destruct() error {
 // fileBackend is one handler's archive on the file store.
 type fileBackend struct {
 	fa *fileArchive
-	// seam is the handler's store's: a key's completion goes to the file
+	// file is the handler's store's: a key's completion goes to the file
 	// the key was claimed in, which holds it open until then, even after
 	// a reload stopped the archive (fa's may be another configuration's)
-	seam      filestore.Seam
+	file      filestore.File
 	key       string // in fileArchives
 	a         *Archive
 	closeOnce sync.Once
 }
 
-func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
-	key := seam.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
+func newFileBackend(file filestore.File, a *Archive) (*fileBackend, error) {
+	key := file.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
 	val, _, err := fileArchives.LoadOrNew(key, func() (caddy.Destructor, error) {
-		release, err := seam.Hold()
+		release, err := file.Hold()
 		if err != nil {
 			return nil, err
 		}
 		fa := &fileArchive{
-			seam: seam, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
+			file: file, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
 			release: release, count: -1,
 		}
-		if err := seam.Update(context.Background(), fa.buckets); err != nil {
+		if err := file.Update(context.Background(), fa.buckets); err != nil {
 			// a full disk, say: the archive is degraded, never a reason
 			// to refuse the sites; its buckets are made by the first
 			// append that can write
 			a.metrics.errors.Inc()
 			a.logger.Error("the archive cannot write to the store's file: its events are not kept, and counted in caddy_webhook_idempotency_archive_errors_total, until it can; deliveries are handled as usual",
-				zap.String("path", seam.Path()), zap.Error(err))
+				zap.String("path", file.Path()), zap.Error(err))
 		}
 		return fa, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fileBackend{fa: val.(*fileArchive), seam: seam, key: key, a: a}, nil
+	return &fileBackend{fa: val.(*fileArchive), file: file, key: key, a: a}, nil
 }
 
 // buckets makes the archive's buckets, in a write transaction, and
@@ -160,7 +160,7 @@ func (b *fileBackend) failed() {
 }
 
 func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
-	appendErr, err = b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
+	appendErr, err = b.file.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
 	if appendErr != nil {
 		b.failed()
 	}
@@ -168,7 +168,7 @@ func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner s
 }
 
 func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
-	err := b.fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := b.fa.file.Update(ctx, func(tx *bolt.Tx) error {
 		for _, e := range es {
 			if err := b.append(tx, e); err != nil {
 				return err
@@ -184,7 +184,7 @@ func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
 
 func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Event, error) {
 	var out []Event
-	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+	err := b.fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(b.fa.bucket)
 		if bk == nil {
 			return nil // never written
@@ -243,7 +243,7 @@ func fileEvent(id event.ID, v []byte, bodies *bolt.Bucket) (Event, error) {
 func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error) {
 	var ev Event
 	found := false
-	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+	err := b.fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(b.fa.bucket)
 		if bk == nil {
 			return nil
@@ -261,7 +261,7 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 }
 
 func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
-	return b.fa.seam.View(func(tx *bolt.Tx) error {
+	return b.fa.file.View(func(tx *bolt.Tx) error {
 		bk, bodies := tx.Bucket(b.fa.bucket), tx.Bucket(b.fa.bodies)
 		if bk == nil || bodies == nil {
 			for _, ev := range evs {
@@ -294,7 +294,7 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	fa.mu.Lock()
 	count, expired := fa.count, false
 	fa.mu.Unlock()
-	err := fa.seam.View(func(tx *bolt.Tx) error {
+	err := fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(fa.bucket)
 		if bk == nil {
 			count = 0 // never written
@@ -318,7 +318,7 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	}
 	// events older than retention on an idle source: retention holds for
 	// reads too, so they go now rather than with the next append
-	err = fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err = fa.file.Update(ctx, func(tx *bolt.Tx) error {
 		fa.mu.Lock()
 		defer fa.mu.Unlock()
 		bk, bodies := tx.Bucket(fa.bucket), tx.Bucket(fa.bodies)

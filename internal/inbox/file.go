@@ -48,7 +48,7 @@ var fileSources = caddy.NewUsagePool()
 
 // fileSource is the queue of one source in one file.
 type fileSource struct {
-	seam   filestore.Seam
+	file   filestore.File
 	events []byte // bucket names
 	dead   []byte
 
@@ -96,10 +96,10 @@ type fileQueue struct {
 	noteTTL   time.Duration
 }
 
-func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
-	key := seam.Path() + "\x00" + ib.cfg.Source
+func newFileQueue(file filestore.File, ib *Inbox) (*fileQueue, error) {
+	key := file.Path() + "\x00" + ib.cfg.Source
 	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openFileSource(seam, ib.cfg.Source)
+		return openFileSource(file, ib.cfg.Source)
 	})
 	if err != nil {
 		return nil, err
@@ -108,17 +108,17 @@ func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
 }
 
 // openFileSource loads a source's queue from the file.
-func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
-	release, err := seam.Hold()
+func openFileSource(file filestore.File, source string) (*fileSource, error) {
+	release, err := file.Hold()
 	if err != nil {
 		return nil, err
 	}
 	fs := &fileSource{
-		seam: seam, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
+		file: file, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
 		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
 		notify: make(chan struct{}, 1), release: release,
 	}
-	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
+	if err := file.Update(context.Background(), func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{fs.events, fs.dead} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -130,7 +130,7 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
 	}
 	nowMs := time.Now().UnixMilli()
-	err = seam.View(func(tx *bolt.Tx) error {
+	err = file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			id := event.IDFromKey(k)
@@ -278,7 +278,7 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 	fs := q.src
 	var id string
 	var ready bool
-	res, err := fs.seam.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+	res, err := fs.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
 		pairs := fields(ev, "0", "0", group)
 		if suspected != "" {
 			pairs = append(pairs, fieldSuspected, suspected)
@@ -372,7 +372,7 @@ func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) 
 func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) {
 	fs := q.src
 	var msgs []message
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		msgs = msgs[:0]
 		b := tx.Bucket(fs.events)
 		for _, id := range ids {
@@ -449,20 +449,20 @@ func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) er
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
 		if storeKey == "" {
 			return nil
 		}
-		return fs.seam.SetExpiry(tx, storeKey, ttl)
+		return fs.file.SetExpiry(tx, storeKey, ttl)
 	})
 	if err != nil {
 		return err
 	}
 	if storeKey != "" {
-		fs.seam.DropCached(storeKey)
+		fs.file.DropCached(storeKey)
 	}
 	fs.done(m.id)
 	return nil
@@ -472,7 +472,7 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		f, err := event.ReadFields(b.Get(sid.Key()))
 		if err != nil {
@@ -496,7 +496,7 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		v := b.Get(sid.Key())
 		if v == nil {
@@ -563,7 +563,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 		from = id.Key()
 	}
 	var out []Event
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.dead).Cursor()
 		k, v := c.First()
 		if from != nil {
@@ -585,7 +585,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
 	fs := q.src
 	var id string
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
 			id = event.IDFromKey(k).String()
 		}
@@ -602,7 +602,7 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	var newID, group string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
 		v := dead.Get(sid.Key())
 		if v == nil {
@@ -649,7 +649,7 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	found := false
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
 		if dead.Get(sid.Key()) == nil {
 			return nil
@@ -669,7 +669,7 @@ func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string
 	fs := q.src
 	var id string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		fs.mu.Lock()
 		eid := fs.nextID(0)
 		id = eid.String()
@@ -709,7 +709,7 @@ func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
 	}
 	fs.mu.Unlock()
 	out.sortAndCut(count)
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		for i := range out.Longest {
 			h := &out.Longest[i].Head
