@@ -122,12 +122,12 @@ func New(cfg Config, s store.Store) (*Archive, error) {
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsRedis
 		}
-		a.backend, err = newRedisBackend(s.Seam(), a)
+		a.backend, err = newRedisBackend(s.Streams(), a)
 	case *filestore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsFile
 		}
-		a.backend, err = newFileBackend(s.Seam(), a)
+		a.backend, err = newFileBackend(s.File(), a)
 	case *memstore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsMemory

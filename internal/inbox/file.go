@@ -3,7 +3,6 @@ package inbox
 import (
 	"container/heap"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,7 +48,7 @@ var fileSources = caddy.NewUsagePool()
 
 // fileSource is the queue of one source in one file.
 type fileSource struct {
-	seam   filestore.Seam
+	file   filestore.File
 	events []byte // bucket names
 	dead   []byte
 
@@ -97,10 +96,10 @@ type fileQueue struct {
 	noteTTL   time.Duration
 }
 
-func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
-	key := seam.Path() + "\x00" + ib.cfg.Source
+func newFileQueue(file filestore.File, ib *Inbox) (*fileQueue, error) {
+	key := file.Path() + "\x00" + ib.cfg.Source
 	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openFileSource(seam, ib.cfg.Source)
+		return openFileSource(file, ib.cfg.Source)
 	})
 	if err != nil {
 		return nil, err
@@ -109,17 +108,17 @@ func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
 }
 
 // openFileSource loads a source's queue from the file.
-func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
-	release, err := seam.Hold()
+func openFileSource(file filestore.File, source string) (*fileSource, error) {
+	release, err := file.Hold()
 	if err != nil {
 		return nil, err
 	}
 	fs := &fileSource{
-		seam: seam, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
+		file: file, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
 		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
 		notify: make(chan struct{}, 1), release: release,
 	}
-	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
+	if err := file.Update(context.Background(), func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{fs.events, fs.dead} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -131,10 +130,10 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
 	}
 	nowMs := time.Now().UnixMilli()
-	err = seam.View(func(tx *bolt.Tx) error {
+	err = file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			id := decodeID(k)
+			id := event.IDFromKey(k)
 			fs.lastID[0] = id
 			f, err := event.ReadFields(v)
 			if err != nil {
@@ -153,7 +152,7 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 		dead := tx.Bucket(fs.dead)
 		fs.deadCount = int64(dead.Stats().KeyN)
 		if k, _ := dead.Cursor().Last(); k != nil {
-			fs.lastID[1] = decodeID(k)
+			fs.lastID[1] = event.IDFromKey(k)
 		}
 		return nil
 	})
@@ -164,30 +163,11 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 	return fs, nil
 }
 
-// encodeID is an id as a bucket key.
-func encodeID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func decodeID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // nextID gives out the next id of a bucket (0 events, 1 dead), as a Redis
 // stream does: the time in milliseconds, and a sequence within one.
 // Called with fs.mu held.
 func (fs *fileSource) nextID(which int) event.ID {
-	last := fs.lastID[which]
-	id := event.ID{MS: uint64(time.Now().UnixMilli())}
-	if !last.Less(id) {
-		id = event.ID{MS: last.MS, Seq: last.Seq + 1}
-	}
+	id := fs.lastID[which].Next(uint64(time.Now().UnixMilli()))
 	fs.lastID[which] = id
 	return id
 }
@@ -298,7 +278,7 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 	fs := q.src
 	var id string
 	var ready bool
-	res, err := fs.seam.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+	res, err := fs.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
 		pairs := fields(ev, "0", "0", group)
 		if suspected != "" {
 			pairs = append(pairs, fieldSuspected, suspected)
@@ -310,7 +290,7 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs))
 	})
 	if err != nil && id != "" {
 		fs.unadmit(id, group)
@@ -392,12 +372,12 @@ func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) 
 func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) {
 	fs := q.src
 	var msgs []message
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		msgs = msgs[:0]
 		b := tx.Bucket(fs.events)
 		for _, id := range ids {
 			sid, _ := event.ParseID(id)
-			v := b.Get(encodeID(sid))
+			v := b.Get(sid.Key())
 			if v == nil {
 				continue
 			}
@@ -408,7 +388,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
 			started++
 			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
-			if err := b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+			if err := b.Put(sid.Key(), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
 				return err
 			}
 		}
@@ -469,20 +449,20 @@ func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) er
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(fs.events).Delete(encodeID(sid)); err != nil {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
 		if storeKey == "" {
 			return nil
 		}
-		return fs.seam.SetExpiry(tx, storeKey, ttl)
+		return fs.file.SetExpiry(tx, storeKey, ttl)
 	})
 	if err != nil {
 		return err
 	}
 	if storeKey != "" {
-		fs.seam.DropCached(storeKey)
+		fs.file.DropCached(storeKey)
 	}
 	fs.done(m.id)
 	return nil
@@ -492,13 +472,13 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		f, err := event.ReadFields(b.Get(encodeID(sid)))
+		f, err := event.ReadFields(b.Get(sid.Key()))
 		if err != nil {
 			return err
 		}
-		return b.Put(encodeID(sid), encode(f,
+		return b.Put(sid.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
 			fieldDue, strconv.FormatInt(dueMs, 10)))
@@ -516,9 +496,9 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		v := b.Get(encodeID(sid))
+		v := b.Get(sid.Key())
 		if v == nil {
 			return nil
 		}
@@ -532,7 +512,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		did := fs.nextID(1)
 		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
+		if err := tx.Bucket(fs.dead).Put(did.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
@@ -540,15 +520,15 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		if next != "" {
 			// the next event of the group says which one it follows
 			nid, _ := event.ParseID(next)
-			nf, err := event.ReadFields(b.Get(encodeID(nid)))
+			nf, err := event.ReadFields(b.Get(nid.Key()))
 			if err != nil {
 				return err
 			}
-			if err := b.Put(encodeID(nid), encode(nf, fieldOrderBroken, did.String())); err != nil {
+			if err := b.Put(nid.Key(), encode(nf, fieldOrderBroken, did.String())); err != nil {
 				return err
 			}
 		}
-		return b.Delete(encodeID(sid))
+		return b.Delete(sid.Key())
 	})
 	if err != nil {
 		return err
@@ -576,18 +556,14 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 	fs := q.src
 	var from []byte
 	if start != "-" {
-		id, ok := event.ParseID(start)
+		id, ok := event.ParseStart(start)
 		if !ok {
-			ms, err := strconv.ParseUint(start, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("invalid id %q", start)
-			}
-			id = event.ID{MS: ms}
+			return nil, fmt.Errorf("invalid id %q", start)
 		}
-		from = encodeID(id)
+		from = id.Key()
 	}
 	var out []Event
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.dead).Cursor()
 		k, v := c.First()
 		if from != nil {
@@ -598,7 +574,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 			if err != nil {
 				return err
 			}
-			id := decodeID(k).String()
+			id := event.IDFromKey(k).String()
 			out = append(out, fromFields(id, func(name string) string { return f[name] }))
 		}
 		return nil
@@ -609,9 +585,9 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
 	fs := q.src
 	var id string
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
-			id = decodeID(k).String()
+			id = event.IDFromKey(k).String()
 		}
 		return nil
 	})
@@ -626,9 +602,9 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	var newID, group string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		v := dead.Get(encodeID(sid))
+		v := dead.Get(sid.Key())
 		if v == nil {
 			return ErrNoDeadEvent
 		}
@@ -645,10 +621,10 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		newID, group = eid.String(), f[fieldGroup]
 		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+		if err := tx.Bucket(fs.events).Put(eid.Key(), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err != nil {
 		if newID != "" {
@@ -673,13 +649,13 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	found := false
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		if dead.Get(encodeID(sid)) == nil {
+		if dead.Get(sid.Key()) == nil {
 			return nil
 		}
 		found = true
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err == nil && found {
 		fs.mu.Lock()
@@ -693,13 +669,13 @@ func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string
 	fs := q.src
 	var id string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		fs.mu.Lock()
 		eid := fs.nextID(0)
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0", group)))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, fields(ev, "0", "0", group)))
 	})
 	if err != nil {
 		if id != "" {
@@ -733,12 +709,12 @@ func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
 	}
 	fs.mu.Unlock()
 	out.sortAndCut(count)
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		for i := range out.Longest {
 			h := &out.Longest[i].Head
 			id, _ := event.ParseID(h.ID)
-			v := b.Get(encodeID(id))
+			v := b.Get(id.Key())
 			if v == nil {
 				continue
 			}

@@ -133,12 +133,12 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
-		ib.q, err = newRedisQueue(s.Seam(), ib)
+		ib.q, err = newRedisQueue(s.Streams(), ib)
 	case *filestore.Store:
 		if cfg.Partitions > 1 {
 			return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
 		}
-		ib.q, err = newFileQueue(s.Seam(), ib)
+		ib.q, err = newFileQueue(s.File(), ib)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)

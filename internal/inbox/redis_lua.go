@@ -157,7 +157,7 @@ end
 const deadIDStride = 128
 
 var (
-	// The append step of an accepted event (redisstore.Seam's
+	// The append step of an accepted event (redisstore.Streams'
 	// ClaimAndAppend, on one node). args: the group.
 	acceptScript = redisstore.NewAppendScript(luaQueue + `
 local function append(keys, args, f)
