@@ -44,7 +44,14 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	Size   *int64 `json:"size,omitempty"`
 	// Items are a batch's items (docs/caddyfile.md: Batches).
-	Items        []Item              `json:"items,omitempty"`
+	Items []Item `json:"items,omitempty"`
+	// Attempts are the times the event was handed to the application,
+	// oldest first, the newest event.MaxAttempts of AttemptsTotal
+	// (docs/archive.md#attempts); their headers and bodies with the whole
+	// event only.
+	Attempts      []event.AttemptJSON `json:"attempts,omitempty"`
+	AttemptsTotal int                 `json:"attempts_total,omitempty"`
+
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
@@ -82,6 +89,11 @@ func eventFromFields(id string, get func(string) (string, bool), withBody bool) 
 	}
 	if s, ok := get(fieldItems); ok {
 		ev.Items = decodeItems(s)
+	}
+	if s, ok := get(event.FieldHistory); ok {
+		if h, err := event.ParseHistory([]byte(s)); err == nil {
+			ev.SetAttempts(h)
+		}
 	}
 	if s, ok := get(fieldSize); ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
@@ -142,6 +154,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		size := e.Size
 		ev.Size = &size
 	}
+	ev.SetAttempts(e.Attempts)
 	if e.HasBody {
 		n := len(e.Body)
 		ev.BodySize = &n
@@ -152,10 +165,22 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 	return ev
 }
 
+// SetAttempts sets the event's attempts (an inbox event's, kept by the
+// inbox), shown whole when the event is.
+func (ev *Event) SetAttempts(h event.History) {
+	ev.Attempts, ev.AttemptsTotal = nil, h.Total
+	if h.Total > 0 {
+		ev.Attempts = event.HistoryJSON(h, ev.Headers != nil)
+	}
+}
+
 // whole fills in the headers and the body (read by the backend), for
 // showing one event.
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
+	for i := range ev.Attempts {
+		ev.Attempts[i].Whole = true
+	}
 	if ev.BodyStored && ev.bodyRead {
 		// a view of the body, not a copy: an export of large bodies would
 		// otherwise leave one copy of each behind it. The body is never
