@@ -21,7 +21,8 @@ func init() {
 		signer:      standardSigner("webhook-"),
 	})
 	register(&Preset{
-		Name: "svix",
+		Name:    "svix",
+		Timeout: 15 * time.Second,
 		Docs: []string{
 			"https://docs.svix.com/receiving/verifying-payloads/how-manual",
 			"https://docs.svix.com/retries",
