@@ -82,9 +82,11 @@ func (ib *Inbox) newerOf(ev *event.Request) string {
 }
 
 // reserveAttempt takes what an attempt at acceptance needs: running
-// workers (their wait group holds the attempt), a free delivery slot, a
-// gate that lets deliveries through and, with a rate, a moment now (a
-// moment found later is not used).
+// workers (their wait group holds the attempt), a free slot among the
+// concurrency ones of attempts at acceptance (apart from the workers',
+// which an idle reader holds while it waits for events), a gate that lets
+// deliveries through and, with a rate, a moment now (a moment found later
+// is not used).
 func (ib *Inbox) reserveAttempt(ctx context.Context) bool {
 	if ib.gate.passage(time.Now()) != passAll {
 		return false
@@ -96,7 +98,9 @@ func (ib *Inbox) reserveAttempt(ctx context.Context) bool {
 	}
 	ib.wg.Add(1)
 	ib.mu.Unlock()
-	if !ib.trySlot() {
+	select {
+	case ib.answering <- struct{}{}:
+	default:
 		ib.wg.Done()
 		return false
 	}
@@ -111,8 +115,18 @@ func (ib *Inbox) reserveAttempt(ctx context.Context) bool {
 
 // releaseAttempt gives back what reserveAttempt took.
 func (ib *Inbox) releaseAttempt() {
-	<-ib.slots
+	<-ib.answering
 	ib.wg.Done()
+}
+
+// releaseSlot gives back the slot of m's delivery: a worker's, or that of
+// an attempt at acceptance.
+func (ib *Inbox) releaseSlot(m message) {
+	if m.answer != nil {
+		<-ib.answering
+		return
+	}
+	<-ib.slots
 }
 
 // Wait waits for the application's answer up to the deadline, d from the

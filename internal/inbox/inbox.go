@@ -169,7 +169,10 @@ type Inbox struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	slots   chan struct{}
-	warned  time.Time // last background error logged
+	// answering are the slots of attempts at acceptance (respond app
+	// within), concurrency of them
+	answering chan struct{}
+	warned    time.Time // last background error logged
 	// routes are the source's other destinations: its configured routes,
 	// then those of earlier configurations (the source's inbox only).
 	routes []*Inbox
@@ -417,6 +420,7 @@ func (ib *Inbox) start() {
 	}
 	ib.started = true
 	ib.slots = make(chan struct{}, ib.cfg.Concurrency)
+	ib.answering = make(chan struct{}, ib.cfg.Concurrency)
 	ctx, cancel := context.WithCancel(context.Background())
 	ib.cancel = cancel
 	ib.ctx = ctx

@@ -318,7 +318,7 @@ func (ib *Inbox) waitSlot(ctx context.Context, d time.Duration) bool {
 // deliver makes one delivery attempt and records its outcome.
 func (ib *Inbox) deliver(m message) {
 	defer ib.wg.Done()
-	defer func() { <-ib.slots }()
+	defer ib.releaseSlot(m)
 	defer m.answer.finish()
 	if m.probe {
 		defer ib.probing.Store(false)
