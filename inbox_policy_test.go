@@ -1,6 +1,7 @@
 package webhookidempotency
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,43 @@ func TestRuleMatcher(t *testing.T) {
 		if got := ruleMatcher(ks, glob)(ev); got != want {
 			t.Errorf("%s matches: %v, want %v", rule, got, want)
 		}
+	}
+}
+
+// docs/providers.md's Timeouts table is the presets' Timeout and the
+// respond app default the inbox takes from it: a row for each preset with
+// a documented timeout, none for the others.
+func TestProvidersDocsTimeouts(t *testing.T) {
+	doc := testkit.ReadFile(t, "docs/providers.md")
+	start := strings.Index(doc, "### Timeouts\n")
+	if start < 0 {
+		t.Fatal("docs/providers.md has no Timeouts section")
+	}
+	section := doc[start:]
+	section = section[:strings.Index(section[len("### Timeouts\n"):], "\n### ")+len("### Timeouts\n")]
+	rows := map[string][2]string{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[0]), "`") {
+			continue
+		}
+		rows[strings.Trim(strings.TrimSpace(cells[0]), "`")] = [2]string{strings.TrimSpace(cells[1]), strings.TrimSpace(cells[2])}
+	}
+	seconds := func(d time.Duration) string { return fmt.Sprintf("%d s", int(d.Seconds())) }
+	for _, p := range providers.All() {
+		row, ok := rows[p.Name]
+		switch {
+		case p.Timeout == 0 && ok:
+			t.Errorf("%s: a row in Timeouts, but the preset has no Timeout", p.Name)
+		case p.Timeout == 0:
+		case !ok:
+			t.Errorf("%s: its timeout %s has no row in docs/providers.md's Timeouts", p.Name, p.Timeout)
+		case row[0] != seconds(p.Timeout) || row[1] != seconds(defaultAnswerWithin(p)):
+			t.Errorf("%s: Timeouts says %s, default %s; the preset has %s, default %s", p.Name, row[0], row[1], seconds(p.Timeout), seconds(defaultAnswerWithin(p)))
+		}
+		delete(rows, p.Name)
+	}
+	for name := range rows {
+		t.Errorf("Timeouts has a row for %s, which is no preset", name)
 	}
 }

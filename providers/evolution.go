@@ -15,7 +15,7 @@ import (
 func init() {
 	register(&Preset{
 		Name:    "evolution",
-		Timeout: 30 * time.Second, // WEBHOOK_REQUEST_TIMEOUT_MS
+		Timeout: 30 * time.Second, // WEBHOOK_REQUEST_TIMEOUT_MS unset (src/config/env.config.ts)
 		Docs: []string{
 			"https://github.com/EvolutionAPI/evolution-api",
 		},
