@@ -59,8 +59,8 @@ type Handler struct {
 
 	// Whether the preset answers its provider's handshake at the edge
 	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
-	// next handler). Only presets with a handshake take it: `whatsapp`,
-	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	// next handler). Only presets with a handshake take it (listed by
+	// providers.HandshakeProviders, and in that section). Default: `on`.
 	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
@@ -181,6 +181,7 @@ type Handler struct {
 	inbox        *inbox.Inbox
 	drops        []func(ev *event.Request) bool // the inbox's drop rules
 	answerWithin time.Duration                  // respond app within; 0 for off
+	refusals     *refusals                      // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -269,6 +270,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if err := h.provisionStore(ctx, app); err != nil {
+		return err
+	}
+	if h.refusals, err = h.newRefusals(); err != nil {
 		return err
 	}
 	if h.Archive != nil {
@@ -428,6 +432,7 @@ func (h *Handler) Cleanup() error {
 	if h.archive != nil {
 		h.archive.Stop()
 	}
+	h.refusals.stop()
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil

@@ -147,7 +147,7 @@ func TestInboxRespondAppPresetDefaults(t *testing.T) {
 		"github": 8 * time.Second, "slack": 2 * time.Second, "shopify": 4 * time.Second, "svix": 12 * time.Second,
 		"square": 8 * time.Second, "zoom": 2 * time.Second, "discord": 2 * time.Second, "paddle": 4 * time.Second,
 		"mercadopago": 17 * time.Second, "ifood": 4 * time.Second, "gitlab": 8 * time.Second, "evolution": 24 * time.Second,
-		"efi": 48 * time.Second,
+		"efi": 48 * time.Second, "clerk": 12 * time.Second, "resend": 12 * time.Second, "woovi": 80 * time.Second,
 	}
 	for _, p := range providers.All() {
 		if got := defaultAnswerWithin(p); got != want[p.Name] {
@@ -224,7 +224,7 @@ func TestRuleMatcher(t *testing.T) {
 
 // docs/providers.md's Timeouts table is the presets' Timeout and the
 // respond app default the inbox takes from it: a row for each preset with
-// a documented timeout, none for the others.
+// a documented timeout (a row may name several), none for the others.
 func TestProvidersDocsTimeouts(t *testing.T) {
 	doc := testkit.ReadFile(t, "docs/providers.md")
 	start := strings.Index(doc, "### Timeouts\n")
@@ -239,7 +239,9 @@ func TestProvidersDocsTimeouts(t *testing.T) {
 		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[0]), "`") {
 			continue
 		}
-		rows[strings.Trim(strings.TrimSpace(cells[0]), "`")] = [2]string{strings.TrimSpace(cells[1]), strings.TrimSpace(cells[2])}
+		for _, name := range strings.Split(strings.TrimSpace(cells[0]), ", ") {
+			rows[strings.Trim(name, "`")] = [2]string{strings.TrimSpace(cells[1]), strings.TrimSpace(cells[2])}
+		}
 	}
 	seconds := func(d time.Duration) string { return fmt.Sprintf("%d s", int(d.Seconds())) }
 	for _, p := range providers.All() {

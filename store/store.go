@@ -121,6 +121,10 @@ const (
 	StateInFlight
 	// StateCompleted means a response was recorded for the key.
 	StateCompleted
+	// StateAbsent means the key is absent and was left so: a batch claim
+	// that found another of its keys in flight claims none
+	// (BatchUnlessInFlight).
+	StateAbsent
 )
 
 // String returns the state's name.
@@ -132,6 +136,8 @@ func (s State) String() string {
 		return "in_flight"
 	case StateCompleted:
 		return "completed"
+	case StateAbsent:
+		return "absent"
 	}
 	return "unknown(" + strconv.Itoa(int(s)) + ")"
 }
@@ -224,6 +230,15 @@ type RecentRecords interface {
 // keeps surviving a restart (an inbox, or `fail closed`).
 type DurabilityWatcher interface {
 	RequireDurable(source string)
+}
+
+// HealthReporter is implemented by a store that can tell it no longer
+// keeps what it is given although its calls succeed (the file store whose
+// file was deleted or replaced under the running Caddy: docs/stores.md).
+// Health returns nil, or why the store is unhealthy; the admin API shows
+// the sources on such a store as unhealthy.
+type HealthReporter interface {
+	Health() error
 }
 
 // NewOwner returns an owner token unique to one request across processes:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -175,6 +176,13 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		}
 		reverse_proxy %[3]s
 	}
+	handle /signed {
+		webhook_idempotency stripe {
+			source docs_signed
+			secret whsec_docs
+		}
+		reverse_proxy %[3]s
+	}
 	handle /allowed {
 		webhook_idempotency {
 			source docs_allowed
@@ -226,8 +234,21 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_inbox", &src)
 		return len(dead) == 1 && len(src.Destinations) == 2 && src.Destinations[1].Breaker.State == "open"
 	})
-	dest := url.Values{"destination": {app.URL + "/down"}}.Encode()
+
+	// a refusal: a delivery without its signature
+	if resp, b := testkit.Post(t, site+"/signed", []byte(`{"id":"evt_1"}`)); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned: %s %s, want 401", resp.Status, b)
+	}
+	testkit.Eventually(t, 10*time.Second, "the refusal listed", func() bool {
+		var l map[string]any
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_signed/refused", &l)
+		r, _ := l["refused"].([]any)
+		return len(r) == 1
+	})
+
 	sc := &shapeChecker{t: t, shapes: docShapes(t), seen: map[string]map[string]bool{}}
+	sc.check("refusal list", "GET refused", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_signed/refused", 200)))
+	dest := url.Values{"destination": {app.URL + "/down"}}.Encode()
 	pause := decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/pause?"+dest, 200))
 	sc.check("pause", "POST pause?destination=", pause)
 	if pause["paused"] != true || pause["destination"] != app.URL+"/down" {
@@ -286,7 +307,18 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	if err := c.Reload(sites("")); err != nil {
 		t.Fatal(err)
 	}
-	src := decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_inbox", 200))
+	// the reload replaced the admin server: a connection to the old one
+	// gets no answer, a new one does
+	var src map[string]any
+	testkit.Eventually(t, 5*time.Second, "the admin API after the reload", func() bool {
+		resp, err := testkit.NewConnectionClient.Get(c.AdminURL("/webhook_idempotency/docs_inbox"))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return err == nil && resp.StatusCode == http.StatusOK && json.Unmarshal(b, &src) == nil
+	})
 	sc.check("source", "GET /docs_inbox after a reload", src)
 	if d, _ := src["destinations"].([]any); len(d) != 2 || d[1].(map[string]any)["orphaned"] != true {
 		t.Errorf("after a reload without the route: %v, want its destination orphaned", src["destinations"])

@@ -51,6 +51,7 @@ func init() {
 //	GET    /webhook_idempotency/<source>/inbox[?groups=N]       inbox delivery control
 //	POST   /webhook_idempotency/<source>/pause[?destination=]   pause its deliveries
 //	POST   /webhook_idempotency/<source>/resume[?destination=]  resume them
+//	GET    /webhook_idempotency/<source>/refused[?…]            refused requests
 //	GET    /webhook_idempotency/<source>/reconcile              reconciliation status
 //	POST   /webhook_idempotency/<source>/reconcile[?wait=true]  a pass now
 //	GET    /webhook_idempotency/<source>/dead[?start=&count=]   dead letters
@@ -160,6 +161,8 @@ func sourceRoute(p []string) adminMethods {
 		return archiveRoutes.route(p[1:])
 	case p[0] == "dead":
 		return deadRoutes.route(p[1:])
+	case n == 1 && p[0] == "refused":
+		return adminMethods{http.MethodGet: handleRefused}
 	case n == 1 && p[0] == "reconcile":
 		return adminMethods{http.MethodGet: handleReconcileStatus, http.MethodPost: handleReconcileRun}
 	case n == 1 && p[0] == "inbox":
