@@ -200,15 +200,25 @@ func (g *gate) state() controlState {
 	return g.st
 }
 
-// setBreaker records a breaker state a worker learnt from its own record.
-func (g *gate) setBreaker(b BreakerState) {
+// setBreaker records a breaker state a worker learnt from its own record,
+// and returns the state before and whether it was kept. A closed state from an attempt that was
+// not the probe, while the gate holds an open breaker, was recorded before
+// another worker's record opened it (their answers crossed): it is not
+// kept, for only a probe closes an open breaker (a probe of another
+// instance is seen at the next read).
+func (g *gate) setBreaker(b BreakerState, probe bool) (before string, kept bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	before = g.st.breaker.State
+	if !probe && b.State == breakerClosed && (before == breakerOpen || before == breakerProbing) {
+		return before, false
+	}
 	g.st.breaker = b
 	g.probeAt = time.Time{}
 	if b.ProbeAt != nil {
 		g.probeAt = *b.ProbeAt
 	}
+	return before, true
 }
 
 // passage is what a destination's gate lets through now.
@@ -303,9 +313,7 @@ func (ib *Inbox) countAttempt(status int, err error, probe bool) {
 		ib.warn("recording an attempt in the inbox breaker failed", rerr)
 		return
 	}
-	before := ib.gate.state().breaker.State
-	ib.gate.setBreaker(st)
-	if st.State != before {
+	if before, kept := ib.gate.setBreaker(st, probe); kept && st.State != before {
 		ib.breakerChanged(before, st)
 	}
 }

@@ -349,6 +349,31 @@ func TestBreakerCell(t *testing.T) {
 	}
 }
 
+// Two workers' records cross: the one that opened the breaker reached the
+// gate first, then a closed state recorded just before it. The gate stays
+// open (only a probe closes it), so no further attempt is let through; the
+// probe's own closed state is kept.
+func TestGateKeepsAnOpenBreakerFromCrossedRecords(t *testing.T) {
+	b := Breaker{Percent: 50, Of: 2, Cooldown: time.Minute}
+	var c breakerCell
+	now := time.Now().UnixMilli()
+	c.record(b, true, false, now)
+	stale := c.view(b) // closed, one failure of one
+	c.record(b, true, false, now)
+	opened := c.view(b)
+	var g gate
+	if before, kept := g.setBreaker(opened, false); !kept || before != "" || g.passage(time.Now()) != passNone {
+		t.Fatalf("the opening record: kept %v, before %q, passage %v", kept, before, g.passage(time.Now()))
+	}
+	if _, kept := g.setBreaker(stale, false); kept || g.passage(time.Now()) != passNone {
+		t.Fatalf("a closed state recorded before the open one reopened deliveries (kept %v)", kept)
+	}
+	c = breakerCell{state: breakerClosed}
+	if before, kept := g.setBreaker(c.view(b), true); !kept || before != breakerOpen || g.passage(time.Now()) != passAll {
+		t.Fatalf("the probe's success: kept %v, before %q", kept, before)
+	}
+}
+
 // A destination that keeps failing opens its breaker: events wait without
 // spending attempts (none is dead-lettered, though their retries run out
 // long before), one probe goes through after each cooldown, which doubles
