@@ -22,19 +22,24 @@ import (
 // time, so the value read before the attempt is still the largest when
 // the attempt is recorded.
 
-// doneWith is how a delivered event ends in the store: its key answers
-// duplicates for ttl from now, unless other destinations still deliver it
-// (it keeps the accept ttl then); its newer_than value becomes its group's
-// largest.
+// doneWith is how a delivered event ends in the store: as ended does, and
+// its newer_than value becomes its group's largest.
 func (ib *Inbox) doneWith(m message) done {
-	d := done{ttl: ib.cfg.TTL}
-	if m.ev.Fanout > 1 {
-		d.ttl = 0
-	}
+	d := ib.ended(m)
 	if m.ev.Newer != "" && m.ev.Group != "" {
 		d.newest, d.newestTTL = m.ev.Newer, ib.acceptTTL
 	}
 	return d
+}
+
+// ended is how an event ends in the store, delivered or stale: its key
+// answers duplicates for ttl from now, unless other destinations still
+// deliver it (it keeps the accept ttl then).
+func (ib *Inbox) ended(m message) done {
+	if m.ev.Fanout > 1 {
+		return done{}
+	}
+	return done{ttl: ib.cfg.TTL}
 }
 
 // stale ends m without delivering it when its newer_than value is lower
@@ -53,11 +58,7 @@ func (ib *Inbox) stale(ctx context.Context, m message, logger *zap.Logger) bool 
 	if newest == "" || compareValues(m.ev.Newer, newest) >= 0 {
 		return false
 	}
-	d := done{ttl: ib.cfg.TTL}
-	if m.ev.Fanout > 1 {
-		d.ttl = 0
-	}
-	if err := ib.q.delivered(ctx, m, d); err != nil {
+	if err := ib.q.delivered(ctx, m, ib.ended(m)); err != nil {
 		// it stays in delivery: taken over and looked at again
 		logger.Warn("ending a stale inbox event failed; it will be taken over", zap.Error(err))
 		return true
