@@ -329,7 +329,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		"source": {"unavailable"}, // a store that does not answer
 		"key":    {"lease_left_ms", "corrupt"},
 		"event":  {"body_omitted", "body_size", "body_redacted"},
-		// a list that failed to load (e2e/edge and allowips_test.go)
+		// a list that failed to load (e2e/edge, internal/edge/list_test.go)
 		"allow list": {"last_error"},
 	}
 	for shape, doc := range sc.shapes {

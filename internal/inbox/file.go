@@ -49,7 +49,7 @@ var fileSources = caddy.NewUsagePool()
 
 // fileSource is the queue of one destination of a source in one file.
 type fileSource struct {
-	seam   filestore.Seam
+	file   filestore.File
 	events []byte // bucket names
 	dead   []byte
 	newest []byte
@@ -102,14 +102,14 @@ type fileQueue struct {
 	noteTTL   time.Duration
 }
 
-func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
+func newFileQueue(file filestore.File, ib *Inbox) (*fileQueue, error) {
 	name := ib.cfg.Source
 	if ib.dest.queue != "" {
 		name += "@" + ib.dest.queue // a route's buckets
 	}
-	key := seam.Path() + "\x00" + name
+	key := file.Path() + "\x00" + name
 	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openFileSource(seam, name)
+		return openFileSource(file, name)
 	})
 	if err != nil {
 		return nil, err
@@ -119,19 +119,19 @@ func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
 
 // openFileSource loads a destination's queue from the file: the buckets
 // of name, `<source>` for deliver_to's, `<source>@<id>` for a route's.
-func openFileSource(seam filestore.Seam, name string) (*fileSource, error) {
-	release, err := seam.Hold()
+func openFileSource(file filestore.File, name string) (*fileSource, error) {
+	release, err := file.Hold()
 	if err != nil {
 		return nil, err
 	}
 	fs := &fileSource{
-		seam: seam, events: []byte("inbox:" + name), dead: []byte("inbox-dead:" + name), newest: []byte("inbox-newest:" + name),
+		file: file, events: []byte("inbox:" + name), dead: []byte("inbox-dead:" + name), newest: []byte("inbox-newest:" + name),
 		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
 		notify: make(chan struct{}, 1), release: release,
 	}
 	source := name
 	nowMs := time.Now().UnixMilli()
-	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
+	if err := file.Update(context.Background(), func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{fs.events, fs.dead, fs.newest} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -142,10 +142,10 @@ func openFileSource(seam filestore.Seam, name string) (*fileSource, error) {
 		release()
 		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
 	}
-	err = seam.View(func(tx *bolt.Tx) error {
+	err = file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			id := decodeID(k)
+			id := event.IDFromKey(k)
 			fs.lastID[0] = id
 			f, err := event.ReadFields(v)
 			if err != nil {
@@ -164,7 +164,7 @@ func openFileSource(seam filestore.Seam, name string) (*fileSource, error) {
 		dead := tx.Bucket(fs.dead)
 		fs.deadCount = int64(dead.Stats().KeyN)
 		if k, _ := dead.Cursor().Last(); k != nil {
-			fs.lastID[1] = decodeID(k)
+			fs.lastID[1] = event.IDFromKey(k)
 		}
 		return nil
 	})
@@ -175,30 +175,11 @@ func openFileSource(seam filestore.Seam, name string) (*fileSource, error) {
 	return fs, nil
 }
 
-// encodeID is an id as a bucket key.
-func encodeID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func decodeID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // nextID gives out the next id of a bucket (0 events, 1 dead), as a Redis
 // stream does: the time in milliseconds, and a sequence within one.
 // Called with fs.mu held.
 func (fs *fileSource) nextID(which int) event.ID {
-	last := fs.lastID[which]
-	id := event.ID{MS: uint64(time.Now().UnixMilli())}
-	if !last.Less(id) {
-		id = event.ID{MS: last.MS, Seq: last.Seq + 1}
-	}
+	id := fs.lastID[which].Next(uint64(time.Now().UnixMilli()))
 	fs.lastID[which] = id
 	return id
 }
@@ -312,7 +293,7 @@ func (q *fileQueue) setTTLs(acceptTTL, noteTTL time.Duration) {
 func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error) {
 	out := make([]admitted, len(to))
 	ready := make([]bool, len(to))
-	res, err := q.src.seam.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+	res, err := q.src.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
 		for i, a := range to {
 			fs := a.q.(*fileQueue).src
 			pairs := append(fields(ev, "0", "0", a.group), extra...)
@@ -332,7 +313,7 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 				pairs = append(pairs, fieldStarted, "1")
 			}
 			fs.mu.Unlock()
-			if err := tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs)); err != nil {
+			if err := tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs)); err != nil {
 				return err
 			}
 		}
@@ -426,12 +407,12 @@ func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) 
 func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) {
 	fs := q.src
 	var msgs []message
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		msgs = msgs[:0]
 		b := tx.Bucket(fs.events)
 		for _, id := range ids {
 			sid, _ := event.ParseID(id)
-			v := b.Get(encodeID(sid))
+			v := b.Get(sid.Key())
 			if v == nil {
 				continue
 			}
@@ -442,7 +423,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
 			started++
 			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
-			if err := b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+			if err := b.Put(sid.Key(), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
 				return err
 			}
 		}
@@ -503,8 +484,8 @@ func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(fs.events).Delete(encodeID(sid)); err != nil {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
 		if d.newest != "" {
@@ -531,7 +512,7 @@ func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 				if k != storeKey {
 					ttl = 0
 				}
-				if err := fs.seam.SetRecord(tx, k, d.record, ttl); err != nil {
+				if err := fs.file.SetRecord(tx, k, d.record, ttl); err != nil {
 					return err
 				}
 			}
@@ -540,15 +521,15 @@ func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 		if d.ttl == 0 {
 			return nil
 		}
-		return fs.seam.SetExpiry(tx, storeKey, d.ttl)
+		return fs.file.SetExpiry(tx, storeKey, d.ttl)
 	})
 	if err != nil {
 		return err
 	}
 	if storeKey != "" {
-		fs.seam.DropCached(storeKey)
+		fs.file.DropCached(storeKey)
 		if d.guard != "" {
-			fs.seam.DropCached(d.guard)
+			fs.file.DropCached(d.guard)
 		}
 	}
 	fs.done(m.id)
@@ -558,7 +539,7 @@ func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 func (q *fileQueue) newest(_ context.Context, m message) (string, error) {
 	fs := q.src
 	var out string
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(fs.newest).Get([]byte(m.ev.Group))
 		if len(v) >= 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixMilli() {
 			out = string(v[8:])
@@ -593,13 +574,13 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		f, err := event.ReadFields(b.Get(encodeID(sid)))
+		f, err := event.ReadFields(b.Get(sid.Key()))
 		if err != nil {
 			return err
 		}
-		return b.Put(encodeID(sid), encode(f,
+		return b.Put(sid.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
 			fieldDue, strconv.FormatInt(dueMs, 10)))
@@ -617,9 +598,9 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		v := b.Get(encodeID(sid))
+		v := b.Get(sid.Key())
 		if v == nil {
 			return nil
 		}
@@ -633,7 +614,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		did := fs.nextID(1)
 		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
+		if err := tx.Bucket(fs.dead).Put(did.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
@@ -641,15 +622,15 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		if next != "" {
 			// the next event of the group says which one it follows
 			nid, _ := event.ParseID(next)
-			nf, err := event.ReadFields(b.Get(encodeID(nid)))
+			nf, err := event.ReadFields(b.Get(nid.Key()))
 			if err != nil {
 				return err
 			}
-			if err := b.Put(encodeID(nid), encode(nf, fieldOrderBroken, did.String())); err != nil {
+			if err := b.Put(nid.Key(), encode(nf, fieldOrderBroken, did.String())); err != nil {
 				return err
 			}
 		}
-		return b.Delete(encodeID(sid))
+		return b.Delete(sid.Key())
 	})
 	if err != nil {
 		return err
@@ -677,18 +658,14 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 	fs := q.src
 	var from []byte
 	if start != "-" {
-		id, ok := event.ParseID(start)
+		id, ok := event.ParseStart(start)
 		if !ok {
-			ms, err := strconv.ParseUint(start, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("invalid id %q", start)
-			}
-			id = event.ID{MS: ms}
+			return nil, fmt.Errorf("invalid id %q", start)
 		}
-		from = encodeID(id)
+		from = id.Key()
 	}
 	var out []Event
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.dead).Cursor()
 		k, v := c.First()
 		if from != nil {
@@ -699,7 +676,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 			if err != nil {
 				return err
 			}
-			id := decodeID(k).String()
+			id := event.IDFromKey(k).String()
 			out = append(out, fromFields(id, func(name string) string { return f[name] }))
 		}
 		return nil
@@ -710,9 +687,9 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
 	fs := q.src
 	var id string
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
-			id = decodeID(k).String()
+			id = event.IDFromKey(k).String()
 		}
 		return nil
 	})
@@ -727,9 +704,9 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	var newID, group string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		v := dead.Get(encodeID(sid))
+		v := dead.Get(sid.Key())
 		if v == nil {
 			return ErrNoDeadEvent
 		}
@@ -746,10 +723,10 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		newID, group = eid.String(), f[fieldGroup]
 		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+		if err := tx.Bucket(fs.events).Put(eid.Key(), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err != nil {
 		if newID != "" {
@@ -774,13 +751,13 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	found := false
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		if dead.Get(encodeID(sid)) == nil {
+		if dead.Get(sid.Key()) == nil {
 			return nil
 		}
 		found = true
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err == nil && found {
 		fs.mu.Lock()
@@ -794,13 +771,13 @@ func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string
 	fs := q.src
 	var id string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		fs.mu.Lock()
 		eid := fs.nextID(0)
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, append(fields(ev, "0", "0", group), extra...)))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, append(fields(ev, "0", "0", group), extra...)))
 	})
 	if err != nil {
 		if id != "" {
@@ -834,12 +811,12 @@ func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
 	}
 	fs.mu.Unlock()
 	out.sortAndCut(count)
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		for i := range out.Longest {
 			h := &out.Longest[i].Head
 			id, _ := event.ParseID(h.ID)
-			v := b.Get(encodeID(id))
+			v := b.Get(id.Key())
 			if v == nil {
 				continue
 			}

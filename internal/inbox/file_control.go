@@ -35,12 +35,12 @@ type fileControl struct {
 
 func (q *fileQueue) control() control {
 	return &fileControl{q: q, bucket: []byte("inbox-control:" + q.source), field: []byte("paused:" + q.destID),
-		breaker: q.src.seam.Path() + "\x00" + q.source + "\x00" + q.destID}
+		breaker: q.src.file.Path() + "\x00" + q.source + "\x00" + q.destID}
 }
 
 func (c *fileControl) read(_ context.Context, b *Breaker) (controlState, error) {
 	var st controlState
-	err := c.q.src.seam.View(func(tx *bolt.Tx) error {
+	err := c.q.src.file.View(func(tx *bolt.Tx) error {
 		if bk := tx.Bucket(c.bucket); bk != nil {
 			st.sourcePaused, st.paused = bk.Get([]byte("paused")) != nil, bk.Get(c.field) != nil
 		}
@@ -57,7 +57,7 @@ func (c *fileControl) setPaused(ctx context.Context, source, paused bool) error 
 	if source {
 		field = []byte("paused")
 	}
-	return c.q.src.seam.Update(ctx, func(tx *bolt.Tx) error {
+	return c.q.src.file.Update(ctx, func(tx *bolt.Tx) error {
 		bk, err := tx.CreateBucketIfNotExists(c.bucket)
 		if err != nil {
 			return err
@@ -99,7 +99,7 @@ func (c *fileControl) cell(fn func(*breakerCell)) {
 func (q *fileQueue) destinations(ctx context.Context, routes map[string]string) (map[string]string, error) {
 	name := []byte("inbox-destinations:" + q.source)
 	out := make(map[string]string)
-	if err := q.src.seam.View(func(tx *bolt.Tx) error {
+	if err := q.src.file.View(func(tx *bolt.Tx) error {
 		if bk := tx.Bucket(name); bk != nil {
 			return bk.ForEach(func(k, v []byte) error {
 				out[string(k)] = string(v)
@@ -118,7 +118,7 @@ func (q *fileQueue) destinations(ctx context.Context, routes map[string]string) 
 	if !missing {
 		return out, nil
 	}
-	return out, q.src.seam.Update(ctx, func(tx *bolt.Tx) error {
+	return out, q.src.file.Update(ctx, func(tx *bolt.Tx) error {
 		bk, err := tx.CreateBucketIfNotExists(name)
 		if err != nil {
 			return err
@@ -133,7 +133,7 @@ func (q *fileQueue) destinations(ctx context.Context, routes map[string]string) 
 }
 
 func (q *fileQueue) forgetDestination(ctx context.Context, id string) error {
-	return q.src.seam.Update(ctx, func(tx *bolt.Tx) error {
+	return q.src.file.Update(ctx, func(tx *bolt.Tx) error {
 		if bk := tx.Bucket([]byte("inbox-destinations:" + q.source)); bk != nil {
 			return bk.Delete([]byte(id))
 		}

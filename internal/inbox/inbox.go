@@ -252,9 +252,9 @@ func newDestination(cfg Config, s store.Store, d dest, src *Inbox, consumer stri
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
-		ib.q, err = newRedisQueue(s.Seam(), ib)
+		ib.q, err = newRedisQueue(s.Streams(), ib)
 	case *filestore.Store:
-		ib.q, err = newFileQueue(s.Seam(), ib)
+		ib.q, err = newFileQueue(s.File(), ib)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)

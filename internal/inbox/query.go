@@ -82,7 +82,7 @@ func (ib *Inbox) DeadLetters(ctx context.Context, destination, start string, cou
 		}
 	}
 	if len(dests) > 1 {
-		slices.SortStableFunc(out, func(a, b DeadLetter) int { return compareIDs(a.ID, b.ID) })
+		slices.SortStableFunc(out, func(a, b DeadLetter) int { return event.CompareIDs(a.ID, b.ID) })
 		if int64(len(out)) > count {
 			out = out[:count]
 		}

@@ -81,7 +81,7 @@ func (p *partition) newestKey(group string) string { return p.prefix + ":newest:
 
 // redisQueue is an inbox's queue on the redis store: one destination's.
 type redisQueue struct {
-	seam    redisstore.Seam
+	streams redisstore.Streams
 	client  redis.UniversalClient // a reference of our own, held until close
 	release func()
 	timeout time.Duration // the store's call timeout
@@ -109,10 +109,10 @@ type redisQueue struct {
 	handed  int            // parts[:handed] have a reader
 }
 
-func newRedisQueue(seam redisstore.Seam, ib *Inbox) (*redisQueue, error) {
+func newRedisQueue(streams redisstore.Streams, ib *Inbox) (*redisQueue, error) {
 	// a reference of our own: the store may be cleaned up before the
 	// workers have finished their deliveries
-	client, release, err := seam.Client()
+	client, release, err := streams.Client()
 	if err != nil {
 		return nil, err
 	}
@@ -122,11 +122,11 @@ func newRedisQueue(seam redisstore.Seam, ib *Inbox) (*redisQueue, error) {
 		dest = ":to:" + ib.dest.queue
 	}
 	q := &redisQueue{
-		seam: seam, client: client, release: release,
-		timeout: seam.Timeout(), cluster: seam.Cluster(), source: src, dest: dest, destID: ib.dest.id, n: max(ib.cfg.Partitions, 1),
-		registry: seam.SourceTag(src, "") + dest + ":partitions", rateKey: seam.SourceTag(src, "") + dest + ":rate",
+		streams: streams, client: client, release: release,
+		timeout: streams.Timeout(), cluster: streams.Cluster(), source: src, dest: dest, destID: ib.dest.id, n: max(ib.cfg.Partitions, 1),
+		registry: streams.SourceTag(src, "") + dest + ":partitions", rateKey: streams.SourceTag(src, "") + dest + ":rate",
 		consumer: ib.consumer, logger: ib.logger,
-		accepting: ib.cfg.Timeout + seam.Timeout(),
+		accepting: ib.cfg.Timeout + streams.Timeout(),
 		acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL,
 		byTag: make(map[string]int), layouts: make(map[int]bool),
 	}
@@ -144,7 +144,7 @@ func (q *redisQueue) partOf(n, i int) *partition {
 	if n == 1 {
 		part, index = "", MaxPartitions
 	}
-	tag := q.seam.SourceTag(q.source, part)
+	tag := q.streams.SourceTag(q.source, part)
 	if k, ok := q.byTag[tag]; ok {
 		p := q.parts[k]
 		p.retired.Store(false)
@@ -310,8 +310,8 @@ func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, e
 		keys = append(keys, keysOf(parts...)...)
 		args = append(args, p.group, len(parts), p.answer)
 	}
-	if q.seam.Replicas() == 0 {
-		res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, args, record, q.acceptTTL, q.noteTTL, entry)
+	if q.streams.Replicas() == 0 {
+		res, a, err := q.streams.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, args, record, q.acceptTTL, q.noteTTL, entry)
 		if err != nil || res.State != store.StateClaimed {
 			return res, nil, err
 		}
@@ -319,7 +319,7 @@ func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, e
 		return res, ids, err
 	}
 	// the key stays in flight until the replicas have the event
-	res, a, err := q.seam.ClaimAndAppendReplicated(ctx, key, guard, noted, owner, q.accepting, acceptScript, keys, args, q.noteTTL, entry)
+	res, a, err := q.streams.ClaimAndAppendReplicated(ctx, key, guard, noted, owner, q.accepting, acceptScript, keys, args, q.noteTTL, entry)
 	if res.State != store.StateClaimed {
 		return res, nil, err
 	}
@@ -367,7 +367,7 @@ func parseAdmitted(a redisstore.Appended, places []placed, key string) ([]admitt
 // a duplicate. An event a reader took is delivered all the same, and the
 // retry's too: the application gets it twice.
 func (q *redisQueue) refuse(key, guard, owner string, ids []admitted, places []placed) {
-	s := q.seam.Store()
+	s := q.streams.Store()
 	for i, a := range ids {
 		if a.id == "" {
 			continue
@@ -392,7 +392,7 @@ func (q *redisQueue) refuse(key, guard, owner string, ids []admitted, places []p
 // completeAccepted completes the key of an event that is stored: duplicates
 // get the accept answer from now on.
 func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
-	if err := q.seam.Store().CompleteGuarded(context.Background(), key, guard, owner, record, q.acceptTTL); err != nil {
+	if err := q.streams.Store().CompleteGuarded(context.Background(), key, guard, owner, record, q.acceptTTL); err != nil {
 		// the event is stored, so it is accepted; only a duplicate arriving
 		// after the lease could be accepted again
 		q.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
@@ -404,7 +404,7 @@ func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
 // live on different nodes: the key is claimed, the event stored in each
 // destination's queue, and the key then completed.
 func (q *redisQueue) acceptCluster(ctx context.Context, c store.Claim, record []byte, entry []any, places []placed) (store.ClaimResult, []admitted, error) {
-	s := q.seam.Store()
+	s := q.streams.Store()
 	var res store.ClaimResult
 	var err error
 	key, guard, owner := c.Key, c.Guard, c.Owner
@@ -478,8 +478,8 @@ func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, targ
 // appendOne runs the append script on one partition (its keys on one
 // node), waiting for the store's `replicas` when wait is set.
 func (q *redisQueue) appendOne(ctx context.Context, p *partition, args []any, wait bool) (string, string, error) {
-	if wait && q.seam.Replicas() > 0 {
-		v, err := q.seam.RunReplicated(ctx, appendScript, p.keys, args...)
+	if wait && q.streams.Replicas() > 0 {
+		v, err := q.streams.RunReplicated(ctx, appendScript, p.keys, args...)
 		if v == nil && err == nil {
 			return "", "", redis.Nil
 		}
@@ -828,18 +828,11 @@ func (q *redisQueue) dead(ctx context.Context, start string, count int64) ([]Eve
 			out = append(out, fromMessage(m))
 		}
 	}
-	slices.SortFunc(out, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Event) int { return event.CompareIDs(a.ID, b.ID) })
 	if int64(len(out)) > count {
 		out = out[:count]
 	}
 	return out, nil
-}
-
-// compareIDs orders stream ids.
-func compareIDs(a, b string) int {
-	x, _ := event.ParseID(a)
-	y, _ := event.ParseID(b)
-	return cmp.Or(cmp.Compare(x.MS, y.MS), cmp.Compare(x.Seq, y.Seq))
 }
 
 func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
@@ -856,7 +849,7 @@ func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
 	}
 	newest := ""
 	for _, c := range cmds {
-		if v := c.Val(); len(v) > 0 && (newest == "" || compareIDs(v[0].ID, newest) > 0) {
+		if v := c.Val(); len(v) > 0 && (newest == "" || event.CompareIDs(v[0].ID, newest) > 0) {
 			newest = v[0].ID
 		}
 	}

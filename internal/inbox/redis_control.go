@@ -27,7 +27,7 @@ type redisControl struct {
 }
 
 func (q *redisQueue) control() control {
-	tag := q.seam.SourceTag(q.source, "")
+	tag := q.streams.SourceTag(q.source, "")
 	return &redisControl{q: q, control: tag + ":control", breaker: tag + ":breaker:" + q.destID, field: "paused:" + q.destID}
 }
 
@@ -191,7 +191,7 @@ return out
 func (q *redisQueue) destinations(ctx context.Context, routes map[string]string) (map[string]string, error) {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	key := q.seam.SourceTag(q.source, "") + ":destinations"
+	key := q.streams.SourceTag(q.source, "") + ":destinations"
 	pipe := q.client.Pipeline()
 	for id, u := range routes {
 		pipe.HSet(ctx, key, id, u)
@@ -206,7 +206,7 @@ func (q *redisQueue) destinations(ctx context.Context, routes map[string]string)
 func (q *redisQueue) forgetDestination(ctx context.Context, id string) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	return q.client.HDel(ctx, q.seam.SourceTag(q.source, "")+":destinations", id).Err()
+	return q.client.HDel(ctx, q.streams.SourceTag(q.source, "")+":destinations", id).Err()
 }
 
 // Interface guard

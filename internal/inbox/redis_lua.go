@@ -188,7 +188,7 @@ end
 const deadIDStride = 128
 
 var (
-	// The append step of an accepted event (redisstore.Seam's
+	// The append step of an accepted event (redisstore.Streams'
 	// ClaimAndAppend, on one node), to one destination's queue or more.
 	// keys: each destination's partitions, one after the other. args: the
 	// number of destinations, then for each its group, its number of
