@@ -193,7 +193,9 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
-	refusals     *refusals // the list of refused requests (refusals.go)
+	drops        []func(ev *event.Request) bool // the inbox's drop rules
+	answerWithin time.Duration                  // respond app within; 0 for off
+	refusals     *refusals                      // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -509,6 +511,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// every outcome from here on is archived
 		rs.trackStatus()
 		defer rs.archive()
+	}
+	if rs.dropped() {
+		return rs.filtered()
 	}
 	if rs.batch != nil {
 		return rs.serveBatch()

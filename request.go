@@ -38,11 +38,13 @@ type requestState struct {
 	reserved    int64       // what body counts against the body budget (body.go)
 	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
-	keyValue    string      // the resolved key value, as in the key placeholder
-	keyFromBody bool        // the key is the body hash
-	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
-	received    http.Header // the headers as received, when the next handler gets others (forward.go)
-	batch       *batchState // the items of a batch (batch.go); nil for one delivery
+	keyValue    string         // the resolved key value, as in the key placeholder
+	keyFromBody bool           // the key is the body hash
+	claim       store.Claim    // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
+	received    http.Header    // the headers as received, when the next handler gets others (forward.go)
+	stored      *event.Request // the request as the inbox stores it, once built (inboxEvent)
+	answer      *inbox.Answer  // the attempt at acceptance, with respond app within
+	batch       *batchState    // the items of a batch (batch.go); nil for one delivery
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
@@ -268,7 +270,12 @@ func (rs *requestState) claimKey() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
 		ev := rs.inboxEvent()
-		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, &ev)
+		if h.answerWithin > 0 {
+			res, ans, err := h.store.acceptAnswering(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
+			rs.answer = ans
+			return res, err
+		}
+		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
 	}
 	res, err := rs.claimOnce()
 	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
@@ -302,8 +309,17 @@ func (rs *requestState) suspect(first string) {
 // inboxEvent is the request as an inbox stores it: without the
 // provider's credentials unless the route forwards them as they came
 // (docs/inbox.md: What the application receives), with the index of the
-// secret that verified it when deliveries are re-signed.
-func (rs *requestState) inboxEvent() event.Request {
+// secret that verified it when deliveries are re-signed. It is built once.
+func (rs *requestState) inboxEvent() *event.Request {
+	if rs.stored == nil {
+		ev := rs.buildInboxEvent()
+		rs.stored = &ev
+	}
+	return rs.stored
+}
+
+// buildInboxEvent builds inboxEvent.
+func (rs *requestState) buildInboxEvent() event.Request {
 	f := rs.h.fwd.later
 	skip := event.SkipInboxHeader
 	if f != nil && f.Mode() != forward.Keep {
@@ -396,12 +412,21 @@ func (rs *requestState) replay(encoded []byte) error {
 			zap.String("key", rs.claim.Key))
 	}
 	rs.setResult(results.Replayed)
+	return rs.writeRecord(rec, true)
+}
+
+// writeRecord writes a record: a replay, marked Idempotent-Replayed, or
+// the application's answer recorded as it came.
+func (rs *requestState) writeRecord(rec record.Record, replayed bool) error {
 	w := rs.w
 	contentLength := ""
 	if bodyAllowed(rec.Status) {
 		contentLength = strconv.Itoa(len(rec.Body))
 	}
 	rec.WriteReplayHeaders(w.Header(), contentLength)
+	if !replayed {
+		w.Header().Del(record.ReplayedHeader)
+	}
 	w.WriteHeader(rec.Status)
 	if bodyAllowed(rec.Status) && len(rec.Body) > 0 && rs.r.Method != http.MethodHead {
 		_, _ = w.Write(rec.Body)
@@ -415,9 +440,44 @@ func (rs *requestState) conflict(res store.ClaimResult) error {
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
-// accepted answers an event the inbox has stored: `respond`, at once.
+// accepted answers an event the inbox has stored: `respond`, at once; or
+// with respond app within, the application's answer to its first attempt
+// when it comes in time, recorded under the key already.
 func (rs *requestState) accepted() error {
 	rs.setResult(results.New)
+	if rs.answer != nil {
+		if encoded := rs.answer.Wait(rs.r.Context(), rs.h.answerWithin); encoded != nil {
+			if rec, err := record.Decode(encoded); err == nil {
+				return rs.writeRecord(rec, false)
+			}
+		}
+	}
+	return rs.respond()
+}
+
+// dropped reports whether a drop rule of the inbox matches the request.
+func (rs *requestState) dropped() bool {
+	if len(rs.h.drops) == 0 {
+		return false
+	}
+	ev := rs.inboxEvent()
+	for _, match := range rs.h.drops {
+		if match(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// filtered answers a request a drop rule matched: `respond`, nothing
+// stored, nothing delivered.
+func (rs *requestState) filtered() error {
+	rs.setResult(results.Filtered)
+	return rs.respond()
+}
+
+// respond writes the inbox's respond.
+func (rs *requestState) respond() error {
 	respond, body, contentType := rs.h.inbox.Respond()
 	if contentType != "" {
 		rs.w.Header().Set("Content-Type", contentType)

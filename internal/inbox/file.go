@@ -3,6 +3,7 @@ package inbox
 import (
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -46,11 +47,12 @@ const (
 // fileSources shares each file's source queue across config reloads.
 var fileSources = caddy.NewUsagePool()
 
-// fileSource is the queue of one source in one file.
+// fileSource is the queue of one destination of a source in one file.
 type fileSource struct {
 	file   filestore.File
 	events []byte // bucket names
 	dead   []byte
+	newest []byte
 
 	mu         sync.Mutex
 	ready      []string // ids ready, in the order they became ready
@@ -61,8 +63,10 @@ type fileSource struct {
 	groups     map[string]*fileGroup
 	heldCount  int64    // events held behind the head of their group
 	pace       gcraCell // the rate limit's state
-	notify     chan struct{}
-	release    func() // gives back the hold on the file
+	// newestWrites counts the newest values written (newer_than)
+	newestWrites atomic.Int64
+	notify       chan struct{}
+	release      func() // gives back the hold on the file
 }
 
 // fileGroup is a group with events pending: its head, and the events held
@@ -86,50 +90,58 @@ func (fs *fileSource) Destruct() error {
 	return nil
 }
 
-// fileQueue is one inbox's queue on the file store: the source's shared
-// queue, with this inbox's ttls.
+// fileQueue is one inbox's queue on the file store: the destination's
+// shared queue, with this inbox's ttls.
 type fileQueue struct {
 	src       *fileSource
 	key       string      // in fileSources
+	source    string      // the inbox's source
+	destID    string      // the destination's id, in the pause and breaker state
 	handed    atomic.Bool // the one lane has its reader
 	acceptTTL time.Duration
 	noteTTL   time.Duration
 }
 
 func newFileQueue(file filestore.File, ib *Inbox) (*fileQueue, error) {
-	key := file.Path() + "\x00" + ib.cfg.Source
+	name := ib.cfg.Source
+	if ib.dest.queue != "" {
+		name += "@" + ib.dest.queue // a route's buckets
+	}
+	key := file.Path() + "\x00" + name
 	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openFileSource(file, ib.cfg.Source)
+		return openFileSource(file, name)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fileQueue{src: val.(*fileSource), key: key, acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL}, nil
+	return &fileQueue{src: val.(*fileSource), key: key, source: ib.cfg.Source, destID: ib.dest.id, acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL}, nil
 }
 
-// openFileSource loads a source's queue from the file.
-func openFileSource(file filestore.File, source string) (*fileSource, error) {
+// openFileSource loads a destination's queue from the file: the buckets
+// of name, `<source>` for deliver_to's, `<source>@<id>` for a route's.
+func openFileSource(file filestore.File, name string) (*fileSource, error) {
 	release, err := file.Hold()
 	if err != nil {
 		return nil, err
 	}
 	fs := &fileSource{
-		file: file, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
+		file: file, events: []byte("inbox:" + name), dead: []byte("inbox-dead:" + name), newest: []byte("inbox-newest:" + name),
 		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
 		notify: make(chan struct{}, 1), release: release,
 	}
+	source := name
+	nowMs := time.Now().UnixMilli()
 	if err := file.Update(context.Background(), func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{fs.events, fs.dead} {
+		for _, name := range [][]byte{fs.events, fs.dead, fs.newest} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		return nil
+		return pruneNewest(tx.Bucket(fs.newest), nowMs)
 	}); err != nil {
 		release()
 		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
 	}
-	nowMs := time.Now().UnixMilli()
 	err = file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -274,34 +286,57 @@ func encode(f map[string]string, set ...string) []byte {
 	return b
 }
 
-func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, group string) (store.ClaimResult, string, error) {
-	fs := q.src
-	var id string
-	var ready bool
-	res, err := fs.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
-		pairs := fields(ev, "0", "0", group)
-		if suspected != "" {
-			pairs = append(pairs, fieldSuspected, suspected)
+func (q *fileQueue) setTTLs(acceptTTL, noteTTL time.Duration) {
+	q.acceptTTL, q.noteTTL = acceptTTL, noteTTL
+}
+
+func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error) {
+	out := make([]admitted, len(to))
+	ready := make([]bool, len(to))
+	res, err := q.src.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+		for i, a := range to {
+			fs := a.q.(*fileQueue).src
+			pairs := append(fields(ev, "0", "0", a.group), extra...)
+			if suspected != "" {
+				pairs = append(pairs, fieldSuspected, suspected)
+			}
+			// ids are given out and entered in their groups in one step: a
+			// group's events are in id order
+			fs.mu.Lock()
+			eid := fs.nextID(0)
+			out[i] = admitted{id: eid.String(), suspected: suspected}
+			ready[i] = fs.admitLocked(out[i].id, a.group, ev.Received.UnixMilli())
+			if ready[i] && !a.answer.IsZero() {
+				// in delivery at once, its attempt begun (written below)
+				out[i].answering = true
+				fs.inDelivery[out[i].id] = true
+				pairs = append(pairs, fieldStarted, "1")
+			}
+			fs.mu.Unlock()
+			if err := tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs)); err != nil {
+				return err
+			}
 		}
-		// ids are given out and entered in their groups in one step: a
-		// group's events are in id order
-		fs.mu.Lock()
-		eid := fs.nextID(0)
-		id = eid.String()
-		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
-		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs))
+		return nil
 	})
-	if err != nil && id != "" {
-		fs.unadmit(id, group)
-	}
 	if err != nil || res.State != store.StateClaimed {
-		return res, "", err
+		for i, a := range to {
+			if out[i].id != "" {
+				fs := a.q.(*fileQueue).src
+				if out[i].answering {
+					fs.done(out[i].id)
+				}
+				fs.unadmit(out[i].id, a.group)
+			}
+		}
+		return res, nil, err
 	}
-	if ready {
-		fs.push(id)
+	for i, a := range to {
+		if ready[i] && !out[i].answering {
+			a.q.(*fileQueue).src.push(out[i].id)
+		}
 	}
-	return res, id, nil
+	return res, out, nil
 }
 
 // lanes returns the one lane of the file store's queue, the first time:
@@ -436,16 +471,16 @@ func (q *fileQueue) moveDue(_ context.Context, now time.Time) error {
 	return nil
 }
 
-func (q *fileQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
-	if err := q.remove(ctx, m, ttl); err != nil {
+func (q *fileQueue) delivered(ctx context.Context, m message, d done) error {
+	if err := q.remove(ctx, m, d); err != nil {
 		return err
 	}
 	q.src.releaseGroup(m.ev.Group, m.id)
 	return nil
 }
 
-// remove deletes a delivered event and shortens its key to ttl.
-func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) error {
+// remove deletes a delivered event and updates its key as d says.
+func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
@@ -453,18 +488,85 @@ func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) er
 		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
+		if d.newest != "" {
+			b := tx.Bucket(fs.newest)
+			v := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(d.newestTTL).UnixMilli()))
+			if err := b.Put([]byte(m.ev.Group), append(v, d.newest...)); err != nil {
+				return err
+			}
+			if fs.newestWrites.Add(1)%pruneEvery == 0 {
+				if err := pruneNewest(b, time.Now().UnixMilli()); err != nil {
+					return err
+				}
+			}
+		}
 		if storeKey == "" {
 			return nil
 		}
-		return fs.file.SetExpiry(tx, storeKey, ttl)
+		if d.record != nil {
+			for _, k := range []string{storeKey, d.guard} {
+				if k == "" {
+					continue
+				}
+				ttl := d.ttl
+				if k != storeKey {
+					ttl = 0
+				}
+				if err := fs.file.SetRecord(tx, k, d.record, ttl); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if d.ttl == 0 {
+			return nil
+		}
+		return fs.file.SetExpiry(tx, storeKey, d.ttl)
 	})
 	if err != nil {
 		return err
 	}
 	if storeKey != "" {
 		fs.file.DropCached(storeKey)
+		if d.guard != "" {
+			fs.file.DropCached(d.guard)
+		}
 	}
 	fs.done(m.id)
+	return nil
+}
+
+func (q *fileQueue) newest(_ context.Context, m message) (string, error) {
+	fs := q.src
+	var out string
+	err := fs.file.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(fs.newest).Get([]byte(m.ev.Group))
+		if len(v) >= 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixMilli() {
+			out = string(v[8:])
+		}
+		return nil
+	})
+	return out, err
+}
+
+// pruneEvery is how many newest values are written between two prunings
+// of those that expired.
+const pruneEvery = 1024
+
+// pruneNewest deletes the newest values that expired by now (ms).
+func pruneNewest(b *bolt.Bucket, now int64) error {
+	var expired [][]byte
+	_ = b.ForEach(func(k, v []byte) error {
+		if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) <= now {
+			expired = append(expired, slices.Clone(k))
+		}
+		return nil
+	})
+	for _, k := range expired {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -665,7 +767,7 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 	return found, err
 }
 
-func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string) (string, error) {
+func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string, extra []any) (string, error) {
 	fs := q.src
 	var id string
 	var ready bool
@@ -675,7 +777,7 @@ func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, fields(ev, "0", "0", group)))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, append(fields(ev, "0", "0", group), extra...)))
 	})
 	if err != nil {
 		if id != "" {

@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -103,6 +104,21 @@ func (f File) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 		return nil
 	}
 	return putValue(tx, key, v[8], string(v[9:]), now().Add(ttl).UnixNano(), true)
+}
+
+// SetRecord replaces the record of key, if it holds one, within an
+// Update's transaction: it expires ttl from now, or when it did with ttl
+// 0. DropCached must follow the commit.
+func (f File) SetRecord(tx *bolt.Tx, key string, record []byte, ttl time.Duration) error {
+	v := tx.Bucket(bucketRecords).Get([]byte(key))
+	if len(v) < 9 || v[8] != kindRecord {
+		return nil
+	}
+	expires := int64(binary.BigEndian.Uint64(v))
+	if ttl > 0 {
+		expires = now().Add(ttl).UnixNano()
+	}
+	return putValue(tx, key, kindRecord, string(record), expires, true)
 }
 
 // DropCached forgets the process's copy of key's value, after its value
