@@ -80,7 +80,19 @@ type Archive struct {
 	queue   *queue
 	metrics *archiveMetrics
 	logger  *zap.Logger
+	// attempts reads the attempts of events an inbox delivered; nil
+	// without an inbox (ReadAttempts)
+	attempts AttemptsReader
 }
+
+// AttemptsReader returns the attempts of the event of each key, as an
+// inbox keeps them (none for a key it has none of), in one round trip.
+type AttemptsReader func(ctx context.Context, keys ...string) ([]event.History, error)
+
+// ReadAttempts makes the archive show, with an event its route's inbox
+// accepted (or a reconciliation entered there), the attempts the inbox
+// keeps of it (docs/archive.md#attempts). Called before the route serves.
+func (a *Archive) ReadAttempts(r AttemptsReader) { a.attempts = r }
 
 // backend is a store's side of the archive.
 type backend interface {
@@ -209,8 +221,9 @@ func (a *Archive) Event(ctx context.Context, id event.ID) (Event, bool, error) {
 		return Event{}, false, nil
 	}
 	ev, ok, err := a.backend.event(ctx, id)
-	if ok {
+	if ok && err == nil {
 		ev.whole()
+		err = a.fillAttempts(ctx, &ev)
 	}
 	return ev, ok, err
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
 
 // Reading the archive back: the events as the admin API shows them, and
@@ -45,12 +46,10 @@ type Event struct {
 	Size   *int64 `json:"size,omitempty"`
 	// Items are a batch's items (docs/caddyfile.md: Batches).
 	Items []Item `json:"items,omitempty"`
-	// Attempts are the times the event was handed to the application,
-	// oldest first, the newest event.MaxAttempts of AttemptsTotal
-	// (docs/archive.md#attempts); their headers and bodies with the whole
-	// event only.
-	Attempts      []event.AttemptJSON `json:"attempts,omitempty"`
-	AttemptsTotal int                 `json:"attempts_total,omitempty"`
+	// History is the times the event was handed to the application
+	// (docs/archive.md#attempts); the answers' headers and bodies with the
+	// whole event only.
+	History *event.HistoryJSON `json:"history,omitempty"`
 
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
@@ -168,18 +167,15 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 // SetAttempts sets the event's attempts (an inbox event's, kept by the
 // inbox), shown whole when the event is.
 func (ev *Event) SetAttempts(h event.History) {
-	ev.Attempts, ev.AttemptsTotal = nil, h.Total
-	if h.Total > 0 {
-		ev.Attempts = event.HistoryJSON(h, ev.Headers != nil)
-	}
+	ev.History = event.ShowHistory(h, ev.Headers != nil)
 }
 
 // whole fills in the headers and the body (read by the backend), for
 // showing one event.
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
-	for i := range ev.Attempts {
-		ev.Attempts[i].Whole = true
+	if ev.History != nil {
+		ev.History.Whole = true
 	}
 	if ev.BodyStored && ev.bodyRead {
 		// a view of the body, not a copy: an export of large bodies would
@@ -278,8 +274,22 @@ func (q Query) filtered() bool { return q.Key != "" || q.Result != "" || q.Statu
 // headers and bodies, and the cursor that continues the search ("" when
 // nothing older is left). It reads at most ScanMax events, and no body:
 // the first page asks for as many events as are wanted, the next ones
-// (when filters left some out) for more, up to 256.
+// (when filters left some out) for more, up to 256. The events an inbox
+// delivered come with its attempts.
 func (a *Archive) Find(ctx context.Context, q Query) ([]Event, string, error) {
+	out, cursor, err := a.find(ctx, q)
+	if err != nil || a.attempts == nil {
+		return out, cursor, err
+	}
+	evs := make([]*Event, len(out))
+	for i := range out {
+		evs[i] = &out[i]
+	}
+	return out, cursor, a.fillAttempts(ctx, evs...)
+}
+
+// find is Find without the inbox's attempts.
+func (a *Archive) find(ctx context.Context, q Query) ([]Event, string, error) {
 	out := []Event{}
 	hi, lo, ok := q.bounds(a.cutoff())
 	if !ok {
@@ -357,6 +367,11 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			}
 			for _, ev := range group {
 				ev.whole()
+			}
+			if err := a.fillAttempts(ctx, group...); err != nil {
+				return err
+			}
+			for _, ev := range group {
 				err := emit(ev)
 				*ev = Event{} // let the body go
 				if err != nil {
@@ -370,6 +385,34 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			return nil
 		}
 		hi = last.Prev()
+	}
+	return nil
+}
+
+// fillAttempts sets, on the events an inbox delivered (accepted, or
+// entered by a reconciliation, with no attempts of their own; a batch's
+// items are events of their own, under their keys), the attempts their
+// inbox keeps, in one read.
+func (a *Archive) fillAttempts(ctx context.Context, evs ...*Event) error {
+	if a.attempts == nil {
+		return nil
+	}
+	var keys []string
+	var at []*Event
+	for _, ev := range evs {
+		if ev.History == nil && len(ev.Items) == 0 && (ev.Result == results.New || ev.Result == results.Reconciled) {
+			keys, at = append(keys, ev.Key), append(at, ev)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	hs, err := a.attempts(ctx, keys...)
+	if err != nil {
+		return fmt.Errorf("reading the inbox's attempts: %w", err)
+	}
+	for i, h := range hs {
+		at[i].SetAttempts(h)
 	}
 	return nil
 }

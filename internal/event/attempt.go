@@ -311,12 +311,31 @@ func (a AttemptJSON) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// HistoryJSON returns h's attempts as the admin API shows them, oldest
-// first; whole adds their headers and bodies.
-func HistoryJSON(h History, whole bool) []AttemptJSON {
-	out := make([]AttemptJSON, len(h.Attempts))
+// HistoryJSON is a history as the admin API shows it (docs/admin.md, the
+// history shape): the count of every attempt, and the newest attempts,
+// oldest first; Whole adds their answers' headers and bodies.
+type HistoryJSON struct {
+	History
+	Whole bool
+}
+
+// MarshalJSON writes the history shape.
+func (h HistoryJSON) MarshalJSON() ([]byte, error) {
+	out := struct {
+		Total    int           `json:"total"`
+		Attempts []AttemptJSON `json:"attempts"`
+	}{Total: h.Total, Attempts: make([]AttemptJSON, len(h.Attempts))}
 	for i, a := range h.Attempts {
-		out[i] = AttemptJSON{Attempt: a, Whole: whole}
+		out.Attempts[i] = AttemptJSON{Attempt: a, Whole: h.Whole}
 	}
-	return out
+	return json.Marshal(out)
+}
+
+// ShowHistory returns h as the admin API shows it, nil when it holds no
+// attempt; whole adds the answers' headers and bodies.
+func ShowHistory(h History, whole bool) *HistoryJSON {
+	if h.Total == 0 {
+		return nil
+	}
+	return &HistoryJSON{History: h, Whole: whole}
 }
