@@ -26,7 +26,7 @@ type keyStatus struct {
 	Corrupt     bool           `json:"corrupt,omitempty"`       // completed, but the record cannot be read
 	// History is the attempts of the key's event, with an inbox, as long
 	// as it keeps them (docs/inbox.md#attempts).
-	History *event.HistoryJSON `json:"history,omitempty"`
+	History *event.HistoryView `json:"history,omitempty"`
 }
 
 // keyStore returns the store and the store key of a source's key.

@@ -49,13 +49,14 @@ type Event struct {
 	// History is the times the event was handed to the application
 	// (docs/archive.md#attempts); the answers' headers and bodies with the
 	// whole event only.
-	History *event.HistoryJSON `json:"history,omitempty"`
+	History *event.HistoryView `json:"history,omitempty"`
 
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
 
 	headerBlock string
+	attempts    event.History // History's source
 	body        []byte
 	bodyRead    bool // body holds what is stored (see setBody)
 }
@@ -167,6 +168,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 // SetAttempts sets the event's attempts (an inbox event's, kept by the
 // inbox), shown whole when the event is.
 func (ev *Event) SetAttempts(h event.History) {
+	ev.attempts = h
 	ev.History = event.ShowHistory(h, ev.Headers != nil)
 }
 
@@ -175,7 +177,7 @@ func (ev *Event) SetAttempts(h event.History) {
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
 	if ev.History != nil {
-		ev.History.Whole = true
+		ev.History = event.ShowHistory(ev.attempts, true)
 	}
 	if ev.BodyStored && ev.bodyRead {
 		// a view of the body, not a copy: an export of large bodies would

@@ -3,7 +3,6 @@ package event
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -271,71 +270,55 @@ func KeptBody(body []byte, limit int) ([]byte, bool) {
 	return body[:max(limit, 0)], true
 }
 
-// AttemptJSON is an attempt as the admin API shows it (docs/admin.md,
-// the attempt shape); Whole adds its headers and body.
-type AttemptJSON struct {
-	Attempt
-	Whole bool
+// AttemptView is an attempt as the admin API shows it (docs/admin.md, the
+// attempt shape): its answer's headers and body only when shown whole.
+type AttemptView struct {
+	At          time.Time `json:"at"`
+	Destination string    `json:"destination"`
+	Attempt     int       `json:"attempt"`
+	Status      int       `json:"status"`
+	LatencyMs   float64   `json:"latency_ms"`
+	Error       string    `json:"error,omitempty"`
+	// Truncated tells that the answer was cut to keep_response.
+	Truncated    bool                `json:"truncated,omitempty"`
+	Headers      map[string][]string `json:"headers,omitempty"`
+	Body         *string             `json:"body,omitempty"`
+	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
 }
 
-// MarshalJSON writes the attempt shape.
-func (a AttemptJSON) MarshalJSON() ([]byte, error) {
-	type whole struct {
-		At           time.Time           `json:"at"`
-		Destination  string              `json:"destination"`
-		Attempt      int                 `json:"attempt"`
-		Status       int                 `json:"status"`
-		LatencyMs    float64             `json:"latency_ms"`
-		Error        string              `json:"error,omitempty"`
-		Truncated    bool                `json:"truncated,omitempty"`
-		Headers      map[string][]string `json:"headers,omitempty"`
-		Body         *string             `json:"body,omitempty"`
-		BodyEncoding string              `json:"body_encoding,omitempty"`
-	}
-	out := whole{
-		At: a.At, Destination: a.Destination, Attempt: a.Number, Status: a.Status,
-		LatencyMs: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Truncated: a.Truncated,
-	}
-	if a.Whole {
-		if a.Headers != "" {
-			out.Headers = ParseHeaderBlock(a.Headers)
-		}
-		if len(a.Body) > 0 {
-			s := string(a.Body)
-			if !utf8.ValidString(s) {
-				s, out.BodyEncoding = base64.StdEncoding.EncodeToString(a.Body), "base64"
-			}
-			out.Body = &s
-		}
-	}
-	return json.Marshal(out)
-}
-
-// HistoryJSON is a history as the admin API shows it (docs/admin.md, the
+// HistoryView is a history as the admin API shows it (docs/admin.md, the
 // history shape): the count of every attempt, and the newest attempts,
-// oldest first; Whole adds their answers' headers and bodies.
-type HistoryJSON struct {
-	History
-	Whole bool
-}
-
-// MarshalJSON writes the history shape.
-func (h HistoryJSON) MarshalJSON() ([]byte, error) {
-	out := struct {
-		Total    int           `json:"total"`
-		Attempts []AttemptJSON `json:"attempts"`
-	}{Total: h.Total, Attempts: make([]AttemptJSON, len(h.Attempts))}
-	for i, a := range h.Attempts {
-		out.Attempts[i] = AttemptJSON{Attempt: a, Whole: h.Whole}
-	}
-	return json.Marshal(out)
+// oldest first.
+type HistoryView struct {
+	Total    int           `json:"total"`
+	Attempts []AttemptView `json:"attempts"`
 }
 
 // ShowHistory returns h as the admin API shows it, nil when it holds no
 // attempt; whole adds the answers' headers and bodies.
-func ShowHistory(h History, whole bool) *HistoryJSON {
+func ShowHistory(h History, whole bool) *HistoryView {
 	if h.Total == 0 {
 		return nil
 	}
-	return &HistoryJSON{History: h, Whole: whole}
+	out := &HistoryView{Total: h.Total, Attempts: make([]AttemptView, len(h.Attempts))}
+	for i, a := range h.Attempts {
+		v := AttemptView{
+			At: a.At, Destination: a.Destination, Attempt: a.Number, Status: a.Status,
+			LatencyMs: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Truncated: a.Truncated,
+		}
+		if whole {
+			if a.Headers != "" {
+				v.Headers = ParseHeaderBlock(a.Headers)
+			}
+			if len(a.Body) > 0 {
+				b := string(a.Body)
+				if !utf8.ValidString(b) {
+					b, v.BodyEncoding = base64.StdEncoding.EncodeToString(a.Body), "base64"
+				}
+				v.Body = &b
+			}
+		}
+		out.Attempts[i] = v
+	}
+	return out
 }

@@ -115,12 +115,16 @@ func TestInboxDeadLetterBodyAndHistory(t *testing.T) {
 					t.Fatalf("keep_response %d: the dead letter's body and history: %+v", keep, dl)
 				}
 				a := dl.History.Attempts[0]
+				body := ""
+				if a.Body != nil {
+					body = *a.Body
+				}
 				wantBody := `{"error":"unknown customer"}`
 				if keep == 0 {
 					wantBody = ""
 				}
-				if a.Status != 422 || string(a.Body) != wantBody || (keep == 0) != (a.Headers == "") {
-					t.Fatalf("keep_response %d: the attempt %+v (%q)", keep, a, a.Body)
+				if a.Status != 422 || a.Attempt != 1 || body != wantBody || (keep == 0) != (a.Headers == nil) {
+					t.Fatalf("keep_response %d: the attempt %+v (%q)", keep, a, body)
 				}
 			}
 		})

@@ -216,5 +216,5 @@ type DeadLetter struct {
 	BodyOmitted  string  `json:"body_omitted,omitempty"`
 	// History is the event's attempts, at every destination, with the
 	// answers' headers and bodies (docs/inbox.md#attempts).
-	History *event.HistoryJSON `json:"history,omitempty"`
+	History *event.HistoryView `json:"history,omitempty"`
 }
