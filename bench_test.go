@@ -266,6 +266,16 @@ func BenchmarkServeHTTPFileParallel(b *testing.B) {
 // against one redis-server started for the whole benchmark. Each call goes
 // out alone (one request at a time): a new delivery is two round trips
 // (claim, complete), a replay one.
+// BenchmarkServeHTTPRedisArchive is BenchmarkServeHTTPRedis at 1 KiB with
+// an archive: a new delivery's event goes out in its completion's pipeline.
+func BenchmarkServeHTTPRedisArchive(b *testing.B) {
+	srv := testkit.StartRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
+	benchServeHTTP(b, benchSizes[:1], false, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store), Archive: &ArchiveConfig{}})
+	})
+}
+
 func BenchmarkServeHTTPRedis(b *testing.B) {
 	srv := testkit.StartRedis(b)
 	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
