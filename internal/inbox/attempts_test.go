@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"fmt"
+	"maps"
 	"io"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 // Every attempt is kept in its event's history (docs/inbox.md#attempts),
@@ -180,10 +182,13 @@ func TestInboxAttemptHistoryFanOut(t *testing.T) {
 
 // A history keeps the newest event.MaxAttempts attempts and the count of
 // all; with a bound on the source's histories (the archive's max_events),
-// the longest untouched go first.
+// the longest untouched go first: on the file store, on Redis and on Redis
+// Cluster (one script on the source's slot drops them).
 func TestInboxHistoryBounds(t *testing.T) {
 	t.Parallel()
-	for name, open := range backends {
+	stores := maps.Clone(backends)
+	stores["cluster"] = func(t *testing.T) store.Store { return openRedisStore(t, testkit.StartCluster(t).Addrs()...) }
+	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			app := newRecorder(t, func(key string, _ int) int {
