@@ -38,6 +38,7 @@ func (ib *Inbox) DeadLetters(ctx context.Context, start string, count int64) ([]
 			LastError:  ev.LastError,
 			Received:   ev.Received,
 			Failed:     ev.Failed,
+			TraceID:    ev.Trace.TraceID(),
 		})
 	}
 	return out, nil

@@ -314,15 +314,19 @@ func (ib *Inbox) deliver(m message) {
 	logger := ib.logger.With(zap.String("id", m.id), zap.String("key", ev.Key), zap.Int("attempt", attempt))
 	bg, cancel := ib.bg()
 	defer cancel()
+	actx, span := ib.startAttempt(ev, attempt)
+	defer span.End()
 
 	// an event whose deliveries keep killing their worker is not tried for ever
 	if attempt-ev.Base > len(ib.cfg.Retries)+1 {
 		if err := ib.deadLetter(bg, m, attempt-1, 0, "retries exhausted: the worker delivering it stopped without an answer"); err != nil {
 			logger.Warn("dead-lettering an inbox event failed; it will be reclaimed", zap.Error(err))
+		} else {
+			traceAttempt(span, outcomeDeadLettered, 0, time.Time{}, reasonExhausted)
 		}
 		return
 	}
-	status, asked, derr := ib.post(ev, attempt)
+	status, asked, derr := ib.post(actx, ev, attempt)
 
 	var err error
 	switch {
@@ -334,15 +338,18 @@ func (ib *Inbox) deliver(m message) {
 				ib.metrics.lag.Observe(time.Since(ev.Received).Seconds())
 			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
+			traceAttempt(span, outcomeDelivered, status, time.Time{}, "")
 		}
 	case derr == nil && status == http.StatusLoopDetected:
 		err = ib.deadLetter(bg, m, attempt, status, "delivery loop: HTTP 508 from deliver_to, which leads back to a route this event came through; point deliver_to at the application")
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonLoop)
 			logger.Warn("inbox event dead-lettered: deliver_to leads back to a route the event came through (HTTP 508)", zap.String("deliver_to", ib.cfg.DeliverTo))
 		}
 	case derr == nil && permanentFailure(status):
 		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonRefused)
 			logger.Warn("inbox event dead-lettered: the application refused it", zap.Int("status", status))
 		}
 	default:
@@ -361,11 +368,13 @@ func (ib *Inbox) deliver(m message) {
 			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
 			if err == nil {
 				ib.metrics.retried.Inc()
+				traceAttempt(span, outcomeRetried, status, due, "")
 				logger.Info("inbox delivery failed; retry scheduled", zap.Int("status", status), zap.String("error", reason), zap.Time("due", due))
 			}
 		} else {
 			err = ib.deadLetter(bg, m, attempt, status, "retries exhausted: "+reason)
 			if err == nil {
+				traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonExhausted)
 				logger.Warn("inbox event dead-lettered: retries exhausted", zap.Int("status", status), zap.String("error", reason))
 			}
 		}
@@ -373,6 +382,7 @@ func (ib *Inbox) deliver(m message) {
 	if err != nil {
 		// the event stays in delivery and is reclaimed: delivered again, never lost
 		logger.Warn("recording an inbox delivery's outcome failed; the event will be reclaimed and attempted again", zap.Error(err))
+		traceUnrecorded(span)
 	}
 }
 
@@ -399,8 +409,9 @@ func permanentFailure(status int) bool {
 
 // post sends one attempt to deliver_to and returns its status and, for a
 // 429 or 503, the wait its Retry-After asks for (0 when it asks none).
-func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ib.cfg.Timeout)
+// ctx holds the attempt's span, whose context the application gets.
+func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.cfg.Timeout)
 	defer cancel()
 	req, err := ev.NewRequest(ctx, ib.cfg.DeliverTo)
 	if err != nil {
@@ -425,6 +436,7 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 			return 0, 0, err
 		}
 	}
+	event.InjectTrace(ctx, req.Header)
 	resp, err := ib.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
