@@ -266,7 +266,7 @@ const (
 )
 
 // fieldCount is the most fields and values of an entry.
-const fieldCount = 34
+const fieldCount = 38
 
 // appendFields appends the entry's fields and values to f: everything but
 // the body, which the backends store apart.
@@ -294,6 +294,12 @@ func (e *Entry) appendFields(f []any) []any {
 	}
 	if e.Redacted {
 		f = append(f, event.FieldRedacted, "body")
+	}
+	if e.Trace.Parent != "" {
+		f = append(f, event.FieldTraceParent, e.Trace.Parent)
+		if e.Trace.State != "" {
+			f = append(f, event.FieldTraceState, e.Trace.State)
+		}
 	}
 	return f
 }
