@@ -456,6 +456,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return rs.bodyFailed(err)
 	}
+	rs.traceStep(spanVerify)
+	defer rs.traceEnd()
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
 	}
@@ -470,6 +472,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rs.trackStatus()
 		defer rs.archive()
 	}
+	rs.traceStep(spanClaim)
 	res, err := rs.claimKey()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)
