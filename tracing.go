@@ -43,6 +43,7 @@ type requestTrace struct {
 	tracer trace.Tracer
 	step   trace.Span // nil between steps
 	result string     // the request's result, once set
+	attrs  [3]attribute.KeyValue
 }
 
 // startTrace gives the request a trace when its context holds a recording
@@ -66,8 +67,7 @@ func (rs *requestState) traceStep(name string) {
 		return
 	}
 	t.end()
-	attrs := make([]attribute.KeyValue, 1, 3)
-	attrs[0] = attrSource.String(rs.h.Source)
+	attrs := append(t.attrs[:0], attrSource.String(rs.h.Source))
 	if rs.keyKind != 0 {
 		attrs = append(attrs, attrKeyKind.String(rs.keyKind.name()))
 	}
@@ -75,7 +75,8 @@ func (rs *requestState) traceStep(name string) {
 		attrs = append(attrs, attrResult.String(t.result))
 	}
 	var ctx context.Context
-	ctx, t.step = t.tracer.Start(t.ctx, name, trace.WithAttributes(attrs...))
+	ctx, t.step = t.tracer.Start(t.ctx, name)
+	t.step.SetAttributes(attrs...)
 	if name == spanApp {
 		rs.r = rs.r.WithContext(ctx)
 		rs.r.Header.Del("Tracestate")
