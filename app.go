@@ -237,13 +237,19 @@ var (
 // adminRoute is a handler as the operator surface sees it (admin.Route).
 type adminRoute struct{ h *Handler }
 
-func (r adminRoute) Source() string                              { return r.h.Source }
-func (r adminRoute) Store() store.Store                          { return r.h.store.backend }
-func (r adminRoute) StoreModule() string                         { return moduleName(r.h.store.backend) }
-func (r adminRoute) KeyPrefix() string                           { return r.h.keyPrefix }
-func (r adminRoute) TTL() time.Duration                          { return time.Duration(r.h.TTL) }
-func (r adminRoute) Forwarder() *forward.Forwarder               { return r.h.fwd.later }
-func (r adminRoute) Reconciler() *reconcile.Reconciler           { return r.h.reconciler }
+func (r adminRoute) Source() string                    { return r.h.Source }
+func (r adminRoute) Store() store.Store                { return r.h.store.backend }
+func (r adminRoute) StoreModule() string               { return moduleName(r.h.store.backend) }
+func (r adminRoute) KeyPrefix() string                 { return r.h.keyPrefix }
+func (r adminRoute) TTL() time.Duration                { return time.Duration(r.h.TTL) }
+func (r adminRoute) Forwarder() *forward.Forwarder     { return r.h.fwd.later }
+func (r adminRoute) Reconciler() *reconcile.Reconciler { return r.h.reconciler }
+func (r adminRoute) Refusals() *archive.Archive {
+	if r.h.refusals == nil {
+		return nil
+	}
+	return r.h.refusals.list
+}
 func (r adminRoute) Inbox() *inbox.Inbox                         { return r.h.inbox }
 func (r adminRoute) Archive() *archive.Archive                   { return r.h.archive }
 func (r adminRoute) Results() map[string]int64                   { return r.h.metrics.results() }

@@ -178,6 +178,7 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
+	refusals     *refusals // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -266,6 +267,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if err := h.provisionStore(ctx, app); err != nil {
+		return err
+	}
+	if h.refusals, err = h.newRefusals(); err != nil {
 		return err
 	}
 	if h.Archive != nil {
@@ -425,6 +429,7 @@ func (h *Handler) Cleanup() error {
 	if h.archive != nil {
 		h.archive.Stop()
 	}
+	h.refusals.stop()
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil

@@ -129,6 +129,7 @@ func (rs *requestState) looped() bool {
 // 508, before its body is read. An inbox dead-letters the event at once.
 func (rs *requestState) loop() error {
 	rs.setResult(results.Loop)
+	rs.refused(http.StatusLoopDetected, "delivery loop: sent back by this route's own inbox or redelivery")
 	rs.h.logger.Warn("request sent back to the route it came through (Webhook-Via names this route); answering 508: deliver_to and redeliver_to must lead to the application, not to this route",
 		zap.Strings("webhook_via", rs.r.Header[event.ViaHeader]))
 	return writeError(rs.w, http.StatusLoopDetected, msgLoop, "")
@@ -144,11 +145,13 @@ func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(results.TooLarge)
-		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+		rs.tooLarge(rs.r.ContentLength)
+		return rs.answerTooLarge()
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes
 		rs.setResult(results.OverBudget)
+		rs.refused(http.StatusServiceUnavailable, errOverBudget.Error())
 		rs.w.Header().Set("Connection", "close")
 		return writeError(rs.w, http.StatusServiceUnavailable, errOverBudget.Error(), budgetRetryAfter(rs.h))
 	}
@@ -195,6 +198,7 @@ func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
 		// the keys are not loaded yet: the sender retries once they are
 		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, signature.ErrUnavailable.Reason)
 		return writeError(rs.w, http.StatusServiceUnavailable, signature.ErrUnavailable.Reason, rs.h.verification.RetryAfter())
 	}
 	if errors.Is(err, signature.ErrAmbiguous) {
@@ -209,6 +213,7 @@ func (rs *requestState) unauthorized(err error) error {
 	if ce := rs.h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
 		ce.Write(zap.String("reason", reason))
 	}
+	rs.refused(http.StatusUnauthorized, reason)
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
@@ -251,6 +256,7 @@ func (rs *requestState) resolveKey() error {
 // such a delivery is no provider's (docs/caddyfile.md: Keys).
 func (rs *requestState) ambiguous(err error) error {
 	rs.setResult(results.Ambiguous)
+	rs.refused(http.StatusBadRequest, err.Error())
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused ambiguous delivery"); ce != nil {
 		ce.Write(zap.Error(err))
 	}
@@ -378,6 +384,7 @@ func (rs *requestState) replay(encoded []byte) error {
 	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
 			rs.setResult(results.Mismatch)
+			rs.refused(http.StatusUnprocessableEntity, msgMismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
 		}
 		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
@@ -509,6 +516,7 @@ func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
 		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, msgUnavailable)
 		return writeError(rs.w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}
 	rs.setResult(results.Bypassed)

@@ -228,17 +228,26 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 }
 
 // TestAlertRulesSeriesExistAtZero: every metric the rules read has series
-// from the first provision on, before any traffic, at zero, so that a
-// rule on its rate or increase sees the first event (the first Redis
-// restart above all).
+// from the first provision on, before any traffic, at zero (a file store
+// healthy at one), so that a rule on its rate or increase sees the first
+// event (the first Redis restart, the first file store lost, above all).
 func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	up := testkit.NewUpstream(t, nil)
+	file := t.TempDir() + "/alerts.db"
 	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source alerts
 		fail closed
 		store redis redis://%s
+		archive
+	}
+	reverse_proxy %s
+}
+:%d {
+	webhook_idempotency {
+		source alerts_file
+		store file %s
 	}
 	reverse_proxy %s
 }
@@ -255,7 +264,7 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		}
 	}
 	reverse_proxy %s
-}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), srv.Addr(), up.Addr()))
+}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), file, up.Addr(), testkit.FreePort(t), srv.Addr(), up.Addr()))
 	m := c.Metrics(t)
 	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(testkit.ReadFile(t, "../dashboards/alerts.yml"), -1)
 	slices.Sort(names)
@@ -267,13 +276,19 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		found := false
 		for _, line := range strings.Split(m.Raw, "\n") {
 			// this Caddy's series: the test process's other tests count too
-			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`)
+			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`) ||
+				strings.Contains(line, `path="`+file+`"`)
 			if strings.HasPrefix(line, name+"{") && ours {
 				found = true
 				// reconciliation's start time and interval are what they
-				// are from its start; every other series is at zero
+				// are from its start, a file store is healthy; every other
+				// series is at zero
 				started := strings.Contains(name, "reconcile_started") || strings.Contains(name, "reconcile_interval")
-				if !started && !strings.HasSuffix(line, " 0") {
+				if name == "caddy_webhook_idempotency_store_file_healthy" {
+					if !strings.HasSuffix(line, " 1") {
+						t.Errorf("a file store just opened: %s", line)
+					}
+				} else if !started && !strings.HasSuffix(line, " 0") {
 					t.Errorf("before any traffic: %s", line)
 				}
 			}

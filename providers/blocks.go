@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,10 +54,11 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		tc.PublicURL = cfg.publicURL()
 	}
 	if s := cfg.Signature; s != nil {
-		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator}
+		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format,
+			Separator: s.Separator, Skip: s.Skip, Sets: s.Sets}
 	}
 	if ts := cfg.Timestamp; ts != nil {
-		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit}
+		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Separator: ts.Separator, Prefix: ts.Prefix}
 	}
 	if c := cfg.CertURL; c != nil {
 		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
@@ -209,9 +211,11 @@ func loadKeySet(ctx caddy.Context, cfg VerifyConfig) (*keyset.Set, error) {
 
 // resignable reports whether a template can be signed again at a new time
 // without changing the body: an HMAC whose signature and timestamp are in
-// headers or the query, over the whole body.
+// headers or the query, over the whole body, with secrets of one encoding
+// (with several, which key the application holds is not known).
 func (cfg VerifyConfig) resignable() bool {
-	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil {
+	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil ||
+		len(strings.Fields(cfg.SecretEncoding)) > 1 {
 		return false
 	}
 	if strings.HasPrefix(cfg.Signature.From, "json:") {
@@ -226,9 +230,13 @@ func (cfg VerifyConfig) credentials() (headers, query []string) {
 	add := func(from string) {
 		switch kind, name, _ := strings.Cut(from, ":"); kind {
 		case "header":
-			headers = append(headers, name)
+			if !slices.ContainsFunc(headers, func(h string) bool { return strings.EqualFold(h, name) }) {
+				headers = append(headers, name)
+			}
 		case "query":
-			query = append(query, name)
+			if !slices.Contains(query, name) {
+				query = append(query, name)
+			}
 		}
 	}
 	if cfg.Signature != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
 // Handshakes answered at the edge (docs/providers.md: Handshakes): some
@@ -29,6 +30,11 @@ type Handshake struct {
 	// keyed handshakes are answered with a MAC made with the first
 	// secret (Zoom's).
 	keyed bool
+
+	// open handshakes are unsigned and need no token: their answer
+	// gives back only what the request sent, so anyone may get it
+	// (Dropbox's and Nylas's GET challenge).
+	open bool
 
 	// answer returns the answer when the request is this handshake; body
 	// is the verified body, nil for unsigned handshakes.
@@ -101,6 +107,7 @@ func NewHandshake(preset string, cfg HandshakeConfig) (*HandshakeState, error) {
 	state := &HandshakeState{Handshake: hs}
 	repl := caddy.NewReplacer()
 	switch {
+	case hs.open:
 	case !hs.signed:
 		if cfg.VerifyToken == "" {
 			return nil, nil
@@ -144,7 +151,7 @@ func CheckHandshakeOptions(preset, mode, verifyToken string) error {
 	if mode != "" && hs == nil {
 		return fmt.Errorf("the %s preset has no handshake to answer (%s have one)", preset, strings.Join(HandshakeProviders(), ", "))
 	}
-	if verifyToken != "" && (hs == nil || hs.signed) {
+	if verifyToken != "" && (hs == nil || hs.signed || hs.open) {
 		return fmt.Errorf("verify_token is the token of Meta's subscription check (the whatsapp preset); the %s preset takes none", preset)
 	}
 	if verifyToken != "" && mode == HandshakeOff {
@@ -162,6 +169,25 @@ func HandshakeProviders() []string {
 		}
 	}
 	return names
+}
+
+// challengeEcho is the GET `?challenge=<c>` a provider sends to check an
+// endpoint before it delivers to it (Dropbox, Nylas), answered with the
+// challenge as it is, in a `text/plain` body (the handler adds
+// `X-Content-Type-Options: nosniff`, which Dropbox asks for so that the
+// echo is no reflected script). Unsigned: a GET without the parameter is
+// no handshake.
+var challengeEcho = Handshake{open: true, answer: answerChallengeEcho}
+
+func answerChallengeEcho(_ *HandshakeState, r *http.Request, _ []byte) (HandshakeAnswer, bool) {
+	if r.Method != http.MethodGet {
+		return HandshakeAnswer{}, false
+	}
+	c := query.Value(r.URL.RawQuery, "challenge")
+	if c == "" {
+		return HandshakeAnswer{}, false
+	}
+	return plainText(c), true
 }
 
 // plainText is a 200 with a text body.

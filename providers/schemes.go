@@ -129,7 +129,10 @@ type VerifyConfig struct {
 	Timestamp *TimestampConfig `json:"timestamp,omitempty"`
 
 	// For `template`: how the secrets are written, `raw` (used as
-	// written), `hex` or `base64`. Default: `raw`.
+	// written), `hex`, `base64`, `whsec` (Standard Webhooks: `whsec_` and
+	// base64) or `nfkd` (the secret's Unicode NFKD form); several,
+	// separated by spaces, make a key of each secret under each encoding
+	// that decodes it (`whsec raw`). Default: `raw`.
 	SecretEncoding string `json:"secret_encoding,omitempty"`
 
 	// For `template`: the key of each delivery taken from the
@@ -175,8 +178,17 @@ type SignatureConfig struct {
 	Encoding string `json:"encoding,omitempty"`
 	// An ECDSA signature's form, `der` or `raw`. Default: der.
 	Format string `json:"format,omitempty"`
-	// Splits one value into several signatures (rotation). Default: none.
+	// Splits one value into items: several signatures (rotation), or
+	// parameters of which those with the prefix are signatures
+	// (`t=…,v1=…`). Default: none.
 	Separator string `json:"separator,omitempty"`
+	// How many items at the start of the value are not signatures
+	// (Recurly's `<timestamp>,<sig>`). Default: 0.
+	Skip int `json:"skip,omitempty"`
+	// Splits one value into sets verified one by one, each with its own
+	// signatures and timestamp (Persona's `t=…,v1=… t=…,v1=…`). Default:
+	// none.
+	Sets string `json:"sets,omitempty"`
 }
 
 // TimestampConfig is where a template's signed time is.
@@ -185,6 +197,11 @@ type TimestampConfig struct {
 	From string `json:"from,omitempty"`
 	// `s`, `ms` or `rfc3339`. Default: s.
 	Unit string `json:"unit,omitempty"`
+	// Take the timestamp out of a value that holds more: split at the
+	// separator, the first item that starts with the prefix (`t=` of
+	// `t=…,v1=…`), the prefix removed. Default: the whole value.
+	Separator string `json:"separator,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
 }
 
 // CertURLConfig is where a template's certificate comes from.

@@ -35,16 +35,20 @@ func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 	if v.items != nil || v.sig.kind == fromJSON {
 		return nil, errors.New("signature: the signer writes signatures in a header or the query, not in the body")
 	}
+	if v.skip > 1 || (v.skip == 1 && !v.sharesHeader()) {
+		return nil, errors.New("signature: the signer writes no items before the signature but the timestamp of the same header")
+	}
 	s := &templateSigner{v: v, key: key}
 	if v.family == familyHMAC {
 		if key != nil {
 			return nil, errors.New("an HMAC algorithm signs with a secret, not a private key")
 		}
-		secrets, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
+		_, first, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
 		if err != nil {
 			return nil, err
 		}
-		s.secret = secrets[0]
+		// the first secret under the first encoding that decodes it
+		s.secret = first[0]
 	} else if key == nil || checkPublicKey(v.family, key.Public()) != nil {
 		return nil, fmt.Errorf("%s signs with a %s private key", v.family, v.family)
 	}
@@ -63,18 +67,20 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 	v := s.v
 	st := v.states.Get().(*templateState)
 	defer v.release(st)
+	shared := v.sharesHeader()
 	if v.ts.kind != 0 {
-		var ts string
 		switch v.unit {
 		case unitMillis:
-			ts = strconv.FormatInt(at.UnixMilli(), 10)
+			st.ts = strconv.FormatInt(at.UnixMilli(), 10)
 		case unitRFC3339:
-			ts = at.UTC().Format(time.RFC3339)
+			st.ts = at.UTC().Format(time.RFC3339)
 		default:
-			ts = unix(at)
+			st.ts = unix(at)
 		}
-		if err := setSource(r, v.ts, ts); err != nil {
-			return nil, fmt.Errorf("timestamp: %v", err)
+		if !shared {
+			if err := setSource(r, v.ts, v.tsPrefix+st.ts); err != nil {
+				return nil, fmt.Errorf("timestamp: %v", err)
+			}
 		}
 	}
 	if v.paths.leaves > 0 {
@@ -110,10 +116,21 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	if err := setSource(r, v.sig, v.prefix+encode(v.encoding, sig)); err != nil {
+	value := v.prefix + encode(v.encoding, sig)
+	if shared {
+		// the timestamp's item first: `t=…,v1=…`, Recurly's `<t>,<sig>`
+		value = v.tsPrefix + st.ts + v.separator + value
+	}
+	if err := setSource(r, v.sig, value); err != nil {
 		return nil, fmt.Errorf("signature: %v", err)
 	}
 	return body, nil
+}
+
+// sharesHeader reports whether the timestamp is an item of the
+// signature's header.
+func (v *templateVerifier) sharesHeader() bool {
+	return v.ts.kind == fromHeader && v.sig.kind == fromHeader && v.ts.name == v.sig.name
 }
 
 // signDigest signs the digest in h with an ECDSA or RSA key.

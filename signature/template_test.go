@@ -676,10 +676,18 @@ func TestTemplateAllocations(t *testing.T) {
 	item := `{"Item":{"ref":"a\/b","value":1000,"sig":"` + signHMAC("k", "a/b:1000") + `"}}`
 	da := sigtest.NewDelivery("/", []byte(`{"items":[`+item+`,`+item+`]}`), time.Time{})
 
+	// Persona's sets of `t=…,v1=…`, the timestamp signed through {timestamp}
+	params := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
+		c.Signature = signature.SignatureLocation{From: "header:Sig", Sets: " ", Separator: ",", Prefix: "v1="}
+		c.Timestamp = signature.TimestampLocation{From: "header:Sig", Separator: ",", Prefix: "t="}
+	})
+	dp := sigtest.NewDelivery("/", body, time.Time{})
+	dp.Req.Header.Set("Sig", "t="+ts+",v1="+signHMAC("old", ts+"."+string(body))+" t="+ts+",v1="+signHMAC("k", ts+"."+string(body)))
+
 	for name, c := range map[string]struct {
 		v signature.Verifier
 		d *sigtest.Delivery
-	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}} {
+	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}, "parameters in sets": {params, dp}} {
 		if n := testing.AllocsPerRun(100, func() {
 			if err := c.v.Verify(c.d.Req, c.d.Body); err != nil {
 				t.Fatal(err)

@@ -226,6 +226,15 @@ type DurabilityWatcher interface {
 	RequireDurable(source string)
 }
 
+// HealthReporter is implemented by a store that can tell it no longer
+// keeps what it is given although its calls succeed (the file store whose
+// file was deleted or replaced under the running Caddy: docs/stores.md).
+// Health returns nil, or why the store is unhealthy; the admin API shows
+// the sources on such a store as unhealthy.
+type HealthReporter interface {
+	Health() error
+}
+
 // NewOwner returns an owner token unique to one request across processes:
 // a random per-process prefix and a counter.
 func NewOwner() string {

@@ -44,6 +44,7 @@ func (r *countingRoute) KeyPrefix() string                  { return "idem:" + r
 func (r *countingRoute) TTL() time.Duration                 { return time.Hour }
 func (r *countingRoute) Forwarder() *forward.Forwarder      { return nil }
 func (r *countingRoute) Reconciler() *reconcile.Reconciler  { return nil }
+func (r *countingRoute) Refusals() *archive.Archive         { return nil }
 func (r *countingRoute) Inbox() *inbox.Inbox                { return nil }
 func (r *countingRoute) Archive() *archive.Archive          { return nil }
 func (r *countingRoute) AllowLists() []any                  { return nil }

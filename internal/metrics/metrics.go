@@ -41,6 +41,17 @@ var (
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
 
+	StoreFileHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_file_healthy",
+		Help:      "1 while the file store's file and its log are the files Caddy opened, 0 once either was deleted or replaced under the running Caddy (what is recorded since is lost at the next restart), by path.",
+	}, []string{"path"})
+
+	StoreFileLost = newCounter("store_file_lost_total",
+		"Times the file store's file or its log was found deleted or replaced under the running Caddy, by path.",
+		"path")
+
 	StoreReplicasShort = newCounter("store_replicas_short_total",
 		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
 		"address", "op")
@@ -79,6 +90,12 @@ var (
 		"Events that could not be appended to the archive (a store error), by source.",
 		"source")
 
+	RefusalsListed = newCounter("refusals_listed_total",
+		"Refused requests added to their source's list of refusals.", "source")
+	RefusalsUnlisted = newCounter("refusals_unlisted_total",
+		"Refused requests left out of their source's list of refusals: past the rate at which the list is written (a flood of forgeries), or its queue full.", "source")
+	RefusalsErrors = newCounter("refusals_errors_total",
+		"Refused requests the store failed to add to their source's list of refusals.", "source")
 	ArchiveDropped = newCounter("archive_dropped_total",
 		"Events not archived because the archive's background queue was full, by source.",
 		"source")
@@ -130,8 +147,8 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
-	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort, StoreFileHealthy, StoreFileLost,
+	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
 	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,

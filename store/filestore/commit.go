@@ -463,6 +463,11 @@ func (d *db) putAll(tx *bolt.Tx, puts []put) error {
 			return err
 		}
 		d.txKeys = append(d.txKeys, p.key)
+		if len(p.payload) > cacheMaxValue {
+			// and its leaf's neighbours, about as much again, are read
+			// as it is written
+			d.touched(2 * len(p.payload))
+		}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -64,6 +65,16 @@ var (
 const (
 	shards        = 64
 	cachePerShard = 1024 // records cached per shard (65,536 in all)
+	// cacheBytesPerShard bounds the bytes cached per shard (64 MiB in
+	// all, as the redis store's copy of recent records): recorded answers
+	// can be large, and 65,536 of them unbounded in size held gigabytes
+	// (docs/stores.md, "Fast duplicates").
+	cacheBytesPerShard = 1 << 20
+	// cacheMaxValue is the largest value cached: a larger one is read
+	// from the file each time it is asked for, so that a shard holds at
+	// least 64 values however large the answers, and large answers never
+	// push out the small ones.
+	cacheMaxValue = 16 << 10
 	batchMax      = 1024 // writes per commit at most
 	sweepBatch    = 4096 // expired records deleted per commit at most
 )
@@ -92,13 +103,16 @@ type db struct {
 	stop     chan struct{}
 	done     sync.WaitGroup
 
+	mapped mapped     // the file's pages made resident by large values (mapped.go)
+	health fileHealth // the files under the running Caddy (health.go)
+
 	// what the disk was asked for so far: records written to the log
 	// (one fdatasync each) and commits of the tree (two each, when synced)
 	logWrites, treeCommits atomic.Uint64
 
 	syncMu    sync.Mutex
-	syncs     map[*Store]time.Duration // the sync setting of every store in use
-	syncEvery atomic.Int64             // the strictest (0: always)
+	syncs     map[*use]time.Duration // the sync setting of every configuration using the file
+	syncEvery atomic.Int64           // the strictest (0: always)
 	syncKick  chan struct{}
 }
 
@@ -107,6 +121,7 @@ type shard struct {
 	mu      sync.Mutex
 	claims  map[string]*claim
 	cache   map[string]cached
+	cached  int                // bytes of cache (cachedSize)
 	pending map[string]pending // in the log, not in the tree yet (commit.go)
 	_       [32]byte           // keep shards on separate cache lines
 }
@@ -122,6 +137,10 @@ type claim struct {
 	// the key's completion.
 	note    string
 	noteTTL time.Duration
+	// by is the configuration's use of the file the claim was taken
+	// through: a use cleaned up by a reload keeps the file until its
+	// claims are done (use.go).
+	by *use
 }
 
 // cached is a value read from or written to the file lately.
@@ -203,8 +222,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	d := &db{
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
-		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
+		syncs: make(map[*use]time.Duration), syncKick: make(chan struct{}, 1),
 	}
+	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
 	d.filter.seed = maphash.MakeSeed()
 	if err := d.filter.build(d, nil); err != nil {
@@ -216,13 +236,20 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		d.shards[i].cache = make(map[string]cached)
 		d.shards[i].pending = make(map[string]pending)
 	}
+	if err := d.watch(); err != nil {
+		_ = b.Close()
+		if log != nil {
+			_ = log.f.Close()
+		}
+		return nil, fmt.Errorf("file store: %s: %v", path, err)
+	}
 	// what the log holds and the tree does not: answered before the
 	// process ended, so kept as if just written
 	for _, r := range recovered {
 		d.keepPending(r.puts, r.seq)
 		d.ap.add([]applyItem{{puts: r.puts, seq: r.seq}})
 	}
-	d.done.Add(4)
+	d.done.Add(6)
 	go d.commitLoop()
 	go func() {
 		defer d.done.Done()
@@ -230,6 +257,8 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	}()
 	go d.sweepLoop()
 	go d.syncLoop()
+	go d.mappedLoop()
+	go d.healthLoop()
 	return d, nil
 }
 
@@ -254,6 +283,8 @@ func (d *db) Destruct() error {
 		}
 		_ = d.log.f.Close()
 	}
+	d.health.close()
+	metrics.StoreFileHealthy.DeleteLabelValues(d.path)
 	return d.bolt.Close()
 }
 
@@ -270,19 +301,19 @@ func (d *db) writeFreelist() {
 	}
 }
 
-// setSync records a store's sync setting and applies the strictest in use.
-func (d *db) setSync(s *Store, every time.Duration) {
+// setSync records a use's sync setting and applies the strictest in use.
+func (d *db) setSync(u *use, every time.Duration) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	d.syncs[s] = every
+	d.syncs[u] = every
 	d.applySync()
 }
 
-// dropSync forgets the setting of a store no longer in use.
-func (d *db) dropSync(s *Store) {
+// dropSync forgets the setting of a use that ended.
+func (d *db) dropSync(u *use) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	delete(d.syncs, s)
+	delete(d.syncs, u)
 	d.applySync()
 }
 
@@ -379,7 +410,7 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 		if c.expires > nowNano {
 			return c, true, nil
 		}
-		delete(s.cache, key)
+		s.drop(key)
 	}
 	if !d.filter.mayHave(key) {
 		return cached{}, false, nil
@@ -393,6 +424,9 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 		}
 		c = cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
 		found = c.expires > nowNano
+		if len(v) > cacheMaxValue {
+			d.touched(len(v))
+		}
 		return nil
 	})
 	if err != nil || !found {
@@ -402,17 +436,36 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 	return c, true, nil
 }
 
-// remember caches a value, making room by dropping another when the shard
-// is full (the file keeps every value: the cache loses nothing).
+// remember caches a value, making room by dropping others when the shard
+// is full, in records or in bytes (the file keeps every value: the cache
+// loses nothing). A value over cacheMaxValue is not cached.
 func (s *shard) remember(key string, c cached) {
-	if _, ok := s.cache[key]; !ok && len(s.cache) >= cachePerShard {
+	s.drop(key)
+	size := cachedSize(key, c)
+	if size > cacheMaxValue {
+		return
+	}
+	for len(s.cache) > 0 && (len(s.cache) >= cachePerShard || s.cached+size > cacheBytesPerShard) {
 		for k := range s.cache {
-			delete(s.cache, k)
+			s.drop(k)
 			break
 		}
 	}
 	s.cache[key] = c
+	s.cached += size
 }
+
+// drop forgets key's cached value, if any.
+func (s *shard) drop(key string) {
+	if c, ok := s.cache[key]; ok {
+		s.cached -= cachedSize(key, c)
+		delete(s.cache, key)
+	}
+}
+
+// cachedSize is what a cached value costs: its key, its payload, and
+// about what the map and the value's fields take.
+func cachedSize(key string, c cached) int { return len(key) + len(c.payload) + 64 }
 
 // view runs fn in a read transaction; a panic (a damaged page) is an
 // error.
@@ -433,8 +486,9 @@ const (
 	claimNoted          // the key, and its note read and taken when free
 )
 
-// claim claims key (and second, its guard or note, by mode) for owner.
-func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (store.ClaimResult, string, error) {
+// claim claims key (and second, its guard or note, by mode) for owner,
+// through the use by (nil in tests).
+func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int, by *use) (store.ClaimResult, string, error) {
 	if mode != claimPlain && second == "" {
 		mode = claimPlain
 	}
@@ -463,9 +517,9 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 		if err != nil || gres.State != store.StateClaimed {
 			return gres, "", err
 		}
-		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease)}
+		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	}
-	c := &claim{owner: owner, expires: nowNano + int64(lease)}
+	c := &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	if mode == claimNoted && prev == "" {
 		// the note is this key's from now on: kept in memory at once and
 		// written with the key's completion
@@ -494,6 +548,24 @@ func (d *db) state(s *shard, key string, nowNano int64) (store.ClaimResult, erro
 		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}, nil
 	}
 	return store.ClaimResult{State: store.StateClaimed}, nil
+}
+
+// claimsOf reports whether a claim taken through u is in flight: being
+// completed, or within its lease.
+func (d *db) claimsOf(u *use) bool {
+	nowNano := now().UnixNano()
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		for _, c := range sh.claims {
+			if c.by == u && (c.pinned || c.expires > nowNano) {
+				sh.mu.Unlock()
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
 }
 
 // owned returns key's claim if owner holds it live and unpinned. Called
@@ -674,7 +746,7 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 		return store.KeyInfo{}, err
 	}
 	unlock := d.lockShards(key, "")
-	delete(d.shardOf(key).cache, key)
+	d.shardOf(key).drop(key)
 	unlock()
 	return info, nil
 }
@@ -800,7 +872,7 @@ func (d *db) sweepClaims() {
 		}
 		for k, c := range s.cache {
 			if c.expires <= nowNano {
-				delete(s.cache, k)
+				s.drop(k)
 			}
 		}
 		s.mu.Unlock()

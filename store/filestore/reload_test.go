@@ -103,3 +103,58 @@ func TestReloadSharesTheFileAndAChangedPathClosesTheOld(t *testing.T) {
 		t.Fatalf("the first file reopened: %s, %v; want its record", res.State, err)
 	}
 }
+
+// A reload that changes the path cleans the old configuration up while its
+// requests still run: a request that claimed in the old file completes in
+// it (the file is closed once its last claim is done), and one that claims
+// only after that (it was reading its body) takes the file again. Before,
+// the completion failed: "file store: … is closed".
+func TestReloadKeepsTheOldFileForItsRequests(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.db"), filepath.Join(dir, "second.db")
+	old := provisionAt(t, first)
+	running := store.NewOwner()
+	if res, err := old.Claim(t.Context(), "moved:running", running, time.Minute); err != nil || res.State != store.StateClaimed {
+		t.Fatalf("claim: %s %v", res.State, err)
+	}
+	// the reload: the new configuration on another file, then the old
+	// one's cleanup, with its request still running
+	moved := provisionAt(t, second)
+	t.Cleanup(func() { _ = moved.Cleanup() })
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("the old file was closed under a request that claimed in it")
+	}
+	if err := old.Renew(t.Context(), "moved:running", running, time.Minute); err != nil {
+		t.Fatalf("renewing the running request's lease: %v", err)
+	}
+	if err := old.Complete(t.Context(), "moved:running", running, recordOf("moved:running"), time.Hour); err != nil {
+		t.Fatalf("the running request's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after its last request", func() bool { return !fileHeld(t, first) })
+
+	// a request of the old configuration that claims only now
+	late := store.NewOwner()
+	if res, err := old.Claim(t.Context(), "moved:late", late, time.Minute); err != nil || res.State != store.StateClaimed {
+		t.Fatalf("a late claim: %s %v", res.State, err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("a late claim did not take the old file again")
+	}
+	if err := old.Complete(t.Context(), "moved:late", late, recordOf("moved:late"), time.Hour); err != nil {
+		t.Fatalf("the late request's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after the late request", func() bool { return !fileHeld(t, first) })
+
+	reopened := provisionAt(t, first)
+	t.Cleanup(func() { _ = reopened.Cleanup() })
+	for _, key := range []string{"moved:running", "moved:late"} {
+		res, err := reopened.Claim(t.Context(), key, store.NewOwner(), time.Minute)
+		if err != nil || res.State != store.StateCompleted || string(res.Record) != string(recordOf(key)) {
+			t.Fatalf("%s in the old file: %s %v", key, res.State, err)
+		}
+	}
+}
