@@ -36,9 +36,10 @@ import (
 // stored. The client address is Caddy's, so `trusted_proxies` is
 // respected.
 type AllowIPsConfig struct {
-	// Providers whose published address lists are allowed: `github` (the
-	// `hooks` ranges of GitHub's meta API), `linear`, `stripe` and `svix`
-	// (docs/providers.md: Published addresses). Each list is fetched at
+	// Providers whose published address lists are allowed: the presets
+	// with an address list (docs/providers.md: Published addresses says
+	// which, and where each list is; `github`'s is the `hooks` ranges of
+	// GitHub's meta API). Each list is fetched at
 	// provision, refreshed in the background and kept on disk in Caddy's
 	// data directory, so a restart without network has the last one.
 	Providers []string `json:"providers,omitempty"`

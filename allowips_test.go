@@ -465,7 +465,7 @@ func TestAllowIPsProvisionErrors(t *testing.T) {
 		{AllowIPsConfig{}, "allow_ips lists nothing"},
 		{AllowIPsConfig{Ranges: []string{"203.0.113.0/33"}}, `allow_ips: "203.0.113.0/33" is not a CIDR range`},
 		{AllowIPsConfig{Providers: []string{"paddle"}}, "paddle publishes no address list that can be fetched"},
-		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (github, linear, stripe, svix)"},
+		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (" + strings.Join(listProviders(), ", ") + ")"},
 		{AllowIPsConfig{URLs: []string{"ftp://example.com/ips"}}, "invalid allow_ips url 'ftp://example.com/ips'"},
 		{AllowIPsConfig{Ranges: []string{"192.0.2.1"}, Refresh: caddy.Duration(time.Millisecond)}, "allow_ips refresh 1ms is shorter than 1s"},
 	} {

@@ -58,8 +58,8 @@ type Handler struct {
 
 	// Whether the preset answers its provider's handshake at the edge
 	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
-	// next handler). Only presets with a handshake take it: `whatsapp`,
-	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	// next handler). Only presets with a handshake take it (listed by
+	// providers.HandshakeProviders, and in that section). Default: `on`.
 	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:

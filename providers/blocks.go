@@ -69,12 +69,16 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 // templateSymmetric reports whether a template verifies with secrets (an
 // HMAC, or a map of HMACs).
 func (cfg VerifyConfig) templateSymmetric() bool {
-	if cfg.AlgorithmField != "" {
-		for _, a := range cfg.AlgorithmValues {
-			return signature.IsSymmetric(a)
-		}
+	return signature.IsSymmetric(cfg.templateAlgorithm())
+}
+
+// templateAlgorithm is a template's algorithm, or one of those its field
+// chooses among (all take the same kind of key).
+func (cfg VerifyConfig) templateAlgorithm() string {
+	for _, a := range cfg.AlgorithmValues {
+		return a
 	}
-	return signature.IsSymmetric(cfg.Algorithm)
+	return cfg.Algorithm
 }
 
 // newTemplateSigner builds the signer of a template with a secret (an

@@ -29,7 +29,7 @@ import (
 //		string          "<template>"                  (template)
 //		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>] [skip <n>] [sets <s>]
 //		timestamp       <from> [unit s|ms|rfc3339] [separator <s>] [prefix <p>]
-//		secret_encoding raw | hex | base64 | whsec | nfkd ...
+//		secret_encoding raw | hex | base64 | whsec | nfkd | html_specialchars ...
 //		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; cache <duration> }
 //		items           json:<path>
 //		max_items       <n>
@@ -172,7 +172,7 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 // secretEncodings are the words of secret_encoding (several: a key of each
 // secret under each encoding that decodes it).
 var secretEncodings = cfparse.Keywords[string]{{Word: "raw", Value: "raw"}, {Word: "hex", Value: "hex"}, {Word: "base64", Value: "base64"},
-	{Word: "whsec", Value: "whsec"}, {Word: "nfkd", Value: "nfkd"}}
+	{Word: "whsec", Value: "whsec"}, {Word: "nfkd", Value: "nfkd"}, {Word: "html_specialchars", Value: "html_specialchars"}}
 
 // parseAlgorithm reads `algorithm <name>` or `algorithm <field> { <value>
 // <name>... }`: a template's algorithm, or the hash of hmac and rsa.

@@ -31,9 +31,11 @@ type Handshake struct {
 	// secret (Zoom's).
 	keyed bool
 
-	// open handshakes are unsigned and need no token: their answer
-	// gives back only what the request sent, so anyone may get it
-	// (Dropbox's and Nylas's GET challenge).
+	// open handshakes are unsigned checks that need no token: their
+	// answer gives back nothing but what the request sent, so anyone may
+	// get it (Dropbox's and Nylas's GET challenge, WooCommerce's
+	// activation ping, Intercom's HEAD). They are answered before the body
+	// is read, whether or not the route verifies signatures.
 	open bool
 
 	// answer returns the answer when the request is this handshake; body

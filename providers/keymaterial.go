@@ -98,6 +98,12 @@ func CheckPublicKey(name, value string) error {
 		_, err = signature.ParseEd25519PublicKey(value)
 	case RSAKeys:
 		_, err = signature.ParseRSAPublicKey(value)
+	case TemplateKeys:
+		// the block's algorithm may come after its keys: the template
+		// parses them, by its algorithm, when it is built
+	case PublicKeysOrCertificate:
+		// a preset declared as a block: its algorithm's kind of key
+		err = signature.CheckTemplatePublicKey(presets[name].decl.templateAlgorithm(), value)
 	default:
 		err = errors.New("the scheme verifies with a shared secret (give secret)")
 	}

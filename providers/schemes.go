@@ -108,9 +108,10 @@ type VerifyConfig struct {
 
 	// For `template`: the signed message, as a template over the request
 	// (docs/providers.md: Generic schemes): text, `{body}`, `{method}`,
-	// `{url}`, `{header.<Name>}`, `{json.<path>}`, `{query.<name>}`,
-	// `{body.crc32}`, `{body.sha256}`, escapes such as `\n`, and parts in
-	// brackets left out when a field in them is absent. Required.
+	// `{url}`, `{timestamp}`, `{header.<Name>}`, `{json.<path>}`,
+	// `{query.<name>}`, `{body.crc32}`, `{body.sha256}`, escapes such as
+	// `\n`, and parts in brackets left out when a field in them is absent.
+	// Required.
 	String string `json:"string,omitempty"`
 
 	// For `template`, instead of algorithm: the field (`header:<Name>`,
@@ -130,9 +131,11 @@ type VerifyConfig struct {
 
 	// For `template`: how the secrets are written, `raw` (used as
 	// written), `hex`, `base64`, `whsec` (Standard Webhooks: `whsec_` and
-	// base64) or `nfkd` (the secret's Unicode NFKD form); several,
-	// separated by spaces, make a key of each secret under each encoding
-	// that decodes it (`whsec raw`). Default: `raw`.
+	// base64), `nfkd` (the secret's Unicode NFKD form) or
+	// `html_specialchars` (`&amp;`, `&lt;`, … decoded as WordPress decodes
+	// a stored secret); several, separated by spaces, make a key of each
+	// secret under each encoding that decodes it (`whsec raw`). Default:
+	// `raw`.
 	SecretEncoding string `json:"secret_encoding,omitempty"`
 
 	// For `template`: the key of each delivery taken from the

@@ -20,13 +20,16 @@ import (
 // NewTemplateSigner signs deliveries as the template scheme of cfg
 // checks them (NewTemplate), for a signature in a header or in the query:
 // it sets cfg's timestamp, when it is a header or a query parameter, to
-// the signing time in its unit; builds the string; signs it; and writes
-// the signature with its prefix, encoding and format. JSON fields are
-// read from the body, which is sent as it is. key is the private key of a
+// the signing time in its unit, after its prefix; builds the string; signs
+// it; and writes the signature with its prefix, encoding and format. A
+// timestamp in the signature's header is written as the first item of
+// that header, `<timestamp prefix><time><separator><prefix><signature>`
+// (`t=…,v1=…`, Recurly's `<time>,<signature>`). JSON fields are read from
+// the body, which is sent as it is. key is the private key of a
 // public-key algorithm (ed25519.PrivateKey, *ecdsa.PrivateKey on P-256,
 // *rsa.PrivateKey); an HMAC algorithm takes key nil and signs with the
-// first of cfg.Secrets. Items mode and signatures in the body are not
-// signed; cfg's public keys and certificate URL are not used.
+// first key of the first of cfg.Secrets. Items mode and signatures in the
+// body are not signed; cfg's public keys and certificate URL are not used.
 func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 	v, err := newTemplate(cfg, false)
 	if err != nil {

@@ -1,10 +1,10 @@
 // Package signature verifies the signatures webhook providers put on their
 // deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix) with
 // secrets or public keys, Mercado Pago, PagBank, Twilio, Square, Shopify,
-// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web
-// Tokens (Evolution API), and the generic schemes that sign the raw body
-// with an HMAC (GitHub, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
-// key, or send a shared token.
+// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi, Stone and Hook0
+// (Coinbase's CDP webhooks), JSON Web Tokens (Evolution API), and the
+// generic schemes that sign the raw body with an HMAC (GitHub, Meta,
+// iFood, Razorpay, …), an Ed25519 or an RSA key, or send a shared token.
 //
 // For providers without a scheme of their own there are building blocks
 // (the package's tests write Amazon SNS, PayPal, SendGrid, Adyen and
@@ -81,14 +81,16 @@
 // those with the Prefix are signatures (any may match) and the first Skip
 // are not; TimestampLocation's Separator and Prefix take the timestamp out
 // of such a value. So Stripe-like `t=<ts>,v1=<sig>[,v1=<sig>]` headers
-// (WorkOS, Mux) are a signature with Separator "," and Prefix "v1=" and a
-// timestamp in the same header with Separator "," and Prefix "t=", signed
-// as "{timestamp}.{body}"; Recurly's `<ts>,<sig>[,<sig>]` is Skip 1 and a
+// (Calendly, WorkOS, Mux) are a signature with Separator "," and Prefix
+// "v1=" and a timestamp in the same header with Separator "," and Prefix
+// "t=", signed as "{timestamp}.{body}" (Paddle's `ts=…;h1=…` is the same
+// with Separator ";"); Recurly's `<ts>,<sig>[,<sig>]` is Skip 1 and a
 // timestamp without a prefix (the first item); Persona's rotation, two
 // sets `t=…,v1=… t=…,v1=…` each with its own timestamp, adds Sets " ": each
 // set is verified on its own. Secrets may be decoded before use
 // (TemplateConfig.SecretEncoding: hex, base64, Standard Webhooks' whsec_,
-// Unicode NFKD), or tried under several encodings at once.
+// Unicode NFKD, WordPress's HTML references), or tried under several
+// encodings at once.
 //
 // JSON lets an object give a member twice, and readers disagree on which
 // counts (Go's encoding/json, JavaScript, PHP and Python take the last;

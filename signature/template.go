@@ -59,8 +59,12 @@ type TemplateConfig struct {
 
 	// SecretEncoding is how the secrets are written: "" or "raw" (used as
 	// written), "hex" (Adyen's HMAC keys), "base64", "whsec" (Standard
-	// Webhooks: an optional `whsec_` and the base64 of the key) or "nfkd"
-	// (the secret's Unicode NFKD form, as EasyPost keys its HMAC). Several
+	// Webhooks: an optional `whsec_` and the base64 of the key), "nfkd"
+	// (the secret's Unicode NFKD form, as EasyPost keys its HMAC) or
+	// "html_specialchars" (HTML's special characters written as
+	// references, `&amp;` `&lt;` `&gt;` `&quot;` `&#039;` and their numeric
+	// forms, decoded as WordPress's wp_specialchars_decode(…, ENT_QUOTES)
+	// decodes them: WooCommerce's webhook secrets). Several
 	// encodings separated by spaces make a key of each secret under each
 	// encoding that decodes it, all of them tried: "whsec raw" for a
 	// provider whose older secrets are used as written and newer ones
@@ -371,8 +375,8 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 	}
 	v.tolerance = toleranceOrDefault(cfg.Tolerance)
 	if cfg.Timestamp.From == "" {
-		if cfg.Timestamp.Unit != "" {
-			return errors.New("timestamp: a unit without a timestamp")
+		if cfg.Timestamp.Unit != "" || cfg.Timestamp.Separator != "" || cfg.Timestamp.Prefix != "" {
+			return errors.New("timestamp: a unit, separator or prefix without a timestamp")
 		}
 		return nil
 	}
@@ -498,9 +502,9 @@ func secretEncodings(encoding string) ([]string, error) {
 	}
 	for i, w := range words {
 		switch w {
-		case "raw", "hex", "base64", "whsec", "nfkd":
+		case "raw", "hex", "base64", "whsec", "nfkd", "html_specialchars":
 		default:
-			return nil, fmt.Errorf("secret_encoding %q: want raw, hex, base64, whsec or nfkd", w)
+			return nil, fmt.Errorf("secret_encoding %q: want raw, hex, base64, whsec, nfkd or html_specialchars", w)
 		}
 		if slices.Contains(words[:i], w) {
 			return nil, fmt.Errorf("secret_encoding %q: given twice", w)
@@ -519,6 +523,9 @@ func decodeSecret(s, encoding string) (key []byte, ok bool) {
 	case "nfkd":
 		// EasyPost: norm.NFKD.String(webhookSecret), its UTF-8 bytes
 		return []byte(norm.NFKD.String(s)), true
+	case "html_specialchars":
+		// WooCommerce: wp_specialchars_decode($secret, ENT_QUOTES)
+		return []byte(decodeHTMLSpecialChars(s)), true
 	case "hex":
 		key, err = hex.DecodeString(strings.TrimSpace(s))
 	case "base64":

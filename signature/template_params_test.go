@@ -5,10 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -20,7 +24,8 @@ import (
 // rotation), the {timestamp} field, and secrets that are not used as
 // written (Standard Webhooks' whsec_, EasyPost's NFKD, both of Polar's
 // forms). Signatures are made here with the standard library over strings
-// written out by hand.
+// written out by hand, and by stripe-go and Paddle's published example for
+// the Stripe-like parameters (TestTemplateStripeParameters).
 
 // paramsTemplate is `{timestamp}.{body}` signed with HMAC-SHA256 in hex,
 // the signature and the timestamp both in the `Sig` header as `sig` and
@@ -260,6 +265,12 @@ func TestTemplateParameterErrors(t *testing.T) {
 		edit         func(*signature.TemplateConfig)
 	}{
 		{"timestamp field without a timestamp", "string:", func(c *signature.TemplateConfig) { c.Timestamp = signature.TimestampLocation{} }},
+		{"a timestamp's prefix without a timestamp", "timestamp:", func(c *signature.TemplateConfig) {
+			c.String, c.Timestamp = "{body}", signature.TimestampLocation{Prefix: "t="}
+		}},
+		{"a timestamp's separator without a timestamp", "timestamp:", func(c *signature.TemplateConfig) {
+			c.String, c.Timestamp = "{body}", signature.TimestampLocation{Separator: ","}
+		}},
 		{"negative skip", "signature:", func(c *signature.TemplateConfig) { c.Signature.Skip = -1 }},
 		{"skip without separator", "signature:", func(c *signature.TemplateConfig) {
 			c.Signature = signature.SignatureLocation{From: "header:X", Skip: 1}
@@ -289,4 +300,140 @@ func TestTemplateParameterErrors(t *testing.T) {
 	if _, err := signature.NewTemplate(ok()); err != nil {
 		t.Fatalf("the base configuration: %v", err)
 	}
+}
+
+// stripeTemplate is Stripe's scheme written as a template over the items
+// of one header: `Stripe-Signature: t=…,v1=…` over `{t}.{body}`, as the
+// calendly preset is declared.
+func stripeTemplate(secret string) signature.TemplateConfig {
+	return signature.TemplateConfig{
+		String:    "{timestamp}.{body}",
+		Algorithm: signature.HMACSHA256,
+		Signature: signature.SignatureLocation{From: "header:Stripe-Signature", Separator: ",", Prefix: "v1="},
+		Timestamp: signature.TimestampLocation{From: "header:Stripe-Signature", Separator: ",", Prefix: "t="},
+		Secrets:   []string{secret},
+	}
+}
+
+// TestTemplateStripeParameters: a signature and a timestamp read from the
+// items of one header verify what stripe-go signs (a `,` list) and
+// Paddle's published example (a `;` list, Separator ";"); every item with
+// the signature's prefix is a candidate, other items are ignored, and the
+// timestamp is the first item with its prefix.
+func TestTemplateStripeParameters(t *testing.T) {
+	const secret = "whsec_params"
+	v, err := signature.NewTemplate(stripeTemplate(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_params","object":"event"}`)
+	at := time.Now()
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at})
+	req := func(header string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Stripe-Signature", header)
+		return r
+	}
+	sigtest.WantReason(t, v.Verify(req(signed.Header), body), nil)
+	sigtest.WantReason(t, v.Verify(req(signed.Header), append(body, ' ')), signature.ErrInvalid)
+
+	ts := strconv.FormatInt(at.Unix(), 10)
+	good := signed.Header[strings.Index(signed.Header, "v1=")+3:]
+	wrong := sigtest.HMACHex("other", ts, ".", string(body))
+	for _, tc := range []struct {
+		name, header string
+		want         *signature.Error
+	}{
+		{"a v1 among others, spaces and a v0", "t=" + ts + " , v1=" + wrong + ",v0=" + good + ", v1=" + good, nil},
+		{"the first t counts", "t=" + ts + ",t=1,v1=" + good, nil},
+		// Stripe-Signature's items are separated by `,` only (stripe-go
+		// splits at ","): a `;` list is one item, no timestamp
+		{"a `;` list", "t=" + ts + ";v1=" + good, signature.ErrInvalid},
+		{"only a v0", "t=" + ts + ",v0=" + good, signature.ErrInvalid},
+		{"no v1 of the secret", "t=" + ts + ",v1=" + wrong, signature.ErrInvalid},
+		{"another item's name", "t=" + ts + ",xv1=" + good, signature.ErrInvalid},
+		// a header without its timestamp is malformed, as stripe-go's
+		// ErrInvalidHeader says
+		{"no t", "v1=" + good, signature.ErrInvalid},
+		{"an empty t", "t=,v1=" + good, signature.ErrInvalid},
+		{"a t that is no number", "t=x" + ts + ",v1=" + good, signature.ErrInvalid},
+		{"the signature over another t", "t=" + strconv.FormatInt(at.Unix()+1, 10) + ",v1=" + good, signature.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sigtest.WantReason(t, v.Verify(req(tc.header), body), tc.want)
+		})
+	}
+
+	stale := at.Add(-10 * time.Minute)
+	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: stale})
+	sigtest.WantReason(t, v.Verify(req(old.Header), body), signature.ErrTimestamp)
+
+	// Paddle's `ts=…;h1=…` over `{ts}:{body}`: the example of Paddle's Go
+	// SDK (example_webhook_verifier_test.go)
+	signature.SetClock(t, time.Unix(1710929255, 0).Add(time.Minute))
+	paddle, err := signature.NewTemplate(signature.TemplateConfig{
+		String:    "{timestamp}:{body}",
+		Algorithm: signature.HMACSHA256,
+		Signature: signature.SignatureLocation{From: "header:Paddle-Signature", Separator: ";", Prefix: "h1="},
+		Timestamp: signature.TimestampLocation{From: "header:Paddle-Signature", Separator: ";", Prefix: "ts="},
+		Secrets:   []string{"pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_hKkRiCGyyRhbFwIUuqiTBgI7gnWoV0Gr"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paddleBody := []byte(`{"data":{"id":"pri_01hsdn96k2hxjzsq5yerecdj9j","name":null,"status":"active","quantity":{"maximum":999999,"minimum":1},"tax_mode":"account_setting","product_id":"pro_01hsdn8qp7yydry3x1yeg6a9rv","unit_price":{"amount":"1000","currency_code":"USD"},"custom_data":null,"description":"testing","import_meta":null,"trial_period":null,"billing_cycle":{"interval":"month","frequency":1},"unit_price_overrides":[]},"event_id":"evt_01hsdn97563968dy0szkmgjwh3","event_type":"price.created","occurred_at":"2024-03-20T10:07:35.590857Z","notification_id":"ntf_01hsdn977e920kbgzt6r6c9rqc"}`)
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Paddle-Signature", "ts=1710929255;h1=6c05ef8fa83c44d751be6d259ec955ce5638e2c54095bf128e408e2fce1589c8")
+	sigtest.WantReason(t, paddle.Verify(r, paddleBody), nil)
+	sigtest.WantReason(t, paddle.Verify(r, append(paddleBody, ' ')), signature.ErrInvalid)
+}
+
+// TestTemplateStripeSigner: the signer writes the timestamp and the
+// signature as one list when they share a header, which stripe-go's
+// webhook.ValidatePayload accepts, and each with its prefix in two
+// headers.
+func TestTemplateStripeSigner(t *testing.T) {
+	const secret = "whsec_signer"
+	cfg := stripeTemplate(secret)
+	s, err := signature.NewTemplateSigner(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_signer","object":"event"}`)
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Stripe-Signature", "t=1,v1=stale")
+	if _, err := s.Sign(r, body, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	h := r.Header.Get("Stripe-Signature")
+	if !strings.HasPrefix(h, "t=") || strings.Count(h, "v1=") != 1 {
+		t.Fatalf("signed header %q", h)
+	}
+	if err := webhook.ValidatePayload(body, h, secret); err != nil {
+		t.Fatalf("stripe-go refuses %q: %v", h, err)
+	}
+
+	cfg.Timestamp = signature.TimestampLocation{From: "header:X-Time", Prefix: "t="}
+	cfg.Signature = signature.SignatureLocation{From: "header:X-Sig", Prefix: "sig=hex:"}
+	s, err = signature.NewTemplateSigner(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = httptest.NewRequest(http.MethodPost, "/", nil)
+	at := time.Unix(1800000000, 0)
+	if _, err := s.Sign(r, body, at); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Header.Get("X-Time"); got != "t=1800000000" {
+		t.Fatalf("X-Time %q", got)
+	}
+	if got, want := r.Header.Get("X-Sig"), "sig=hex:"+sigtest.HMACHex(secret, "1800000000", ".", string(body)); got != want {
+		t.Fatalf("X-Sig %q, want %q", got, want)
+	}
+	signature.SetClock(t, at)
+	v, err := signature.NewTemplate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigtest.WantReason(t, v.Verify(r, body), nil)
 }

@@ -121,6 +121,10 @@ const (
 	StateInFlight
 	// StateCompleted means a response was recorded for the key.
 	StateCompleted
+	// StateAbsent means the key is absent and was left so: a batch claim
+	// that found another of its keys in flight claims none
+	// (BatchUnlessInFlight).
+	StateAbsent
 )
 
 // String returns the state's name.
@@ -132,6 +136,8 @@ func (s State) String() string {
 		return "in_flight"
 	case StateCompleted:
 		return "completed"
+	case StateAbsent:
+		return "absent"
 	}
 	return "unknown(" + strconv.Itoa(int(s)) + ")"
 }

@@ -33,6 +33,7 @@ import (
 
 	_ "github.com/webhookguard/caddy-webhook-idempotency"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -113,20 +114,23 @@ type presetRoute struct {
 func routeFor(t *testing.T, dir, preset string) presetRoute {
 	t.Helper()
 	secret := "cli-secret-" + preset
-	switch preset {
-	case "standard", "svix":
+	if strings.HasPrefix(providers.SignerNeeds(preset), "--secret (whsec_…)") {
+		// a Standard Webhooks signer (standard, svix, openai, …)
 		secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("a standard webhooks secret for "+preset))
+	}
+	switch preset {
 	case "discord":
 		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 		der, _ := x509.MarshalPKCS8PrivateKey(priv)
 		key := writeFile(t, dir, "discord.pem", pemBlock("PRIVATE KEY", der))
 		return presetRoute{fmt.Sprintf("webhook_idempotency discord {\n\tpublic_key %s\n}", hex.EncodeToString(pub)), []string{"--private-key", key}}
-	case "woovi":
+	case "woovi", "wise":
+		// the provider's RSA key: the route verifies with its public half
 		k, _ := rsa.GenerateKey(rand.Reader, 2048)
 		pubDER, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
-		pub := writeFile(t, dir, "woovi.pub.pem", pemBlock("PUBLIC KEY", pubDER))
-		key := writeFile(t, dir, "woovi.pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
-		return presetRoute{fmt.Sprintf("webhook_idempotency woovi {\n\tpublic_key {file.%s}\n}", pub), []string{"--private-key", key}}
+		pub := writeFile(t, dir, preset+".pub.pem", pemBlock("PUBLIC KEY", pubDER))
+		key := writeFile(t, dir, preset+".pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
+		return presetRoute{fmt.Sprintf("webhook_idempotency %s {\n\tpublic_key {file.%s}\n}", preset, pub), []string{"--private-key", key}}
 	case "stone":
 		signing, _ := rsa.GenerateKey(rand.Reader, 2048)
 		partner, _ := rsa.GenerateKey(rand.Reader, 2048)
@@ -253,7 +257,7 @@ func TestSendRefusals(t *testing.T) {
 		{[]string{"stone", "--url", url}, "give --private-key (a signing key whose public half the route's jwks_file holds under --kid) and --encrypt-to"},
 		{[]string{"woovi", "--url", url, "--secret", "x"}, "woovi signs with its RSA key, which only Woovi holds"},
 		{[]string{"stripe", "--url", url}, "this preset signs with --secret"},
-		{[]string{"stirpe", "--url", url, "--secret", "x"}, `Error: unknown preset "stirpe": want one of asaas, discord,`},
+		{[]string{"stirpe", "--url", url, "--secret", "x"}, `Error: unknown preset "stirpe": want one of asaas, asana,`},
 		{[]string{"stripe", "--secret", "x"}, "--url is required"},
 	} {
 		out, code := caddyCLI(t, append([]string{"webhook-idempotency", "send"}, tc.args...)...)

@@ -43,5 +43,5 @@ func handleRefused(w http.ResponseWriter, r *http.Request, src *adminSource) err
 type refusedList struct {
 	Refused []archive.Event `json:"refused"`
 	// Cursor gives the next page, as the archive's does; "" at the end.
-	Cursor string `json:"cursor,omitempty"`
+	Cursor string `json:"cursor"`
 }

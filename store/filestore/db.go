@@ -402,31 +402,13 @@ func (d *db) lockShards(a, b string) func() {
 // lookup returns key's live value, from the cache or the file. Called with
 // the key's shard locked.
 func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
-	if p, ok := s.pending[key]; ok {
-		// newer than what the cache or the tree may hold
-		return p.c, p.c.expires > nowNano, nil
-	}
-	if c, ok := s.cache[key]; ok {
-		if c.expires > nowNano {
-			return c, true, nil
-		}
-		s.drop(key)
-	}
-	if !d.filter.mayHave(key) {
-		return cached{}, false, nil
+	if c, found, known := d.recall(s, key, nowNano); known {
+		return c, found, nil
 	}
 	var c cached
 	found := false
 	err := d.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRecords).Get([]byte(key))
-		if len(v) < 9 {
-			return nil
-		}
-		c = cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
-		found = c.expires > nowNano
-		if len(v) > cacheMaxValue {
-			d.touched(len(v))
-		}
+		c, found = d.fetch(tx, key, nowNano)
 		return nil
 	})
 	if err != nil || !found {
@@ -434,6 +416,36 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 	}
 	s.remember(key, c)
 	return c, true, nil
+}
+
+// recall returns key's live value as memory knows it: known is false when
+// only the file can tell (the keys' filter says it may hold the key).
+// Called with the key's shard locked.
+func (d *db) recall(s *shard, key string, nowNano int64) (c cached, found, known bool) {
+	if p, ok := s.pending[key]; ok {
+		// newer than what the cache or the tree may hold
+		return p.c, p.c.expires > nowNano, true
+	}
+	if c, ok := s.cache[key]; ok {
+		if c.expires > nowNano {
+			return c, true, true
+		}
+		s.drop(key)
+	}
+	return cached{}, false, !d.filter.mayHave(key)
+}
+
+// fetch reads key's live value from the file, in the read transaction tx.
+func (d *db) fetch(tx *bolt.Tx, key string, nowNano int64) (cached, bool) {
+	v := tx.Bucket(bucketRecords).Get([]byte(key))
+	if len(v) < 9 {
+		return cached{}, false
+	}
+	c := cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
+	if len(v) > cacheMaxValue {
+		d.touched(len(v))
+	}
+	return c, c.expires > nowNano
 }
 
 // remember caches a value, making room by dropping others when the shard
@@ -534,20 +546,53 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 // state is what a claim of key finds: claimed (free), in flight or
 // completed. Called with the key's shard locked.
 func (d *db) state(s *shard, key string, nowNano int64) (store.ClaimResult, error) {
-	if c, ok := s.claims[key]; ok {
-		if c.pinned || c.expires > nowNano {
-			return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(max(c.expires-nowNano, 1))}, nil
-		}
-		delete(s.claims, key)
+	if c, live := held(s, key, nowNano); live {
+		return c.inFlight(nowNano), nil
 	}
 	v, ok, err := d.lookup(s, key, nowNano)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	if ok && v.kind == kindRecord {
-		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}, nil
+	return valueState(v, ok), nil
+}
+
+// held returns key's claim while it is live, and drops one whose lease
+// ended. Called with the key's shard locked.
+func held(s *shard, key string, nowNano int64) (*claim, bool) {
+	c, ok := s.claims[key]
+	if !ok {
+		return nil, false
 	}
-	return store.ClaimResult{State: store.StateClaimed}, nil
+	if c.pinned || c.expires > nowNano {
+		return c, true
+	}
+	delete(s.claims, key)
+	return nil, false
+}
+
+// inFlight is what a claim of a key c holds finds.
+func (c *claim) inFlight(nowNano int64) store.ClaimResult {
+	return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(max(c.expires-nowNano, 1))}
+}
+
+// valueState is what a claim of a key that no request holds finds, with
+// its value v (found false: none): completed, or free to claim.
+func valueState(v cached, found bool) store.ClaimResult {
+	if found && v.kind == kindRecord {
+		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}
+	}
+	return store.ClaimResult{State: store.StateClaimed}
+}
+
+// holds reports whether key, claimed by no one, holds exactly record: a
+// retried completion, whose first answer was lost. Called with the key's
+// shard locked.
+func (d *db) holds(s *shard, key string, record []byte, nowNano int64) bool {
+	if _, inFlight := s.claims[key]; inFlight {
+		return false
+	}
+	v, found, err := d.lookup(s, key, nowNano)
+	return err == nil && found && v.kind == kindRecord && v.payload == string(record)
 }
 
 // claimsOf reports whether a claim taken through u is in flight: being
@@ -595,11 +640,7 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 	ks := d.shardOf(key)
 	c, ok := owned(ks, key, owner, nowNano)
 	if !ok {
-		retried := false
-		if _, inFlight := ks.claims[key]; !inFlight {
-			v, found, err := d.lookup(ks, key, nowNano)
-			retried = err == nil && found && v.kind == kindRecord && v.payload == string(record)
-		}
+		retried := d.holds(ks, key, record, nowNano)
 		unlock()
 		if retried {
 			return nil
@@ -650,20 +691,25 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 
 	unlock = d.lockShards(key, guard)
 	defer unlock()
-	finish := func(k string, cl *claim) {
-		s := d.shardOf(k)
-		if s.claims[k] == cl {
-			delete(s.claims, k)
-		}
-		if _, inLog := s.pending[k]; err == nil && !inLog {
-			s.remember(k, cached{kind: kindRecord, payload: rec, expires: expires})
-		}
-	}
-	finish(key, c)
+	d.finish(key, c, rec, expires, err)
 	if gc != nil {
-		finish(guard, gc)
+		d.finish(guard, gc, rec, expires, err)
 	}
 	return err
+}
+
+// finish ends the claim cl of key once its completion's commit returned
+// err: the claim goes, and the record, when it is written, is cached
+// (unless the log's pending values hold it: they are newer). Called with
+// the key's shard locked.
+func (d *db) finish(key string, cl *claim, rec string, expires int64, err error) {
+	s := d.shardOf(key)
+	if s.claims[key] == cl {
+		delete(s.claims, key)
+	}
+	if _, inLog := s.pending[key]; err == nil && !inLog {
+		s.remember(key, cached{kind: kindRecord, payload: rec, expires: expires})
+	}
 }
 
 // release deletes owner's claims of key and guard.

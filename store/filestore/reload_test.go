@@ -158,3 +158,63 @@ func TestReloadKeepsTheOldFileForItsRequests(t *testing.T) {
 		}
 	}
 }
+
+// The same for a batch's items: claimed in the old file, they keep it open
+// until they are completed there, and a late batch claim takes it again.
+func TestReloadKeepsTheOldFileForItsBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.db"), filepath.Join(dir, "second.db")
+	old := provisionAt(t, first)
+	running, late := []string{"batch:r0", "batch:r1", "batch:r2"}, []string{"batch:l0", "batch:l1"}
+	records := func(keys []string) [][]byte {
+		out := make([][]byte, len(keys))
+		for i, k := range keys {
+			out[i] = recordOf(k)
+		}
+		return out
+	}
+	owner := store.NewOwner()
+	if res, err := old.ClaimBatch(t.Context(), running, owner, time.Minute, store.BatchUnlessInFlight); err != nil || res.Claimed != len(running) {
+		t.Fatalf("batch claim: %d claimed, %v", res.Claimed, err)
+	}
+	moved := provisionAt(t, second)
+	t.Cleanup(func() { _ = moved.Cleanup() })
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("the old file was closed under a batch claimed in it")
+	}
+	if err := old.RenewBatch(t.Context(), running, owner, time.Minute); err != nil {
+		t.Fatalf("renewing the running batch: %v", err)
+	}
+	if err := old.CompleteBatch(t.Context(), running, owner, records(running), time.Hour); err != nil {
+		t.Fatalf("the running batch's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after its last batch", func() bool { return !fileHeld(t, first) })
+
+	if res, err := old.ClaimBatch(t.Context(), late, owner, time.Minute, store.BatchUnlessInFlight); err != nil || res.Claimed != len(late) {
+		t.Fatalf("a late batch claim: %d claimed, %v", res.Claimed, err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("a late batch claim did not take the old file again")
+	}
+	if err := old.CompleteBatch(t.Context(), late, owner, records(late), time.Hour); err != nil {
+		t.Fatalf("the late batch's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after the late batch", func() bool { return !fileHeld(t, first) })
+
+	reopened := provisionAt(t, first)
+	t.Cleanup(func() { _ = reopened.Cleanup() })
+	all := append(append([]string(nil), running...), late...)
+	res, err := reopened.ClaimBatch(t.Context(), all, store.NewOwner(), time.Minute, store.BatchUnlessInFlight)
+	if err != nil || res.Completed != len(all) {
+		t.Fatalf("the batches in the old file: %d of %d completed, %v", res.Completed, len(all), err)
+	}
+	for i, k := range all {
+		if string(res.Items[i].Record) != string(recordOf(k)) {
+			t.Fatalf("%s in the old file: record %q", k, res.Items[i].Record)
+		}
+	}
+}

@@ -98,18 +98,40 @@ func (u *use) drain() {
 	}()
 }
 
-// claim claims in the file. A claim that comes after cleanup gave the file
-// back takes it again.
-func (u *use) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (store.ClaimResult, string, error) {
+// claim claims in the file (see holding).
+func (u *use) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (res store.ClaimResult, prev string, err error) {
+	if err := u.holding(func(d *db) {
+		res, prev, err = d.claim(key, second, owner, lease, noteTTL, mode, u)
+	}); err != nil {
+		return store.ClaimResult{}, "", err
+	}
+	return res, prev, err
+}
+
+// claimBatch claims a batch's keys in the file (see holding).
+func (u *use) claimBatch(keys []string, owner string, lease time.Duration, mode store.BatchMode) (res store.BatchResult, err error) {
+	if err := u.holding(func(d *db) {
+		res, err = d.claimBatch(keys, owner, lease, mode, u)
+	}); err != nil {
+		return store.BatchResult{}, err
+	}
+	return res, err
+}
+
+// holding runs a claim, fn, on the file with the use's reference on it
+// held. A claim that comes after cleanup gave the file back takes it
+// again.
+func (u *use) holding(fn func(d *db)) error {
 	for {
 		u.mu.RLock()
 		if u.ref.Held() {
 			defer u.mu.RUnlock()
-			return u.file().claim(key, second, owner, lease, noteTTL, mode, u)
+			fn(u.file())
+			return nil
 		}
 		u.mu.RUnlock()
 		if err := u.reopen(); err != nil {
-			return store.ClaimResult{}, "", err
+			return err
 		}
 	}
 }
