@@ -135,10 +135,12 @@ func decodeList(t *testing.T, b []byte) []map[string]any {
 
 // TestAdminAnswersAsDocumented: the answers of every admin API route, read
 // from a real Caddy with real traffic (the file store, an archive with
-// redeliver_to, an inbox that dead-letters), have the fields docs/admin.md
-// documents, under the same names, and every documented field but those
-// this setup cannot produce is seen.
+// redeliver_to, an inbox that dead-letters, Caddy's tracing and the
+// global trace_url), have the fields docs/admin.md documents, under the
+// same names, and every documented field but those this setup cannot
+// produce is seen.
 func TestAdminAnswersAsDocumented(t *testing.T) {
+	testkit.Traces(t)
 	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if strings.HasPrefix(r.URL.Path, "/refuse") {
 			w.WriteHeader(http.StatusBadRequest)
@@ -151,8 +153,9 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
 	port := testkit.FreePort(t)
-	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%[1]d {
+	c := testkit.StartCaddy(t, "webhook_idempotency {\n\t\ttrace_url https://traces.example/{trace_id}\n\t}", fmt.Sprintf(`http://127.0.0.1:%[1]d {
 	handle /archive {
+		tracing
 		webhook_idempotency {
 			source docs_archive
 			archive {
@@ -176,6 +179,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		reverse_proxy %[3]s
 	}
 	handle /inbox {
+		tracing
 		webhook_idempotency {
 			source docs_inbox
 			archive
