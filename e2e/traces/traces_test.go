@@ -41,21 +41,22 @@ func stripeSigned(body []byte) string {
 	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeSecret, Timestamp: time.Now()}).Header
 }
 
-// app is the application: it answers with answer and records the
-// traceparent of each request, by Webhook-Attempt.
+// app is the application: it answers with answer, given the request's
+// number and traceparent, and records the traceparent of each request.
 type app struct {
 	*testkit.Upstream
 	mu      sync.Mutex
 	parents []string // in order of arrival
 }
 
-func newApp(t *testing.T, answer func(call int64) int) *app {
+func newApp(t *testing.T, answer func(call int64, traceparent string) int) *app {
 	a := &app{}
 	a.Upstream = testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		tp := r.Header.Get("Traceparent")
 		a.mu.Lock()
-		a.parents = append(a.parents, r.Header.Get("Traceparent"))
+		a.parents = append(a.parents, tp)
 		a.mu.Unlock()
-		w.WriteHeader(answer(call))
+		w.WriteHeader(answer(call, tp))
 	})
 	return a
 }
@@ -89,6 +90,16 @@ func childrenOf(spans []testkit.Span, parent testkit.Span) []testkit.Span {
 		}
 	}
 	return out
+}
+
+// exported reports whether the span id is among spans.
+func exported(spans []testkit.Span, id string) bool {
+	for _, s := range spans {
+		if s.SpanID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // wantClean fails the test when a span carries the test's secret, key or
@@ -126,7 +137,7 @@ func requestSpan(t *testing.T, spans []testkit.Span, step testkit.Span) testkit.
 // or the signature.
 func TestTraceRequestSpans(t *testing.T) {
 	sink := testkit.Traces(t)
-	upstream := newApp(t, func(int64) int { return http.StatusOK })
+	upstream := newApp(t, func(int64, string) int { return http.StatusOK })
 	traced, plain := testkit.FreePort(t), testkit.FreePort(t)
 	t.Setenv("TRACE_TEST_STRIPE_SECRET", stripeSecret)
 	testkit.StartCaddy(t, "", fmt.Sprintf(`
@@ -158,17 +169,21 @@ http://127.0.0.1:%d {
 	resp, rb = testkit.Post(t, testkit.SiteURL(plain)+"/hook", []byte(`{"n":1}`), "Idempotency-Key", "plain-1")
 	testkit.WantNew(t, resp, rb, http.StatusOK)
 
-	// 4 (new) + 2 (replay) + 1 (forged) spans of the module
+	// 4 (new) + 2 (replay) + 1 (forged) spans of the module, and Caddy's
+	// span of each request (it ends last, and may come in a later batch)
 	var spans []testkit.Span
-	testkit.WaitFor(t, 10*time.Second, "the module's spans", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the module's spans and their parents", func() (bool, string) {
 		spans = sink.Spans()
-		n := 0
+		n, orphans := 0, 0
 		for _, s := range spans {
 			if strings.HasPrefix(s.Name, "webhook_idempotency.") {
 				n++
+				if !exported(spans, s.Parent) {
+					orphans++
+				}
 			}
 		}
-		return n == 7, fmt.Sprint(n, " spans")
+		return n == 7 && orphans == 0, fmt.Sprint(n, " spans, ", orphans, " without their parent")
 	})
 
 	verifies := byName(spans, "webhook_idempotency.verify")
@@ -237,7 +252,7 @@ http://127.0.0.1:%d {
 // trace id, which the admin API shows.
 func TestTraceInboxAttempts(t *testing.T) {
 	sink := testkit.Traces(t)
-	upstream := newApp(t, func(call int64) int {
+	upstream := newApp(t, func(call int64, _ string) int {
 		if call <= 2 {
 			return http.StatusInternalServerError
 		}
@@ -264,10 +279,10 @@ http://127.0.0.1:%d {
 		t.Fatalf("delivery: %s %s", resp.Status, rb)
 	}
 	var spans, attempts []testkit.Span
-	testkit.WaitFor(t, 15*time.Second, "three attempt spans", func() (bool, string) {
+	testkit.WaitFor(t, 15*time.Second, "three attempt spans, and the accepting request's", func() (bool, string) {
 		spans = sink.Spans()
 		attempts = byName(spans, "webhook_idempotency.attempt")
-		return len(attempts) == 3, fmt.Sprint(len(attempts))
+		return len(attempts) == 3 && exported(spans, attempts[0].Parent), fmt.Sprint(len(attempts))
 	})
 	claim := byName(spans, "webhook_idempotency.claim")
 	if len(claim) != 1 {
@@ -323,9 +338,16 @@ http://127.0.0.1:%d {
 // attempt the application got carried the accepting request's trace.
 func TestTraceInboxRestart(t *testing.T) {
 	collector := testkit.StartCollector(t)
+	// the application fails every attempt until the second process is
+	// up and knows the tracer, and then every attempt that is not
+	// recorded: one the second process began before it knew the tracer
+	// sends the accepting request's own context, and may reach the
+	// application only after healthy is set (accepting is written before
+	// healthy is set, and read only once it is)
 	var healthy atomic.Bool
-	upstream := newApp(t, func(int64) int {
-		if healthy.Load() {
+	var accepting testkit.Span
+	upstream := newApp(t, func(_ int64, traceparent string) int {
+		if healthy.Load() && traceparent != traceparentOf(accepting) {
 			return http.StatusOK
 		}
 		return http.StatusServiceUnavailable
@@ -352,7 +374,6 @@ http://127.0.0.1:%d {
 	if resp, rb := testkit.Post(t, site+"/stripe", body, "Stripe-Signature", stripeSigned(body)); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("delivery: %s %s\n%s", resp.Status, rb, first.Log())
 	}
-	var accepting testkit.Span
 	testkit.WaitFor(t, 15*time.Second, "the first process's attempt span", func() (bool, string) {
 		spans := collector.Spans()
 		claims, attempts := byName(spans, "webhook_idempotency.claim"), byName(spans, "webhook_idempotency.attempt")
