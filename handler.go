@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -164,6 +165,12 @@ type Handler struct {
 	// next handler.
 	Forward *ForwardConfig `json:"forward,omitempty"`
 
+	// Batches (docs/caddyfile.md: Batches): a request that holds many
+	// events is split into its items, each deduplicated by its own key.
+	// Default: the preset's batch (sendgrid, adyen, graph, eventgrid, pix
+	// and others: docs/providers.md), else none.
+	Batch *BatchConfig `json:"batch,omitempty"`
+
 	// Reconciliation (docs/reconcile.md): with the `stripe` or `github`
 	// preset, what the provider failed to deliver is recovered on a
 	// schedule through the route's dedup. Default: off.
@@ -178,7 +185,9 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
-	refusals     *refusals // the list of refused requests (refusals.go)
+	drops        []func(ev *event.Request) bool // the inbox's drop rules
+	answerWithin time.Duration                  // respond app within; 0 for off
+	refusals     *refusals                      // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -186,6 +195,7 @@ type Handler struct {
 	handshake    *providers.HandshakeState // nil: none answered
 	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
 	keys         []keySource
+	batch        *batchRule // nil: whole requests are deduplicated (batch.go)
 	nonce        *keySource // the preset's nonce, claimed as the guard (guard.go)
 	keyPrefix    string     // "<key_prefix>:<source>:"
 	methods      []string
@@ -247,6 +257,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
+	if err := h.provisionBatch(); err != nil {
+		return err
+	}
 	if err := h.provisionForward(); err != nil {
 		return err
 	}
@@ -267,6 +280,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if err := h.provisionStore(ctx, app); err != nil {
+		return err
+	}
+	if err := h.checkBatchStore(); err != nil {
 		return err
 	}
 	if h.refusals, err = h.newRefusals(); err != nil {
@@ -472,12 +488,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := rs.resolveKey(); err != nil {
 		return rs.ambiguous(err)
 	}
+	if h.batch != nil {
+		if answered, err := rs.splitBatch(); answered {
+			return err
+		}
+	}
 	if h.archive != nil {
 		// every outcome from here on is archived
 		rs.trackStatus()
 		defer rs.archive()
 	}
+	if rs.dropped() {
+		return rs.filtered()
+	}
 	rs.traceStep(spanClaim)
+	if rs.batch != nil {
+		return rs.serveBatch()
+	}
 	res, err := rs.claimKey()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)

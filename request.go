@@ -38,11 +38,14 @@ type requestState struct {
 	reserved    int64       // what body counts against the body budget (body.go)
 	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
-	keyValue    string      // the resolved key value, as in the key placeholder
-	keyFromBody bool        // the key is the body hash
-	keyKind     keyKind     // the kind of the source the key came from, once resolved
-	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
-	received    http.Header // the headers as received, when the next handler gets others (forward.go)
+	keyValue    string         // the resolved key value, as in the key placeholder
+	keyFromBody bool           // the key is the body hash
+	keyKind     keyKind        // the kind of the source the key came from, once resolved
+	claim       store.Claim    // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
+	received    http.Header    // the headers as received, when the next handler gets others (forward.go)
+	stored      *event.Request // the request as the inbox stores it, once built (inboxEvent)
+	answer      *inbox.Answer  // the attempt at acceptance, with respond app within
+	batch       *batchState    // the items of a batch (batch.go); nil for one delivery
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
@@ -270,7 +273,12 @@ func (rs *requestState) claimKey() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
 		ev := rs.inboxEvent()
-		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, &ev)
+		if h.answerWithin > 0 {
+			res, ans, err := h.store.acceptAnswering(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
+			rs.answer = ans
+			return res, err
+		}
+		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
 	}
 	res, err := rs.claimOnce()
 	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
@@ -304,8 +312,17 @@ func (rs *requestState) suspect(first string) {
 // inboxEvent is the request as an inbox stores it: without the
 // provider's credentials unless the route forwards them as they came
 // (docs/inbox.md: What the application receives), with the index of the
-// secret that verified it when deliveries are re-signed.
-func (rs *requestState) inboxEvent() event.Request {
+// secret that verified it when deliveries are re-signed. It is built once.
+func (rs *requestState) inboxEvent() *event.Request {
+	if rs.stored == nil {
+		ev := rs.buildInboxEvent()
+		rs.stored = &ev
+	}
+	return rs.stored
+}
+
+// buildInboxEvent builds inboxEvent.
+func (rs *requestState) buildInboxEvent() event.Request {
 	f := rs.h.fwd.later
 	skip := event.SkipInboxHeader
 	if f != nil && f.Mode() != forward.Keep {
@@ -326,29 +343,37 @@ func (rs *requestState) inboxEvent() event.Request {
 // wait polls the store until an in-flight key is completed or released (it
 // then claims it), or until wait_timeout.
 func (rs *requestState) wait(res store.ClaimResult) (store.ClaimResult, error) {
-	h := rs.h
-	deadline := time.Now().Add(time.Duration(h.WaitTimeout))
+	err := rs.poll(func() (bool, error) {
+		var err error
+		res, err = rs.claimOnce()
+		return err == nil && res.State == store.StateInFlight, err
+	})
+	return res, err
+}
+
+// poll calls claim again, backing off, while it reports a key in flight,
+// until wait_timeout or the client goes away: `in_flight wait`.
+func (rs *requestState) poll(claim func() (inFlight bool, err error)) error {
+	deadline := time.Now().Add(time.Duration(rs.h.WaitTimeout))
 	interval := 10 * time.Millisecond
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	for res.State == store.StateInFlight {
+	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return res, nil
+			return nil
 		}
 		timer.Reset(min(interval, left))
 		select {
 		case <-rs.r.Context().Done():
-			return res, nil
+			return nil
 		case <-timer.C:
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
-		var err error
-		if res, err = rs.claimOnce(); err != nil {
-			return res, err
+		if inFlight, err := claim(); err != nil || !inFlight {
+			return err
 		}
 	}
-	return res, nil
 }
 
 // dispatch answers according to what the claim found: a replay, a
@@ -391,12 +416,21 @@ func (rs *requestState) replay(encoded []byte) error {
 			zap.String("key", rs.claim.Key))
 	}
 	rs.setResult(results.Replayed)
+	return rs.writeRecord(rec, true)
+}
+
+// writeRecord writes a record: a replay, marked Idempotent-Replayed, or
+// the application's answer recorded as it came.
+func (rs *requestState) writeRecord(rec record.Record, replayed bool) error {
 	w := rs.w
 	contentLength := ""
 	if bodyAllowed(rec.Status) {
 		contentLength = strconv.Itoa(len(rec.Body))
 	}
 	rec.WriteReplayHeaders(w.Header(), contentLength)
+	if !replayed {
+		w.Header().Del(record.ReplayedHeader)
+	}
 	w.WriteHeader(rec.Status)
 	if bodyAllowed(rec.Status) && len(rec.Body) > 0 && rs.r.Method != http.MethodHead {
 		_, _ = w.Write(rec.Body)
@@ -410,9 +444,44 @@ func (rs *requestState) conflict(res store.ClaimResult) error {
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
-// accepted answers an event the inbox has stored: `respond`, at once.
+// accepted answers an event the inbox has stored: `respond`, at once; or
+// with respond app within, the application's answer to its first attempt
+// when it comes in time, recorded under the key already.
 func (rs *requestState) accepted() error {
 	rs.setResult(results.New)
+	if rs.answer != nil {
+		if encoded := rs.answer.Wait(rs.r.Context(), rs.h.answerWithin); encoded != nil {
+			if rec, err := record.Decode(encoded); err == nil {
+				return rs.writeRecord(rec, false)
+			}
+		}
+	}
+	return rs.respond()
+}
+
+// dropped reports whether a drop rule of the inbox matches the request.
+func (rs *requestState) dropped() bool {
+	if len(rs.h.drops) == 0 {
+		return false
+	}
+	ev := rs.inboxEvent()
+	for _, match := range rs.h.drops {
+		if match(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// filtered answers a request a drop rule matched: `respond`, nothing
+// stored, nothing delivered.
+func (rs *requestState) filtered() error {
+	rs.setResult(results.Filtered)
+	return rs.respond()
+}
+
+// respond writes the inbox's respond.
+func (rs *requestState) respond() error {
 	respond, body, contentType := rs.h.inbox.Respond()
 	if contentType != "" {
 		rs.w.Header().Set("Content-Type", contentType)
@@ -431,9 +500,34 @@ func (rs *requestState) accepted() error {
 // and completes the key, or releases the key when the answer must not be
 // replayed.
 func (rs *requestState) process() error {
-	h := rs.h
 	rs.setResult(results.New)
-	rn := h.startRenewal(rs.claim)
+	return rs.serve(rs)
+}
+
+// claimed is a claim serve hands on: one key's (the requestState itself),
+// or a batch's (batch.go).
+type claimed interface {
+	name() string                                         // the claim in the log: its key, or a batch's first
+	renew(ctx context.Context, lease time.Duration) error // renews its lease
+	completes(status int) bool                            // whether an answer with this status is recorded
+	complete(record []byte, status int) error             // records the answer
+	release()                                             // gives the claim back
+}
+
+func (rs *requestState) name() string { return rs.claim.Key }
+
+func (rs *requestState) renew(ctx context.Context, lease time.Duration) error {
+	return rs.h.store.renew(ctx, rs.claim, lease)
+}
+
+func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(status) }
+
+// serve hands a claimed delivery to the next handler, renewing the claim
+// meanwhile, then completes it with the answer's record, or releases it
+// when the answer must not be replayed.
+func (rs *requestState) serve(c claimed) error {
+	h := rs.h
+	rn := h.startRenewal(c)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -443,7 +537,7 @@ func (rs *requestState) process() error {
 	defer func() {
 		if !returned {
 			rn.stop()
-			rs.release()
+			c.release()
 		}
 	}()
 	rs.handOn()
@@ -461,13 +555,13 @@ func (rs *requestState) process() error {
 		rec.WriteHeader(http.StatusOK)
 		status = http.StatusOK
 	}
-	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
+	if err == nil && rec.writeErr == nil && !gone && c.completes(status) {
+		if cerr := rn.complete(func() error { return c.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
-				zap.String("key", rs.claim.Key), zap.Int("status", status), zap.Error(cerr))
+				zap.String("key", c.name()), zap.Int("status", status), zap.Error(cerr))
 		}
 	} else {
-		rs.release()
+		c.release()
 	}
 	rs.traceEnd()
 	// the answer goes out only now that the store knows its fate, so a

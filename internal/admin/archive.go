@@ -45,7 +45,7 @@ const (
 func parseArchiveQuery(v url.Values, maxCount int) (archive.Query, error) {
 	q := archive.Query{Key: v.Get("key"), Result: v.Get("result"), Count: defaultArchiveCount}
 	if q.Result != "" && !results.Known(q.Result) {
-		return q, fmt.Errorf("invalid result %q: want one of %s or %s", q.Result, strings.Join(results.All[:], ", "), results.Reconciled)
+		return q, fmt.Errorf("invalid result %q: want one of %s, %s", q.Result, strings.Join(results.All[:], ", "), strings.Join(results.Events[:], ", "))
 	}
 	if s := v.Get("status"); s != "" {
 		lo, hi, ok := cfparse.ParseStatusSpec(s)

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -121,12 +122,12 @@ func New(cfg Config, s store.Store) (*Archive, error) {
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsRedis
 		}
-		a.backend, err = newRedisBackend(s.Seam(), a)
+		a.backend, err = newRedisBackend(s.Streams(), a)
 	case *filestore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsFile
 		}
-		a.backend, err = newFileBackend(s.Seam(), a)
+		a.backend, err = newFileBackend(s.File(), a)
 	case *memstore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsMemory
@@ -267,6 +268,16 @@ type Entry struct {
 	Size   int64
 	// BodyOwned tells that Body is not the request's pooled buffer.
 	BodyOwned bool
+	// Items are the keys of a batch's items, in the request's order
+	// (docs/caddyfile.md: Batches); nil for a request of one event.
+	Items []Item
+}
+
+// Item is one item of an archived batch: its key, and whether the request
+// handed it on (the others were seen before, or were in flight).
+type Item struct {
+	Key string `json:"key"`
+	New bool   `json:"new"`
 }
 
 // OwnBody copies the body out of the request's pooled buffer, for an
@@ -289,10 +300,11 @@ const (
 	fieldOmitted  = "body_omitted" // why the body is not kept
 	fieldReason   = "reason"       // refusals: why it was refused
 	fieldSize     = "size"         // refusals: the body's size, -1 unknown
+	fieldItems    = "items"        // a batch's items: a line each, "1" (new) or "0", a tab, the key
 )
 
 // fieldCount is the most fields and values of an entry.
-const fieldCount = 40
+const fieldCount = 42
 
 // appendFields appends the entry's fields and values to f: everything but
 // the body, which the backends store apart.
@@ -324,6 +336,9 @@ func (e *Entry) appendFields(f []any) []any {
 	if e.Reason != "" {
 		f = append(f, fieldReason, e.Reason, fieldSize, strconv.FormatInt(e.Size, 10))
 	}
+	if len(e.Items) > 0 {
+		f = append(f, fieldItems, encodeItems(e.Items))
+	}
 	if e.Trace.Parent != "" {
 		f = append(f, event.FieldTraceParent, e.Trace.Parent)
 		if e.Trace.State != "" {
@@ -331,6 +346,33 @@ func (e *Entry) appendFields(f []any) []any {
 		}
 	}
 	return f
+}
+
+// encodeItems writes a batch's items as the items field holds them.
+func encodeItems(items []Item) string {
+	var b strings.Builder
+	for _, it := range items {
+		if it.New {
+			b.WriteString("1\t")
+		} else {
+			b.WriteString("0\t")
+		}
+		b.WriteString(it.Key)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// decodeItems reads the items field.
+func decodeItems(s string) []Item {
+	var out []Item
+	for line := range strings.Lines(s) {
+		flag, key, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		if ok {
+			out = append(out, Item{Key: key, New: flag == "1"})
+		}
+	}
+	return out
 }
 
 // archiveMetrics holds one archive's resolved series.

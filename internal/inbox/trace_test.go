@@ -122,10 +122,10 @@ func TestInboxAttemptsAreSpansLinkedToTheAcceptingRequest(t *testing.T) {
 			// refused: dead-lettered, a span event; redelivered from the
 			// dead letters, its next attempt links to the same request
 			testkit.WaitFor(t, 10*time.Second, "refused dead-lettered", func() (bool, string) {
-				dl, err := ib.DeadLetters(t.Context(), "-", 10)
+				dl, err := ib.DeadLetters(t.Context(), "", "-", 10)
 				return err == nil && len(dl) == 1, ""
 			})
-			dl, _ := ib.DeadLetters(t.Context(), "-", 10)
+			dl, _ := ib.DeadLetters(t.Context(), "", "-", 10)
 			if dl[0].TraceID != accepting["refused"].TraceID().String() {
 				t.Errorf("dead letter's trace_id %q, want %s", dl[0].TraceID, accepting["refused"].TraceID())
 			}
@@ -136,7 +136,7 @@ func TestInboxAttemptsAreSpansLinkedToTheAcceptingRequest(t *testing.T) {
 			if ev := first[0].Events()[0]; len(ev.Attributes) != 1 || ev.Attributes[0].Value.AsString() != "permanent failure" {
 				t.Errorf("dead letter event attributes %v, want its reason's kind", ev.Attributes)
 			}
-			if _, err := ib.Redeliver(t.Context(), dl[0].ID); err != nil {
+			if _, err := ib.Redeliver(t.Context(), "", dl[0].ID); err != nil {
 				t.Fatal(err)
 			}
 			testkit.WaitFor(t, 10*time.Second, "the redelivered attempt", func() (bool, string) {
