@@ -200,4 +200,7 @@ type DeadLetter struct {
 	LastError   string      `json:"last_error"`
 	Received    time.Time   `json:"received"`
 	Failed      time.Time   `json:"failed"`
+	// TraceID is the trace of the request that accepted the event, when
+	// it was traced (docs/operating.md: Traces).
+	TraceID string `json:"trace_id,omitempty"`
 }
