@@ -21,12 +21,13 @@ import (
 type TemplateConfig struct {
 	// String is the template of the signed message: text, fields in
 	// braces and optional parts in brackets, as the package documentation
-	// describes (Templates). Required.
+	// describes (Templates). Required, except with Token, which signs
+	// nothing and takes none.
 	String string
 
 	// Algorithm is one of HMACSHA1, HMACSHA256, HMACSHA512, Ed25519,
-	// ECDSAP256SHA256, RSASHA1, RSASHA256 and RSAPSSSHA256. Required
-	// unless AlgorithmField is set.
+	// ECDSAP256SHA256, RSASHA1, RSASHA256, RSAPSSSHA256 and Token.
+	// Required unless AlgorithmField is set.
 	Algorithm string
 
 	// AlgorithmField, instead of Algorithm, chooses each delivery's
@@ -50,8 +51,8 @@ type TemplateConfig struct {
 	Tolerance time.Duration
 
 	// Secrets are the HMAC keys (several for rotation), decoded as
-	// SecretEncoding says. The HMAC algorithms need them; the others
-	// refuse them.
+	// SecretEncoding says, or the tokens Token accepts, as written. The
+	// HMAC algorithms and Token need them; the others refuse them.
 	Secrets []string
 
 	// SecretEncoding is how the secrets are written: "" or "raw" (used as
@@ -157,12 +158,12 @@ func NewTemplate(cfg TemplateConfig) (Verifier, error) {
 // key material is not looked at.
 func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	v := &templateVerifier{paths: newJSONPaths(), publicURL: cfg.PublicURL, maxItems: cfg.MaxItems}
-	if strings.TrimSpace(cfg.String) == "" {
-		return nil, errors.New("string: required")
-	}
-	t, err := parseTemplate(cfg.String, v.paths)
-	if err != nil {
-		return nil, fmt.Errorf("string: %v", err)
+	t := &stringTemplate{}
+	if strings.TrimSpace(cfg.String) != "" {
+		var err error
+		if t, err = parseTemplate(cfg.String, v.paths); err != nil {
+			return nil, fmt.Errorf("string: %v", err)
+		}
 	}
 	v.tmpl = t
 	if t.url && cfg.PublicURL == nil {
@@ -170,6 +171,12 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	}
 	if err := v.setAlgorithms(cfg); err != nil {
 		return nil, err
+	}
+	switch hasString := strings.TrimSpace(cfg.String) != ""; {
+	case v.family == familyToken && hasString:
+		return nil, errors.New("string: a token is compared as it is sent, nothing is signed: give no string")
+	case v.family != familyToken && !hasString:
+		return nil, errors.New("string: required")
 	}
 	if err := v.setSignature(cfg.Signature); err != nil {
 		return nil, err
@@ -220,6 +227,7 @@ type templateVerifier struct {
 	tolerance time.Duration
 
 	keyrings map[*algorithm]keyring // HMAC
+	tokens   tokenSet               // Token
 	keys     []crypto.PublicKey     // public keys, or
 	certURL  source
 	certs    *certFetcher
@@ -235,6 +243,8 @@ type templateVerifier struct {
 type itemPaths struct {
 	array *jsonPaths // one path, to the array; nil when the body is the array
 	inner *jsonPaths // one path within an element; nil when the element is the item
+
+	arrayPath, innerPath []string // their member names, for the signers
 }
 
 func (v *templateVerifier) setAlgorithms(cfg TemplateConfig) error {
@@ -283,6 +293,9 @@ func (v *templateVerifier) setSignature(loc SignatureLocation) error {
 		return fmt.Errorf("signature: %v", err)
 	}
 	v.sig, v.prefix, v.separator = src, loc.Prefix, loc.Separator
+	if v.family == familyToken && loc.Encoding != "" {
+		return errors.New("signature: a token is compared as it is sent: it has no encoding")
+	}
 	switch strings.ToLower(loc.Encoding) {
 	case "":
 		v.encoding = Base64
@@ -320,6 +333,9 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 		}
 		return nil
 	}
+	if v.family == familyToken {
+		return errors.New("timestamp: a token signs no time")
+	}
 	src, err := parseSource(cfg.Timestamp.From, v.paths, fromHeader, fromJSON, fromQuery)
 	if err != nil {
 		return fmt.Errorf("timestamp: %v", err)
@@ -339,6 +355,23 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 }
 
 func (v *templateVerifier) setKeys(cfg TemplateConfig) error {
+	if v.family == familyToken {
+		switch {
+		case len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "":
+			return errors.New("public_key: a token is one of the secrets, not a public key or a certificate")
+		case cfg.SecretEncoding != "":
+			return errors.New("secret_encoding: a token is compared as it is written")
+		case len(cfg.Secrets) == 0:
+			return errors.New("secret: a token needs the secrets it may be")
+		}
+		for i, s := range cfg.Secrets {
+			if s == "" {
+				return fmt.Errorf("secret %d: empty", i+1)
+			}
+		}
+		v.tokens = newTokenSet(cfg.Secrets)
+		return nil
+	}
 	if v.family == familyHMAC {
 		if len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "" {
 			return errors.New("public_key: an HMAC algorithm takes secrets, not public keys or certificates")
@@ -454,12 +487,14 @@ func (v *templateVerifier) setItems(items string) error {
 		if _, err := ip.array.add(before); err != nil {
 			return fmt.Errorf("items: %v", err)
 		}
+		ip.arrayPath, _ = splitJSONPath(before)
 	}
 	if after != "" {
 		ip.inner = newJSONPaths()
 		if _, err := ip.inner.add(after[1:]); err != nil {
 			return fmt.Errorf("items: %v", err)
 		}
+		ip.innerPath, _ = splitJSONPath(after[1:])
 	}
 	if v.sig.kind != fromJSON {
 		return errors.New("items: the items are signed one by one, so the signature is in each: read it with signature json:<path within the item>")

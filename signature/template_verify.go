@@ -158,12 +158,22 @@ func (v *templateVerifier) verifyOne(st *templateState, r *http.Request, body []
 		}
 	}
 	limit := maxAsymmetric
-	if a.family == familyHMAC {
+	if a.family == familyHMAC || a.family == familyToken {
 		limit = maxSignatures
 	}
 	n, err := v.candidates(st, r, body, limit)
 	if err != nil {
 		return err
+	}
+	if a.family == familyToken {
+		ok := false
+		for _, c := range st.cands[:n] {
+			ok = v.tokens.match(c) || ok
+		}
+		if !ok {
+			return ErrInvalid
+		}
+		return nil
 	}
 	if a.family == familyHMAC {
 		var sigs sigSet
