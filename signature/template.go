@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,14 @@ type TemplateConfig struct {
 	// MaxItems bounds the items of a delivery in Items mode; more is
 	// ErrInvalid. Default: 1000.
 	MaxItems int
+
+	// Claims are members of the body (of each item in Items mode), by
+	// their JSON path, each of which must hold one of the values listed
+	// (compared as text, a string decoded); an absent one is ErrInvalid.
+	// Each must be a {json.<path>} field of String, so that what is
+	// checked is signed: AWS tells receivers of Amazon SNS messages to
+	// "reject any message with an unexpected TopicArn".
+	Claims map[string][]string
 
 	// PublicURL gives the `{url}` of the string: the URL the provider
 	// was told to deliver to. Required when the string uses `{url}`.
@@ -192,6 +201,9 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	if err := v.setItems(cfg.Items); err != nil {
 		return nil, err
 	}
+	if err := v.setClaims(cfg.Claims); err != nil {
+		return nil, err
+	}
 	if v.maxItems < 0 {
 		return nil, errors.New("max_items: must not be negative")
 	}
@@ -235,7 +247,15 @@ type templateVerifier struct {
 	items    *itemPaths
 	maxItems int
 
+	claims []claimCheck
+
 	states sync.Pool // of *templateState
+}
+
+// claimCheck is a signed member and the values it may hold.
+type claimCheck struct {
+	src    source
+	values []string
 }
 
 // itemPaths is where the items of Items mode are: the array, and the
@@ -455,6 +475,36 @@ func decodeSecrets(secrets []string, encoding string) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+func (v *templateVerifier) setClaims(claims map[string][]string) error {
+	signed := map[int]bool{}
+	for _, p := range v.tmpl.parts {
+		if p.kind == partJSON {
+			signed[p.leaf] = true
+		}
+	}
+	names := make([]string, 0, len(claims))
+	for name := range claims {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		values := claims[name]
+		if len(values) == 0 {
+			return fmt.Errorf("claim %q: at least one value", name)
+		}
+		before := v.paths.leaves
+		src, err := parseSource("json:"+name, v.paths, fromJSON)
+		if err != nil {
+			return fmt.Errorf("claim: %v", err)
+		}
+		if v.paths.leaves != before || !signed[src.leaf] {
+			return fmt.Errorf("claim %q: not a {json.%s} field of the string: only what is signed can be checked", name, name)
+		}
+		v.claims = append(v.claims, claimCheck{src: src, values: values})
+	}
+	return nil
 }
 
 func (v *templateVerifier) setItems(items string) error {
