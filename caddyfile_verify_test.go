@@ -97,7 +97,7 @@ func TestCaddyfileParseKeysAndHandshakesErrors(t *testing.T) {
 		{"verify_token two values", "webhook_idempotency whatsapp {\n\tverify_token a b\n}", "'verify_token' takes exactly one value, got 2, at Testfile:2"},
 		{"verify_token inline without value", "webhook_idempotency whatsapp verify_token", "option 'verify_token' on the directive line needs a value, at Testfile:1"},
 		{"handshake bad", "webhook_idempotency slack {\n\thandshake maybe\n}", "invalid handshake 'maybe': want on or off, at Testfile:2"},
-		{"handshake on a preset without one", "webhook_idempotency stripe handshake off", "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one), at Testfile:1"},
+		{"handshake on a preset without one", "webhook_idempotency stripe handshake off", "the stripe preset has no handshake to answer (" + strings.Join(providers.HandshakeProviders(), ", ") + " have one), at Testfile:1"},
 		{"verify_token with handshake off", "webhook_idempotency whatsapp {\n\thandshake off\n\tverify_token t\n}", "verify_token is unused with 'handshake off', at Testfile:3"},
 		{"unknown scheme names the generic ones", "webhook_idempotency {\n\tverify ecdsa\n}", "unknown verify scheme 'ecdsa': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 	} {

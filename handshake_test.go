@@ -304,10 +304,10 @@ func TestHandshakeConfigErrors(t *testing.T) {
 		want string
 	}{
 		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t"}, "verify_token is the token of Meta's subscription check"},
-		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (discord, slack, twitch, whatsapp, zoom have one)"},
+		{Handler{Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "on"}, "the stripe preset has no handshake to answer (" + strings.Join(providers.HandshakeProviders(), ", ") + " have one)"},
 		{Handler{Provider: "slack", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, Handshake: "yes"}, "invalid handshake 'yes': want on or off"},
 		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "t", Handshake: "off"}, "verify_token is unused with 'handshake off'"},
-		{Handler{Source: "no-preset", Handshake: "on"}, "handshake and verify_token need a preset with a handshake (discord, slack, twitch, whatsapp, zoom)"},
+		{Handler{Source: "no-preset", Handshake: "on"}, "handshake and verify_token need a preset with a handshake (" + strings.Join(providers.HandshakeProviders(), ", ") + ")"},
 		{Handler{Source: "no-preset", VerifyToken: "t"}, "handshake and verify_token need a preset with a handshake"},
 		{Handler{Provider: "whatsapp", Verify: &providers.VerifyConfig{Secrets: []string{"s"}}, VerifyToken: "{env.WEBHOOK_TEST_UNSET_TOKEN}"}, "resolving verify_token: evaluated placeholder {env.WEBHOOK_TEST_UNSET_TOKEN} is empty"},
 	} {

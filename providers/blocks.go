@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -48,9 +49,13 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		PublicKeys:      cfg.PublicKeys,
 		Items:           cfg.Items,
 		MaxItems:        cfg.MaxItems,
+		Claims:          cfg.Claims,
 	}
 	if strings.Contains(cfg.String, "{url}") {
 		tc.PublicURL = cfg.publicURL()
+	}
+	if err := fillWebhookID(&tc, cfg.WebhookID); err != nil {
+		return signature.TemplateConfig{}, err
 	}
 	if s := cfg.Signature; s != nil {
 		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator}
@@ -59,10 +64,36 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit}
 	}
 	if c := cfg.CertURL; c != nil {
-		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
+		tc.CertURL = signature.CertURLConfig{
+			From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache),
+			TrustOrigin: c.Trust == "origin", HTTPClient: keyset.Client,
+		}
 	}
 	return tc, nil
 }
+
+// webhookIDField is the part of a template's string the route's
+// webhook_id fills (PayPal's webhook id).
+const webhookIDField = "{webhook_id}"
+
+// fillWebhookID puts the route's webhook_id in the string's
+// {webhook_id}, as text; a string without it takes none, one with it
+// needs one.
+func fillWebhookID(tc *signature.TemplateConfig, id string) error {
+	has := strings.Contains(tc.String, webhookIDField)
+	switch {
+	case has && id == "":
+		return errors.New("webhook_id: required: the string signs {webhook_id} (PayPal's webhook id, in the app's webhook settings)")
+	case !has && id != "":
+		return errors.New("webhook_id: the string has no {webhook_id} to fill")
+	case has:
+		tc.String = strings.ReplaceAll(tc.String, webhookIDField, templateText.Replace(id))
+	}
+	return nil
+}
+
+// templateText escapes text for a template's string.
+var templateText = strings.NewReplacer(`\`, `\\`, "{", `\{`, "}", `\}`, "[", `\[`, "]", `\]`)
 
 // templateSymmetric reports whether a template verifies with secrets (an
 // HMAC, or a map of HMACs).
@@ -132,12 +163,16 @@ func blockScheme(block string) (scheme, VerifyConfig) {
 	case decl.Scheme == "jwt":
 		s.keys, s.options = JWTKeys, optKeySet
 	case decl.templateSymmetric():
-		s.keys = SecretKeys
+		s.keys, s.options = SecretKeys, s.options|optClaims
 	default:
+		s.options |= optClaims
 		s.keys, s.keysOptional = PublicKeysOrCertificate, decl.CertURL != nil
 	}
 	if !strings.Contains(decl.String, "{url}") {
 		s.options &^= optURL
+	}
+	if strings.Contains(decl.String, webhookIDField) {
+		s.options |= optWebhookID
 	}
 	return s, decl
 }
@@ -168,6 +203,7 @@ func (decl VerifyConfig) with(route VerifyConfig) VerifyConfig {
 	if route.URL != "" {
 		cfg.URL = route.URL
 	}
+	cfg.WebhookID = route.WebhookID
 	if route.keySet != nil {
 		cfg.keySet = route.keySet
 	}
@@ -292,4 +328,36 @@ func parsePrivateKey(text string) (crypto.Signer, error) {
 		return k, nil
 	}
 	return nil, errors.New("not an ECDSA, RSA or Ed25519 private key")
+}
+
+// guarded is the build of a block preset with its own rules: what a route
+// needs (checked at provision), and the deliveries it refuses before its
+// block sees them.
+func guarded(build func(VerifyConfig) (signature.Verifier, error), needs func(VerifyConfig) error, refuse func(*http.Request, []byte) error) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		if needs != nil {
+			if err := needs(cfg); err != nil {
+				return nil, err
+			}
+		}
+		v, err := build(cfg)
+		if err != nil || refuse == nil {
+			return v, err
+		}
+		return refusing{refuse: refuse, next: v}, nil
+	}
+}
+
+// refusing is a verifier that refuses some deliveries before its next.
+type refusing struct {
+	refuse func(*http.Request, []byte) error
+	next   signature.Verifier
+}
+
+// Verify implements signature.Verifier.
+func (v refusing) Verify(r *http.Request, body []byte) error {
+	if err := v.refuse(r, body); err != nil {
+		return err
+	}
+	return v.next.Verify(r, body)
 }

@@ -16,6 +16,7 @@ import (
 //		secret          <secret>...
 //		public_key      <key>...
 //		header          <name> [scheme <auth scheme>]
+//		query           <name>                        (token, eventgrid)
 //		algorithm       <algorithm> | <field> { <value> <algorithm>... }
 //		encoding        hex | base64
 //		prefix          <string>
@@ -29,13 +30,14 @@ import (
 //		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>]
 //		timestamp       <from> [unit s|ms|rfc3339]
 //		secret_encoding raw | hex | base64
-//		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; cache <duration> }
+//		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; trust chain|origin; cache <duration> }
 //		items           json:<path>
 //		max_items       <n>
 //		issuer          <iss>...                      (jwt)
 //		audience        <aud>...
 //		algorithms      <alg>...
 //		claim           <name> <value>...
+//		webhook_id      <id>                          (paypal, template)
 //	}
 
 // blockOptions are the subdirectives of the verify block that take their
@@ -46,7 +48,7 @@ var blockOptions = map[string]cfparse.Arity{
 	"jwks_file": cfparse.One, "encoding": cfparse.One, "prefix": cfparse.One, "tolerance": cfparse.One,
 	"url": cfparse.One, "padding": cfparse.One, "string": cfparse.One, "secret_encoding": cfparse.One,
 	"items": cfparse.One, "max_items": cfparse.One, "issuer": cfparse.Some, "audience": cfparse.Some,
-	"algorithms": cfparse.Some, "claim": cfparse.Some,
+	"algorithms": cfparse.Some, "claim": cfparse.Some, "webhook_id": cfparse.One, "query": cfparse.One,
 }
 
 // UnmarshalBlock reads the subdirectives of a verify block into cfg; the
@@ -155,6 +157,10 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 			cfg.Claims = make(map[string][]string)
 		}
 		cfg.Claims[args[0]] = append(cfg.Claims[args[0]], args[1:]...)
+	case "webhook_id":
+		cfg.WebhookID = v
+	case "query":
+		cfg.Query = v
 	default:
 		return fmt.Errorf("unrecognized verify option '%s'", name)
 	}
@@ -267,7 +273,7 @@ func (cfg *VerifyConfig) parseTimestamp(d *caddyfile.Dispenser) error {
 }
 
 // parseCertURL reads `cert_url <from> { hosts <regexp>...; paths
-// <regexp>...; subjects <regexp>...; cache <duration> }`.
+// <regexp>...; subjects <regexp>...; trust chain|origin; cache <duration> }`.
 func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) != 1 {
@@ -287,6 +293,11 @@ func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 			c.Paths = append(c.Paths, vals...)
 		case "subjects":
 			c.Subjects = append(c.Subjects, vals...)
+		case "trust":
+			if len(vals) != 1 || (vals[0] != "chain" && vals[0] != "origin") {
+				return d.Errf("cert_url trust takes chain or origin, got %q", vals)
+			}
+			c.Trust = vals[0]
 		case "cache":
 			dur, err := cfparse.PositiveDuration("cert_url cache", vals[0])
 			if err != nil {

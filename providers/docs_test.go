@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -117,14 +119,21 @@ func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
 		}
-		decl.Secrets = []string{"block-secret"}
+		secret := "block-secret"
+		if decl.SecretEncoding == "hex" {
+			secret = hex.EncodeToString([]byte(secret))
+		}
+		decl.Secrets = []string{secret}
 		generic := mustBuild(t, decl)
-		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{"block-secret"}})
-		s, err := NewSigner(p.Name, SignConfig{Secret: "block-secret", PublicURL: "https://example.com/hook"})
+		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{secret}})
+		s, err := NewSigner(p.Name, SignConfig{Secret: secret, PublicURL: "https://example.com/hook"})
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
 		}
 		body := []byte(`{"id":"evt_block","items":[{"id":"a"}]}`)
+		if p.decl.Items != "" {
+			body = itemsBody(t, p.decl.Items)
+		}
 		r := httptest.NewRequest(http.MethodPost, "https://example.com/hook", nil)
 		if body, err = s.Sign(r, body, time.Now()); err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
@@ -136,4 +145,31 @@ func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
 			t.Errorf("%s: the preset refuses what it signs: %v", p.Name, err)
 		}
 	}
+}
+
+// itemsBody is a body with one item where a block's `items` path puts
+// them (json:a.#.b: {"a":[{"b":{"id":"a"}}]}).
+func itemsBody(t *testing.T, items string) []byte {
+	t.Helper()
+	path := strings.TrimPrefix(items, "json:")
+	before, after, _ := strings.Cut(path, "#")
+	var item any = map[string]any{"id": "a"}
+	inner := strings.Split(strings.Trim(after, "."), ".")
+	for i := len(inner) - 1; i >= 0; i-- {
+		if inner[i] != "" {
+			item = map[string]any{inner[i]: item}
+		}
+	}
+	var doc any = []any{item}
+	outer := strings.Split(strings.Trim(before, "."), ".")
+	for i := len(outer) - 1; i >= 0; i-- {
+		if outer[i] != "" {
+			doc = map[string]any{outer[i]: doc}
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -26,6 +26,12 @@ type Handshake struct {
 	// others are answered before the body is read (Meta's GET).
 	signed bool
 
+	// open handshakes are answered before the body is read without any
+	// check (Microsoft Graph's validationToken: nothing in it can be
+	// checked, and the answer only echoes it); the other unsigned ones
+	// check the route's verify_token (Meta's).
+	open bool
+
 	// keyed handshakes are answered with a MAC made with the first
 	// secret (Zoom's).
 	keyed bool
@@ -101,6 +107,7 @@ func NewHandshake(preset string, cfg HandshakeConfig) (*HandshakeState, error) {
 	state := &HandshakeState{Handshake: hs}
 	repl := caddy.NewReplacer()
 	switch {
+	case hs.open:
 	case !hs.signed:
 		if cfg.VerifyToken == "" {
 			return nil, nil
@@ -144,7 +151,7 @@ func CheckHandshakeOptions(preset, mode, verifyToken string) error {
 	if mode != "" && hs == nil {
 		return fmt.Errorf("the %s preset has no handshake to answer (%s have one)", preset, strings.Join(HandshakeProviders(), ", "))
 	}
-	if verifyToken != "" && (hs == nil || hs.signed) {
+	if verifyToken != "" && (hs == nil || hs.signed || hs.open) {
 		return fmt.Errorf("verify_token is the token of Meta's subscription check (the whatsapp preset); the %s preset takes none", preset)
 	}
 	if verifyToken != "" && mode == HandshakeOff {

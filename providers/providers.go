@@ -11,6 +11,7 @@
 package providers
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -107,6 +108,16 @@ type Preset struct {
 	Credentials     []string
 	CredentialQuery []string
 
+	// needs, for a preset declared as a block, rejects a route that
+	// lacks what the preset cannot do without besides key material
+	// (Pub/Sub's audience and service account); nil for nothing more.
+	needs func(cfg VerifyConfig) error
+
+	// refuse, for a preset declared as a block, refuses before its block
+	// the deliveries the block would only call unsigned, with a reason of
+	// their own (Amazon SNS's raw messages); nil for none.
+	refuse func(r *http.Request, body []byte) error
+
 	// resigns tells whether the preset's signer re-signs a delivery, with
 	// the secret that verified it and a new time, without changing its
 	// body (forward signature resign); nil for never (a public key, a
@@ -127,10 +138,16 @@ type Answer struct {
 
 // Batch is a provider's batch: the `json:` path of its array of events
 // (`json:#` for a body that is the array), and the key sources of an item
-// within it, tried in order.
+// within it, tried in order (`body` standing for the item's own bytes).
 type Batch struct {
 	Path string
 	Key  []string
+
+	// Combined makes Key's sources one key together, each item's values
+	// joined (an absent one empty), rather than alternatives: an item is
+	// known only by them all (Adyen's pspReference, eventCode and
+	// success; Pix's endToEndId and refunds).
+	Combined bool
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
@@ -168,6 +185,9 @@ func register(p *Preset) {
 	}
 	if p.Block != "" {
 		s, decl := blockScheme(p.Block)
+		if p.needs != nil || p.refuse != nil {
+			s.build = guarded(s.build, p.needs, p.refuse)
+		}
 		p.scheme, p.decl = s, &decl
 		if p.signer.build == nil {
 			p.signer = declSigner(decl)

@@ -33,6 +33,12 @@ type SignConfig struct {
 	// TokenHeader is the header of evolution's token mode (the route's
 	// `verify evolution { header … }`); "" for its JWT.
 	TokenHeader string
+	// TokenQuery is the query parameter of eventgrid's key (the route's
+	// `verify eventgrid { query … }`), instead of TokenHeader.
+	TokenQuery string
+	// WebhookID is PayPal's webhook id, which it signs (the route's
+	// `webhook_id`).
+	WebhookID string
 }
 
 // presetSigner builds the signer of one preset.

@@ -91,6 +91,7 @@ func readSendFlags(fl caddycmd.Flags) (*sendFlags, error) {
 		cfg: providers.SignConfig{
 			Secret: fl.String("secret"), KeyID: fl.String("kid"),
 			PublicURL: fl.String("public-url"), TokenHeader: fl.String("token-header"),
+			WebhookID: fl.String("webhook-id"), TokenQuery: fl.String("token-query"),
 		},
 	}
 	if fl.NArg() > 1 {
@@ -313,7 +314,10 @@ is configured with. ` + "`send list`" + ` lists the presets and what each needs.
   --public-url    twilio, square, hubspot: the URL the provider signs (the
                   route's url), when it is not --url
   --token-header  evolution: send the secret as a token in this header
-                  instead of a JWT
+                  instead of a JWT; eventgrid: the header of its key
+  --token-query   eventgrid: the query parameter of its key
+  --webhook-id    paypal: the webhook id PayPal signs (the route's
+                  webhook_id)
   --body          the body: @file, or the text itself
   --header        an extra header, "Name: value" (repeatable)
   --id            the delivery id (default: a random evt_…)
@@ -337,7 +341,9 @@ func newSendCommand() *cobra.Command {
 	f.String("encrypt-to", "", "stone: a file with the partner's RSA public key")
 	f.String("kid", "", "stone: the signing key's kid")
 	f.String("public-url", "", "The URL the provider signs, when it is not --url")
-	f.String("token-header", "", "evolution: send the secret as a token in this header")
+	f.String("token-header", "", "evolution, eventgrid: send the secret as a token in this header")
+	f.String("webhook-id", "", "paypal: the webhook id PayPal signs (the route's webhook_id)")
+	f.String("token-query", "", "eventgrid: send the secret in this query parameter")
 	f.String("body", "", "The body: @file, or the text itself")
 	f.StringArray("header", nil, "An extra header, Name: value (repeatable)")
 	f.String("id", "", "The delivery id")

@@ -1,0 +1,77 @@
+package providers
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+// Azure Event Grid's webhook deliveries: nothing is signed. An endpoint
+// authenticates Event Grid by a secret it put in the subscription's URL
+// ("Set one of the query parameters to be a client secret … Event Grid
+// service includes all the query parameters in every event delivery"), by
+// a header set as a delivery property, or by Microsoft Entra's token
+// (`verify jwt`); the route names where its secret is. A new subscription
+// is validated with a SubscriptionValidationEvent, answered with its
+// validation code once the delivery is authenticated.
+func init() {
+	register(&Preset{
+		Name: "eventgrid",
+		Docs: []string{
+			"https://learn.microsoft.com/azure/event-grid/security-authentication",
+			"https://learn.microsoft.com/azure/event-grid/end-point-validation-event-grid-events-schema",
+			"https://learn.microsoft.com/azure/event-grid/end-point-validation-cloud-events-schema",
+			"https://learn.microsoft.com/azure/event-grid/delivery-and-retry",
+			"https://learn.microsoft.com/azure/event-grid/delivery-properties",
+		},
+		scheme: scheme{
+			build: func(cfg VerifyConfig) (signature.Verifier, error) {
+				return headerOrQueryToken(cfg, " (or verify jwt for Microsoft Entra's token)")
+			},
+			options: optHeader | optPrefix | optQuery,
+		},
+		// the Event Grid schema posts an array (one event unless the
+		// subscription batches, and then up to 5000), each event with an
+		// `id` unique within its topic; until batches are split, a
+		// retried request is the same body
+		DefaultKey:   []string{"body"},
+		Batch:        &Batch{Path: "json:#", Key: []string{"json:id", "body"}},
+		BodyUnsigned: true,
+		// retried for the event's time to live, 24 hours by default,
+		// checked only at the next attempt, at most 12 hours apart
+		TTL:       2 * day,
+		Handshake: &eventGridValidation,
+		signer: presetSigner{needs: needsSecret + " with --token-header or --token-query (where the route takes the key)", build: func(cfg SignConfig) (signature.Signer, error) {
+			switch {
+			case cfg.Secret == "":
+				return nil, errors.New("eventgrid signs with --secret")
+			case cfg.TokenQuery != "":
+				return signature.NewQueryTokenSigner(cfg.TokenQuery, cfg.Secret), nil
+			case cfg.TokenHeader != "":
+				return signature.NewTokenSigner(cfg.TokenHeader, "", cfg.Secret)
+			}
+			return nil, errors.New("eventgrid needs where the key goes: --token-query <name> or --token-header <name>, as the route's verify eventgrid { query | header }")
+		}},
+	})
+}
+
+// eventGridValidation answers Event Grid's SubscriptionValidationEvent,
+// an authenticated delivery holding that one event, with
+// `{"validationResponse": <its validationCode>}` ("Endpoint validation
+// with Event Grid events schema": 200 OK within 30 seconds; 202 is not
+// taken).
+var eventGridValidation = Handshake{signed: true, answer: answerEventGridValidation}
+
+func answerEventGridValidation(_ *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool) {
+	if r.Header.Get("Aeg-Event-Type") != "SubscriptionValidation" {
+		return HandshakeAnswer{}, false
+	}
+	code, ok := eventString(body, "ubscriptionValidationEvent", "0.eventType", "Microsoft.EventGrid.SubscriptionValidationEvent", "0.data.validationCode")
+	if !ok || code == "" {
+		return HandshakeAnswer{}, false
+	}
+	return jsonAnswer(struct {
+		ValidationResponse string `json:"validationResponse"`
+	}{code})
+}

@@ -1,0 +1,263 @@
+package providers
+
+import (
+	"context"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
+
+const snsTopic = "arn:aws:sns:us-east-1:123456789012:orders"
+
+// snsHosts stands in for SNS's hosts, serving the certificate of key at
+// certPath; its certificates are trusted for having come from there.
+func snsHosts(t *testing.T, key *rsa.PrivateKey, certPath string) *providerHosts {
+	t.Helper()
+	h := newProviderHosts(t, "sns.us-east-1.amazonaws.com", "sns.us-west-2.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn", "s3.amazonaws.com", "evil.example")
+	now := time.Now()
+	h.serve(certPath, selfSigned(t, key, "sns.amazonaws.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	return h
+}
+
+// snsMessage signs an SNS message as AWS does, by hand from "Verifying the
+// signatures of Amazon SNS messages": `Key\nValue\n` for the fields to
+// sign that the message has, in byte order, RSA over SHA-1 for
+// SignatureVersion 1 and SHA-256 for 2.
+func snsMessage(key *rsa.PrivateKey, version, certURL string, fields map[string]string) []byte {
+	signed := []string{"Message", "MessageId", "Subject", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"}
+	sort.Strings(signed)
+	var msg strings.Builder
+	for _, k := range signed {
+		if v, ok := fields[k]; ok {
+			msg.WriteString(k + "\n" + v + "\n")
+		}
+	}
+	h, digest := crypto.SHA1, []byte(nil)
+	if version == "2" {
+		sum := sha256.Sum256([]byte(msg.String()))
+		h, digest = crypto.SHA256, sum[:]
+	} else {
+		sum := sha1.Sum([]byte(msg.String()))
+		digest = sum[:]
+	}
+	sig, err := rsa.SignPKCS1v15(nil, key, h, digest)
+	if err != nil {
+		panic(err)
+	}
+	out := map[string]string{"SignatureVersion": version, "SigningCertURL": certURL, "Signature": base64.StdEncoding.EncodeToString(sig)}
+	for k, v := range fields {
+		out[k] = v
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+func snsNotification(id, topic string) map[string]string {
+	return map[string]string{
+		"Type": "Notification", "MessageId": id, "TopicArn": topic, "Subject": "Order shipped",
+		"Message": "{\"order\":\"o-1\"}\nline two", "Timestamp": "2026-12-06T07:36:32.000Z",
+		"UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=" + topic + ":9a2f",
+	}
+}
+
+func snsPost(body []byte) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/sns", nil)
+	var m struct{ Type, MessageId string }
+	_ = json.Unmarshal(body, &m)
+	r.Header.Set("X-Amz-Sns-Message-Type", m.Type)
+	r.Header.Set("X-Amz-Sns-Message-Id", m.MessageId)
+	return r
+}
+
+// The deliveries sns-validator 0.3.5 (AWS's Node validator) judged
+// (../signature/testdata/sns-validator-0.3.5.json), through the preset:
+// it takes what the validator took, refuses what it refused, and fetches
+// the certificate once.
+func TestSNSValidatorVectors(t *testing.T) {
+	var vecs struct {
+		SigningCert string `json:"signing_cert"`
+		Vectors     []struct {
+			Name  string `json:"name"`
+			Body  string `json:"body"`
+			Valid bool   `json:"valid"`
+		} `json:"vectors"`
+	}
+	data, err := os.ReadFile("../signature/testdata/sns-validator-0.3.5.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &vecs); err != nil {
+		t.Fatal(err)
+	}
+	hosts := newProviderHosts(t, "sns.us-east-1.amazonaws.com")
+	hosts.serve("/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem", vecs.SigningCert)
+	v := mustBuild(t, VerifyConfig{Scheme: "sns", Claims: map[string][]string{"TopicArn": {snsTopic}}})
+	for _, vec := range vecs.Vectors {
+		t.Run(vec.Name, func(t *testing.T) {
+			want := signature.ErrInvalid
+			if vec.Valid {
+				want = nil
+			}
+			sigtest.WantReason(t, v.Verify(snsPost([]byte(vec.Body)), []byte(vec.Body)), want)
+		})
+	}
+	if hits := hosts.hits.Load(); hits != 1 {
+		t.Fatalf("the certificate was fetched %d times, want once", hits)
+	}
+}
+
+func TestSNS(t *testing.T) {
+	key := sigtest.RSAKey("sns")
+	const certPath = "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
+	hosts := snsHosts(t, key, certPath)
+	cert := "https://sns.us-east-1.amazonaws.com" + certPath
+	v := mustBuild(t, VerifyConfig{Scheme: "sns", Claims: map[string][]string{"TopicArn": {snsTopic}}})
+	for _, c := range []struct {
+		name string
+		body []byte
+		want *signature.Error
+	}{
+		{"version 1", snsMessage(key, "1", cert, snsNotification("m1", snsTopic)), nil},
+		{"version 2", snsMessage(key, "2", cert, snsNotification("m2", snsTopic)), nil},
+		{"another region's host", snsMessage(key, "2", "https://sns.us-west-2.amazonaws.com"+certPath, snsNotification("m3", snsTopic)), nil},
+		{"an unexpected topic", snsMessage(key, "1", cert, snsNotification("m4", "arn:aws:sns:us-east-1:999999999999:orders")), signature.ErrInvalid},
+		{"another key", snsMessage(sigtest.RSAKey("not sns"), "1", cert, snsNotification("m5", snsTopic)), signature.ErrInvalid},
+		{"version 3", snsMessage(key, "3", cert, snsNotification("m6", snsTopic)), signature.ErrInvalid},
+	} {
+		t.Run(c.name, func(t *testing.T) { sigtest.WantReason(t, v.Verify(snsPost(c.body), c.body), c.want) })
+	}
+	// one changed byte of the message
+	body := snsMessage(key, "1", cert, snsNotification("m7", snsTopic))
+	changed := []byte(strings.Replace(string(body), "Order shipped", "Order shipper", 1))
+	sigtest.WantReason(t, v.Verify(snsPost(changed), changed), signature.ErrInvalid)
+
+	// certificate URLs off SNS's hosts, or not https, are refused before
+	// any request (an S3 bucket is on amazonaws.com too)
+	hits := hosts.hits.Load()
+	for _, u := range []string{
+		"https://s3.amazonaws.com" + certPath,
+		"https://evil.example" + certPath,
+		"http://sns.us-east-1.amazonaws.com" + certPath,
+		"https://sns.us-east-1.amazonaws.com.evil.example" + certPath,
+		"https://sns.us-east-1.amazonaws.com/cert.txt",
+	} {
+		b := snsMessage(key, "1", u, snsNotification("m8", snsTopic))
+		sigtest.WantReason(t, v.Verify(snsPost(b), b), signature.ErrInvalid)
+	}
+	if got := hosts.hits.Load(); got != hits {
+		t.Fatalf("%d requests for certificate URLs off SNS's hosts", got-hits)
+	}
+
+	// a raw message has no envelope and no signature: refused, saying why
+	r := snsPost([]byte(`{"order":"o-1"}`))
+	r.Header.Set("X-Amz-Sns-Rawdelivery", "true")
+	err := v.Verify(r, []byte(`{"order":"o-1"}`))
+	if err == nil || !strings.Contains(err.Error(), "RawMessageDelivery") {
+		t.Fatalf("a raw delivery: %v", err)
+	}
+	// the route must say which topics it takes
+	if _, err := buildVerifier(VerifyConfig{Scheme: "sns"}); err == nil || !strings.Contains(err.Error(), "claim TopicArn") {
+		t.Fatalf("sns without topics: %v", err)
+	}
+	if p := presets["sns"]; p.InFlight != "wait" {
+		t.Fatalf("sns in_flight %q, want wait: SNS takes a 409 as final", p.InFlight)
+	}
+}
+
+// A verified SubscriptionConfirmation is answered 200 and confirmed by a
+// GET of its SubscribeURL once answered; one whose URL is not an SNS
+// ConfirmSubscription URL over https, and an UnsubscribeConfirmation, are
+// passed on, their URLs never visited.
+func TestSNSSubscriptionConfirmation(t *testing.T) {
+	key := sigtest.RSAKey("sns")
+	const certPath = "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
+	hosts := snsHosts(t, key, certPath)
+	hosts.serve("/", "<ConfirmSubscriptionResponse/>")
+	cert := "https://sns.us-east-1.amazonaws.com" + certPath
+	hs, err := NewHandshake("sns", HandshakeConfig{Verified: true})
+	if err != nil || hs == nil || !hs.Signed() {
+		t.Fatalf("the sns handshake: %v %v", hs, err)
+	}
+	confirmation := func(typ, subscribeURL string) []byte {
+		return snsMessage(key, "1", cert, map[string]string{
+			"Type": typ, "MessageId": "c-" + subscribeURL, "TopicArn": snsTopic, "Token": "2336412f37fb687f5d51e6e2425a",
+			"Message": "You have chosen to subscribe to the topic " + snsTopic, "SubscribeURL": subscribeURL,
+			"Timestamp": "2026-12-06T07:36:32.000Z",
+		})
+	}
+	v := mustBuild(t, VerifyConfig{Scheme: "sns", Claims: map[string][]string{"TopicArn": {snsTopic}}})
+
+	u := "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=" + snsTopic + "&Token=2336412f37fb687f5d51e6e2425a"
+	body := confirmation("SubscriptionConfirmation", u)
+	sigtest.WantReason(t, v.Verify(snsPost(body), body), nil)
+	// the requests from here on (the certificate is cached)
+	gets := make(chan string, 8)
+	hosts.mu.Lock()
+	hosts.gets = gets
+	hosts.mu.Unlock()
+	ctx, answered := context.WithCancel(context.Background())
+	a, ok := hs.Answer(snsPost(body).WithContext(ctx), body)
+	if !ok || a.Status != http.StatusOK {
+		t.Fatalf("the confirmation: %+v %v", a, ok)
+	}
+	if len(gets) != 0 {
+		t.Fatal("the SubscribeURL was visited before the delivery was answered")
+	}
+	answered()
+	select {
+	case got := <-gets:
+		if got != u {
+			t.Fatalf("visited %s, want %s", got, u)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the SubscribeURL was not visited")
+	}
+
+	running := func() int {
+		snsConfirmations.mu.Lock()
+		defer snsConfirmations.mu.Unlock()
+		return snsConfirmations.running
+	}
+	for deadline := time.Now().Add(30 * time.Second); running() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmation did not end")
+		}
+	}
+
+	// never visited: another host, http, another action, an unsubscribe
+	hits := hosts.hits.Load()
+	for _, c := range []struct{ typ, url string }{
+		{"SubscriptionConfirmation", "https://evil.example/?Action=ConfirmSubscription&TopicArn=" + snsTopic},
+		{"SubscriptionConfirmation", "https://s3.amazonaws.com/?Action=ConfirmSubscription&TopicArn=" + snsTopic},
+		{"SubscriptionConfirmation", "http://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=" + snsTopic},
+		{"SubscriptionConfirmation", "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe&TopicArn=" + snsTopic},
+		{"UnsubscribeConfirmation", "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=" + snsTopic + "&Token=resubscribes"},
+	} {
+		body := confirmation(c.typ, c.url)
+		sigtest.WantReason(t, v.Verify(snsPost(body), body), nil)
+		if a, ok := hs.Answer(snsPost(body), body); ok {
+			t.Errorf("%s %s answered %+v, want passed on", c.typ, c.url, a)
+		}
+	}
+	// a notification is no handshake
+	n := snsMessage(key, "1", cert, snsNotification("m9", snsTopic))
+	if _, ok := hs.Answer(snsPost(n), n); ok {
+		t.Fatal("a notification taken for a confirmation")
+	}
+	if n := running(); n != 0 || hosts.hits.Load() != hits {
+		t.Fatalf("%d confirmations running, %d requests, for URLs never to visit", n, hosts.hits.Load()-hits)
+	}
+}
