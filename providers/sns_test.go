@@ -2,16 +2,11 @@ package providers
 
 import (
 	"context"
-	"crypto"
 	"crypto/rsa"
-	"crypto/sha1"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -30,47 +25,6 @@ func snsHosts(t *testing.T, key *rsa.PrivateKey, certPath string) *providerHosts
 	now := time.Now()
 	h.serve(certPath, selfSigned(t, key, "sns.amazonaws.com", now.Add(-time.Hour), now.Add(time.Hour)))
 	return h
-}
-
-// snsMessage signs an SNS message as AWS does, by hand from "Verifying the
-// signatures of Amazon SNS messages": `Key\nValue\n` for the fields to
-// sign that the message has, in byte order, RSA over SHA-1 for
-// SignatureVersion 1 and SHA-256 for 2.
-func snsMessage(key *rsa.PrivateKey, version, certURL string, fields map[string]string) []byte {
-	signed := []string{"Message", "MessageId", "Subject", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"}
-	sort.Strings(signed)
-	var msg strings.Builder
-	for _, k := range signed {
-		if v, ok := fields[k]; ok {
-			msg.WriteString(k + "\n" + v + "\n")
-		}
-	}
-	h, digest := crypto.SHA1, []byte(nil)
-	if version == "2" {
-		sum := sha256.Sum256([]byte(msg.String()))
-		h, digest = crypto.SHA256, sum[:]
-	} else {
-		sum := sha1.Sum([]byte(msg.String()))
-		digest = sum[:]
-	}
-	sig, err := rsa.SignPKCS1v15(nil, key, h, digest)
-	if err != nil {
-		panic(err)
-	}
-	out := map[string]string{"SignatureVersion": version, "SigningCertURL": certURL, "Signature": base64.StdEncoding.EncodeToString(sig)}
-	for k, v := range fields {
-		out[k] = v
-	}
-	b, _ := json.Marshal(out)
-	return b
-}
-
-func snsNotification(id, topic string) map[string]string {
-	return map[string]string{
-		"Type": "Notification", "MessageId": id, "TopicArn": topic, "Subject": "Order shipped",
-		"Message": "{\"order\":\"o-1\"}\nline two", "Timestamp": "2026-12-06T07:36:32.000Z",
-		"UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=" + topic + ":9a2f",
-	}
 }
 
 func snsPost(body []byte) *http.Request {
@@ -130,17 +84,17 @@ func TestSNS(t *testing.T) {
 		body []byte
 		want *signature.Error
 	}{
-		{"version 1", snsMessage(key, "1", cert, snsNotification("m1", snsTopic)), nil},
-		{"version 2", snsMessage(key, "2", cert, snsNotification("m2", snsTopic)), nil},
-		{"another region's host", snsMessage(key, "2", "https://sns.us-west-2.amazonaws.com"+certPath, snsNotification("m3", snsTopic)), nil},
-		{"an unexpected topic", snsMessage(key, "1", cert, snsNotification("m4", "arn:aws:sns:us-east-1:999999999999:orders")), signature.ErrInvalid},
-		{"another key", snsMessage(sigtest.RSAKey("not sns"), "1", cert, snsNotification("m5", snsTopic)), signature.ErrInvalid},
-		{"version 3", snsMessage(key, "3", cert, snsNotification("m6", snsTopic)), signature.ErrInvalid},
+		{"version 1", sigtest.SNSMessage(key, "1", cert, sigtest.SNSNotification("m1", snsTopic)), nil},
+		{"version 2", sigtest.SNSMessage(key, "2", cert, sigtest.SNSNotification("m2", snsTopic)), nil},
+		{"another region's host", sigtest.SNSMessage(key, "2", "https://sns.us-west-2.amazonaws.com"+certPath, sigtest.SNSNotification("m3", snsTopic)), nil},
+		{"an unexpected topic", sigtest.SNSMessage(key, "1", cert, sigtest.SNSNotification("m4", "arn:aws:sns:us-east-1:999999999999:orders")), signature.ErrInvalid},
+		{"another key", sigtest.SNSMessage(sigtest.RSAKey("not sns"), "1", cert, sigtest.SNSNotification("m5", snsTopic)), signature.ErrInvalid},
+		{"version 3", sigtest.SNSMessage(key, "3", cert, sigtest.SNSNotification("m6", snsTopic)), signature.ErrInvalid},
 	} {
 		t.Run(c.name, func(t *testing.T) { sigtest.WantReason(t, v.Verify(snsPost(c.body), c.body), c.want) })
 	}
 	// one changed byte of the message
-	body := snsMessage(key, "1", cert, snsNotification("m7", snsTopic))
+	body := sigtest.SNSMessage(key, "1", cert, sigtest.SNSNotification("m7", snsTopic))
 	changed := []byte(strings.Replace(string(body), "Order shipped", "Order shipper", 1))
 	sigtest.WantReason(t, v.Verify(snsPost(changed), changed), signature.ErrInvalid)
 
@@ -154,7 +108,7 @@ func TestSNS(t *testing.T) {
 		"https://sns.us-east-1.amazonaws.com.evil.example" + certPath,
 		"https://sns.us-east-1.amazonaws.com/cert.txt",
 	} {
-		b := snsMessage(key, "1", u, snsNotification("m8", snsTopic))
+		b := sigtest.SNSMessage(key, "1", u, sigtest.SNSNotification("m8", snsTopic))
 		sigtest.WantReason(t, v.Verify(snsPost(b), b), signature.ErrInvalid)
 	}
 	if got := hosts.hits.Load(); got != hits {
@@ -192,11 +146,7 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 		t.Fatalf("the sns handshake: %v %v", hs, err)
 	}
 	confirmation := func(typ, subscribeURL string) []byte {
-		return snsMessage(key, "1", cert, map[string]string{
-			"Type": typ, "MessageId": "c-" + subscribeURL, "TopicArn": snsTopic, "Token": "2336412f37fb687f5d51e6e2425a",
-			"Message": "You have chosen to subscribe to the topic " + snsTopic, "SubscribeURL": subscribeURL,
-			"Timestamp": "2026-12-06T07:36:32.000Z",
-		})
+		return sigtest.SNSMessage(key, "1", cert, sigtest.SNSConfirmation(typ, snsTopic, subscribeURL))
 	}
 	v := mustBuild(t, VerifyConfig{Scheme: "sns", Claims: map[string][]string{"TopicArn": {snsTopic}}})
 
@@ -253,7 +203,7 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 		}
 	}
 	// a notification is no handshake
-	n := snsMessage(key, "1", cert, snsNotification("m9", snsTopic))
+	n := sigtest.SNSMessage(key, "1", cert, sigtest.SNSNotification("m9", snsTopic))
 	if _, ok := hs.Answer(snsPost(n), n); ok {
 		t.Fatal("a notification taken for a confirmation")
 	}

@@ -1,0 +1,59 @@
+package providers_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+)
+
+// Microsoft Graph's endpoint validation, through a real Caddy: the token
+// is answered at once, as text, before any clientState; notifications
+// are checked item by item.
+func TestGraphThroughCaddy(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	c, base := proxy(t, "webhook_idempotency graph {\n\t\tsecret client-state-1\n\t}", up)
+	resp, got := testkit.Post(t, base+"/graph?validationToken=Validation%3A+Testing+reachability", nil, "Content-Type", "text/plain; charset=utf-8")
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") || string(got) != "Validation: Testing reachability" {
+		t.Fatalf("the validation: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), got)
+	}
+	wantMetric(t, c, 1, "caddy_webhook_idempotency_requests_total", "source", "graph", "result", "handshake")
+	item := func(id, state string) string {
+		return `{"id":"` + id + `","subscriptionId":"s1","changeType":"created","resource":"Users/1/Messages/` + id + `","clientState":"` + state + `"}`
+	}
+	body := []byte(`{"value":[` + item("n1", "client-state-1") + `,` + item("n2", "client-state-1") + `]}`)
+	resp, first := testkit.Post(t, base+"/graph", body, "Content-Type", "application/json")
+	testkit.WantNew(t, resp, first, http.StatusOK)
+	resp, got = testkit.Post(t, base+"/graph", body, "Content-Type", "application/json")
+	testkit.WantReplay(t, resp, got, http.StatusOK, string(first))
+	resp, got = testkit.Post(t, base+"/graph", []byte(`{"value":[`+item("n3", "client-state-1")+`,`+item("n4", "guess")+`]}`), "Content-Type", "application/json")
+	if resp.StatusCode != 401 {
+		t.Fatalf("a forged notification among real ones: %d %s", resp.StatusCode, got)
+	}
+	up.WantCalls(t, 1)
+}
+
+// Azure Event Grid's subscription validation, through a real Caddy: with
+// the endpoint's key it is answered with the validation code, without it
+// refused; events reach the application once.
+func TestEventGridThroughCaddy(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	c, base := proxy(t, "webhook_idempotency eventgrid {\n\t\tverify eventgrid {\n\t\t\tquery key\n\t\t\tsecret eg-key-1\n\t\t}\n\t}", up)
+	validation := []byte(`[{"id":"2d1781af-3a4c-4d7c-bd0c-e34b19da4e66","topic":"/subscriptions/xx","subject":"","data":{"validationCode":"512d38b6-c7b8-40c8-89fe-f46f9e9622b6","validationUrl":"https://rp-eastus2.eventgrid.azure.net:553/eventsubscriptions/s/validate?id=1&token=x"},"eventType":"Microsoft.EventGrid.SubscriptionValidationEvent","eventTime":"2026-12-06T10:00:00Z","metadataVersion":"1","dataVersion":"1"}]`)
+	resp, got := testkit.Post(t, base+"/eg?key=wrong", validation, "Aeg-Event-Type", "SubscriptionValidation")
+	if resp.StatusCode != 401 {
+		t.Fatalf("a validation without the key: %d %s", resp.StatusCode, got)
+	}
+	resp, got = testkit.Post(t, base+"/eg?key=eg-key-1", validation, "Aeg-Event-Type", "SubscriptionValidation")
+	if resp.StatusCode != 200 || string(got) != `{"validationResponse":"512d38b6-c7b8-40c8-89fe-f46f9e9622b6"}` {
+		t.Fatalf("the validation: %d %s", resp.StatusCode, got)
+	}
+	wantMetric(t, c, 1, "caddy_webhook_idempotency_requests_total", "source", "eventgrid", "result", "handshake")
+	event := []byte(`[{"topic":"/subscriptions/xx","subject":"/blobs/b.txt","eventType":"Microsoft.Storage.BlobCreated","eventTime":"2026-12-06T10:00:00Z","id":"831e1650-001e-001b-66ab-eeb76e069631","data":{},"dataVersion":"","metadataVersion":"1"}]`)
+	resp, first := testkit.Post(t, base+"/eg?key=eg-key-1", event, "Aeg-Event-Type", "Notification")
+	testkit.WantNew(t, resp, first, http.StatusOK)
+	resp, got = testkit.Post(t, base+"/eg?key=eg-key-1", event, "Aeg-Event-Type", "Notification")
+	testkit.WantReplay(t, resp, got, http.StatusOK, string(first))
+	up.WantCalls(t, 1)
+}
