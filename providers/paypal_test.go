@@ -97,14 +97,14 @@ func TestPayPalVector(t *testing.T) {
 }
 
 func TestPayPal(t *testing.T) {
-	hosts := newProviderHosts(t, "api.paypal.com", "api-m.paypal.com", "api.sandbox.paypal.com", "api-m.sandbox.paypal.com", "api.paypal.com.evil.example")
+	hosts := providerHosts(t, "api.paypal.com", "api-m.paypal.com", "api.sandbox.paypal.com", "api-m.sandbox.paypal.com", "api.paypal.com.evil.example")
 	key, other := sigtest.RSAKey("paypal"), sigtest.RSAKey("not paypal")
 	now := time.Now()
-	hosts.serve("/v1/notifications/certs/CERT-360caa42-fca2a594-5edc0ebc", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
-	hosts.serve("/v1/notifications/certs/CERT-sandbox", selfSigned(t, key, "messageverificationcerts.sandbox.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
-	hosts.serve("/v1/notifications/certs/CERT-other-name", selfSigned(t, key, "www.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
-	hosts.serve("/v1/notifications/certs/CERT-expired", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-48*time.Hour), now.Add(-time.Hour)))
-	hosts.serve("/elsewhere/CERT", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	hosts.Serve("/v1/notifications/certs/CERT-360caa42-fca2a594-5edc0ebc", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	hosts.Serve("/v1/notifications/certs/CERT-sandbox", selfSigned(t, key, "messageverificationcerts.sandbox.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	hosts.Serve("/v1/notifications/certs/CERT-other-name", selfSigned(t, key, "www.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	hosts.Serve("/v1/notifications/certs/CERT-expired", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-48*time.Hour), now.Add(-time.Hour)))
+	hosts.Serve("/elsewhere/CERT", selfSigned(t, key, "messageverificationcerts.paypal.com", now.Add(-time.Hour), now.Add(time.Hour)))
 
 	const webhookID = "8PT597110X687430LKGECATA"
 	v := mustBuild(t, VerifyConfig{Scheme: "paypal", WebhookID: webhookID})
@@ -155,7 +155,7 @@ func TestPayPal(t *testing.T) {
 	sigtest.WantReason(t, mustBuild(t, VerifyConfig{Scheme: "paypal", WebhookID: "WEBHOOK_ID"}).Verify(r, b), signature.ErrInvalid)
 
 	// certificate URLs off PayPal's hosts are refused before any request
-	hits := hosts.hits.Load()
+	hits := hosts.Hits.Load()
 	for _, u := range []string{
 		"https://api.paypal.com.evil.example/v1/notifications/certs/CERT-360caa42-fca2a594-5edc0ebc",
 		"http://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-5edc0ebc",
@@ -166,7 +166,7 @@ func TestPayPal(t *testing.T) {
 		r, b := deliver(key, u, nil)
 		sigtest.WantReason(t, v.Verify(r, b), signature.ErrInvalid)
 	}
-	if got := hosts.hits.Load(); got != hits {
+	if got := hosts.Hits.Load(); got != hits {
 		t.Fatalf("%d requests for certificate URLs off PayPal's hosts", got-hits)
 	}
 

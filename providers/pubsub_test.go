@@ -51,8 +51,8 @@ func pubsubToken(t *testing.T, key *rsa.PrivateKey, kid string, edit func(jwt.Ma
 // service account and whether its email is verified.
 func TestPubSub(t *testing.T) {
 	key, other := sigtest.RSAKey("google"), sigtest.RSAKey("not google")
-	hosts := newProviderHosts(t, "www.googleapis.com")
-	hosts.serve("/oauth2/v3/certs", string(sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"7d680d8c70d44e947133cbd499ebc1a61c3d5abc": key})))
+	hosts := providerHosts(t, "www.googleapis.com")
+	hosts.Serve("/oauth2/v3/certs", string(sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"7d680d8c70d44e947133cbd499ebc1a61c3d5abc": key})))
 	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
 	ver, err := Provision(ctx, VerifyConfig{Scheme: "pubsub", Audiences: []string{pubsubAudience}, Claims: map[string][]string{"email": {pubsubAccount}}})

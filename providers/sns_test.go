@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -19,11 +20,11 @@ const snsTopic = "arn:aws:sns:us-east-1:123456789012:orders"
 
 // snsHosts stands in for SNS's hosts, serving the certificate of key at
 // certPath; its certificates are trusted for having come from there.
-func snsHosts(t *testing.T, key *rsa.PrivateKey, certPath string) *providerHosts {
+func snsHosts(t *testing.T, key *rsa.PrivateKey, certPath string) *testkit.Hosts {
 	t.Helper()
-	h := newProviderHosts(t, "sns.us-east-1.amazonaws.com", "sns.us-west-2.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn", "s3.amazonaws.com", "evil.example")
+	h := providerHosts(t, "sns.us-east-1.amazonaws.com", "sns.us-west-2.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn", "s3.amazonaws.com", "evil.example")
 	now := time.Now()
-	h.serve(certPath, selfSigned(t, key, "sns.amazonaws.com", now.Add(-time.Hour), now.Add(time.Hour)))
+	h.Serve(certPath, selfSigned(t, key, "sns.amazonaws.com", now.Add(-time.Hour), now.Add(time.Hour)))
 	return h
 }
 
@@ -56,8 +57,8 @@ func TestSNSValidatorVectors(t *testing.T) {
 	if err := json.Unmarshal(data, &vecs); err != nil {
 		t.Fatal(err)
 	}
-	hosts := newProviderHosts(t, "sns.us-east-1.amazonaws.com")
-	hosts.serve("/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem", vecs.SigningCert)
+	hosts := providerHosts(t, "sns.us-east-1.amazonaws.com")
+	hosts.Serve("/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem", vecs.SigningCert)
 	v := mustBuild(t, VerifyConfig{Scheme: "sns", Claims: map[string][]string{"TopicArn": {snsTopic}}})
 	for _, vec := range vecs.Vectors {
 		t.Run(vec.Name, func(t *testing.T) {
@@ -68,7 +69,7 @@ func TestSNSValidatorVectors(t *testing.T) {
 			sigtest.WantReason(t, v.Verify(snsPost([]byte(vec.Body)), []byte(vec.Body)), want)
 		})
 	}
-	if hits := hosts.hits.Load(); hits != 1 {
+	if hits := hosts.Hits.Load(); hits != 1 {
 		t.Fatalf("the certificate was fetched %d times, want once", hits)
 	}
 }
@@ -100,7 +101,7 @@ func TestSNS(t *testing.T) {
 
 	// certificate URLs off SNS's hosts, or not https, are refused before
 	// any request (an S3 bucket is on amazonaws.com too)
-	hits := hosts.hits.Load()
+	hits := hosts.Hits.Load()
 	for _, u := range []string{
 		"https://s3.amazonaws.com" + certPath,
 		"https://evil.example" + certPath,
@@ -111,7 +112,7 @@ func TestSNS(t *testing.T) {
 		b := sigtest.SNSMessage(key, "1", u, sigtest.SNSNotification("m8", snsTopic))
 		sigtest.WantReason(t, v.Verify(snsPost(b), b), signature.ErrInvalid)
 	}
-	if got := hosts.hits.Load(); got != hits {
+	if got := hosts.Hits.Load(); got != hits {
 		t.Fatalf("%d requests for certificate URLs off SNS's hosts", got-hits)
 	}
 
@@ -139,7 +140,7 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 	key := sigtest.RSAKey("sns")
 	const certPath = "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
 	hosts := snsHosts(t, key, certPath)
-	hosts.serve("/", "<ConfirmSubscriptionResponse/>")
+	hosts.Serve("/", "<ConfirmSubscriptionResponse/>")
 	cert := "https://sns.us-east-1.amazonaws.com" + certPath
 	hs, err := NewHandshake("sns", HandshakeConfig{Verified: true})
 	if err != nil || hs == nil || !hs.Signed() {
@@ -154,21 +155,20 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 	body := confirmation("SubscriptionConfirmation", u)
 	sigtest.WantReason(t, v.Verify(snsPost(body), body), nil)
 	// the requests from here on (the certificate is cached)
-	gets := make(chan string, 8)
-	hosts.mu.Lock()
-	hosts.gets = gets
-	hosts.mu.Unlock()
+	if r := <-hosts.Requests; r != cert {
+		t.Fatalf("requested %s, want the certificate", r)
+	}
 	ctx, answered := context.WithCancel(context.Background())
 	a, ok := hs.Answer(snsPost(body).WithContext(ctx), body)
 	if !ok || a.Status != http.StatusOK {
 		t.Fatalf("the confirmation: %+v %v", a, ok)
 	}
-	if len(gets) != 0 {
+	if len(hosts.Requests) != 0 {
 		t.Fatal("the SubscribeURL was visited before the delivery was answered")
 	}
 	answered()
 	select {
-	case got := <-gets:
+	case got := <-hosts.Requests:
 		if got != u {
 			t.Fatalf("visited %s, want %s", got, u)
 		}
@@ -188,7 +188,7 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 	}
 
 	// never visited: another host, http, another action, an unsubscribe
-	hits := hosts.hits.Load()
+	hits := hosts.Hits.Load()
 	for _, c := range []struct{ typ, url string }{
 		{"SubscriptionConfirmation", "https://evil.example/?Action=ConfirmSubscription&TopicArn=" + snsTopic},
 		{"SubscriptionConfirmation", "https://s3.amazonaws.com/?Action=ConfirmSubscription&TopicArn=" + snsTopic},
@@ -207,7 +207,7 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 	if _, ok := hs.Answer(snsPost(n), n); ok {
 		t.Fatal("a notification taken for a confirmation")
 	}
-	if n := running(); n != 0 || hosts.hits.Load() != hits {
-		t.Fatalf("%d confirmations running, %d requests, for URLs never to visit", n, hosts.hits.Load()-hits)
+	if n := running(); n != 0 || hosts.Hits.Load() != hits {
+		t.Fatalf("%d confirmations running, %d requests, for URLs never to visit", n, hosts.Hits.Load()-hits)
 	}
 }

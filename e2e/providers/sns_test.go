@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,23 +22,14 @@ import (
 // reaches it; it serves docs by path and reports each request.
 func providerHosts(t *testing.T, docs map[string]string, names ...string) chan string {
 	t.Helper()
-	var mu sync.Mutex
-	requests := make(chan string, 16)
-	hosts := testkit.NewHosts(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		doc, ok := docs[r.URL.Path]
-		mu.Unlock()
-		requests <- "https://" + r.Host + r.URL.RequestURI()
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = w.Write([]byte(doc))
-	}), names...)
+	hosts := testkit.NewHosts(t, names...)
+	for path, doc := range docs {
+		hosts.Serve(path, doc)
+	}
 	old := keyset.Client
 	keyset.Client = hosts.Client()
 	t.Cleanup(func() { keyset.Client = old })
-	return requests
+	return hosts.Requests
 }
 
 // signingCert is a certificate of key's public half named name, valid for
