@@ -217,8 +217,7 @@ type CertURLConfig struct {
 	// What the certificate is trusted for: `chain`, a chain to the
 	// system's roots; or `origin`, having come over https from a host
 	// `hosts` allows, its dates, names and key still checked (Amazon SNS
-	// and PayPal serve their certificate without its issuer). Default:
-	// chain.
+	// serves its certificate without its issuer). Default: chain.
 	Trust string `json:"trust,omitempty"`
 	// How long a fetched certificate is kept, at most until it expires.
 	// Default: 24h.
@@ -247,7 +246,7 @@ type scheme struct {
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
-type verifyOptions uint8
+type verifyOptions uint16
 
 const (
 	optHeader verifyOptions = 1 << iota
