@@ -2,15 +2,15 @@
 
 GO ?= go
 
-.PHONY: help test run build xcaddy lint bench redis-server chromium promtool
+.PHONY: help test run build xcaddy lint bench redis-server chromium promtool stripe-mock
 
 ## help: list the targets
 help:
 	@echo 'make <target>:'
 	@sed -n 's/^## \([a-z-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 16
 
-## test: install redis-server, chromium and promtool when missing (and possible), then run every test
-test: redis-server chromium promtool
+## test: install redis-server, chromium, promtool and stripe-mock when missing (and possible), then run every test
+test: redis-server chromium promtool stripe-mock
 	$(GO) test -race -count=1 ./...
 	@# allocation ceilings: the race detector makes sync.Pool drop items
 	$(GO) test -count=1 -run 'Alloc' ./...
@@ -98,5 +98,17 @@ promtool:
 		echo "install promtool (Debian's prometheus package, or Prometheus's release) on PATH and run make test again" >&2; \
 		exit 1; \
 	fi
+# The reconciliation tests check their requests to Stripe against Stripe's own
+# API simulator, a Go program; `go install` puts it in GOBIN (else GOPATH/bin),
+# where the tests look for it when it is not on PATH.
+STRIPE_MOCK_VERSION := v0.203.0
+## stripe-mock: install Stripe's API simulator (go install github.com/stripe/stripe-mock) when missing
+stripe-mock:
+	@if command -v stripe-mock >/dev/null 2>&1; then exit 0; fi; \
+	gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	if [ -x "$$gobin/stripe-mock" ]; then exit 0; fi; \
+	echo "stripe-mock is missing: installing github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) with go install"; \
+	$(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) || { \
+		echo "installing stripe-mock failed: run go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION) (it needs the Go module proxy) and run make test again" >&2; exit 1; }
 ## bench: the side-by-side load test (bench/load.sh): reverse_proxy alone vs. with the module
 bench: redis-server ; @GO=$(GO) bash bench/load.sh

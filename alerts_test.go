@@ -1,11 +1,8 @@
 package webhookidempotency
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +13,8 @@ import (
 // dashboards/alerts.yml, checked here by Prometheus's own promtool: its
 // syntax (`promtool check rules`) and its behaviour on series shaped as the
 // module exports them (`promtool test rules dashboards/alerts_test.yml`).
+// That a running Caddy has every series the rules read, at zero from the
+// start, is checked in e2e (TestAlertRulesSeriesExistAtZero).
 
 // promtoolPath returns the promtool binary, failing the test when there is
 // none: `make test` installs Debian's prometheus package, which has it.
@@ -42,7 +41,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	// a broken rule is caught: promtool is really judging the file
-	broken := strings.Replace(readFile(t, "dashboards/alerts.yml"), "increase(caddy_webhook_idempotency_store_restarts_total[10m]) > 0",
+	broken := strings.Replace(testkit.ReadFile(t, "dashboards/alerts.yml"), "increase(caddy_webhook_idempotency_store_restarts_total[10m]) > 0",
 		"increase(caddy_webhook_idempotency_store_restarts_total[10m] > 0", 1)
 	bad := t.TempDir() + "/alerts.yml"
 	if err := os.WriteFile(bad, []byte(broken), 0o644); err != nil {
@@ -52,55 +51,9 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("promtool accepted a rule with unbalanced parentheses:\n%s", out)
 	}
 
-	rules := rulesBody(readFile(t, "dashboards/alerts.yml"))
-	if !strings.Contains(readFile(t, "docs/operating.md"), "```yaml\n"+rules+"```\n") {
+	rules := rulesBody(testkit.ReadFile(t, "dashboards/alerts.yml"))
+	if !strings.Contains(testkit.ReadFile(t, "docs/operating.md"), "```yaml\n"+rules+"```\n") {
 		t.Fatal("docs/operating.md does not show dashboards/alerts.yml (without its comment lines) in a yaml fence: keep them the same")
-	}
-}
-
-// TestAlertRulesSeriesExistAtZero: every metric the rules read has series
-// from the first provision on, before any traffic, at zero, so that a
-// rule on its rate or increase sees the first event (the first Redis
-// restart above all).
-func TestAlertRulesSeriesExistAtZero(t *testing.T) {
-	srv := testkit.StartRedis(t)
-	up := testkit.NewUpstream(t, nil)
-	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
-	webhook_idempotency {
-		source alerts
-		fail closed
-		store redis redis://%s
-	}
-	reverse_proxy %s
-}`, testkit.FreePort(t), srv.Addr(), up.Addr()))
-	m := c.Metrics(t)
-	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(readFile(t, "dashboards/alerts.yml"), -1)
-	slices.Sort(names)
-	names = slices.Compact(names)
-	if len(names) < 3 {
-		t.Fatalf("the rules read %v", names)
-	}
-	for _, name := range names {
-		found := false
-		for _, line := range strings.Split(m.Raw, "\n") {
-			// this Caddy's series: the test process's other tests count too
-			ours := strings.Contains(line, `source="alerts"`) || strings.Contains(line, `address="`+srv.Addr()+`"`)
-			if strings.HasPrefix(line, name+"{") && ours {
-				found = true
-				if !strings.HasSuffix(line, " 0") {
-					t.Errorf("before any traffic: %s", line)
-				}
-			}
-		}
-		if !found {
-			t.Errorf("%s, which the rules read, has no series of this Caddy after the provision", name)
-		}
-	}
-	if v, ok := m.Value("caddy_webhook_idempotency_store_restarts_total", "address", srv.Addr()); !ok || v != 0 {
-		t.Errorf("store_restarts_total{address=%q}: %v (present %v), want 0", srv.Addr(), v, ok)
-	}
-	if v, ok := m.Value("caddy_webhook_idempotency_requests_total", "source", "alerts", "result", "unavailable"); !ok || v != 0 {
-		t.Errorf("requests_total{source=alerts,result=unavailable}: %v (present %v), want 0", v, ok)
 	}
 }
 
@@ -114,13 +67,4 @@ func rulesBody(s string) string {
 		b.WriteString(line)
 	}
 	return b.String()
-}
-
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -36,9 +36,10 @@ import (
 // stored. The client address is Caddy's, so `trusted_proxies` is
 // respected.
 type AllowIPsConfig struct {
-	// Providers whose published address lists are allowed: `github` (the
-	// `hooks` ranges of GitHub's meta API), `linear`, `stripe` and `svix`
-	// (docs/providers.md: Published addresses). Each list is fetched at
+	// Providers whose published address lists are allowed: the presets
+	// with an address list (docs/providers.md: Published addresses says
+	// which, and where each list is; `github`'s is the `hooks` ranges of
+	// GitHub's meta API). Each list is fetched at
 	// provision, refreshed in the background and kept on disk in Caddy's
 	// data directory, so a restart without network has the last one.
 	Providers []string `json:"providers,omitempty"`
@@ -475,20 +476,37 @@ func (l *allowList) load(ctx context.Context) error {
 	return nil
 }
 
-// parseAllowList parses a fetched list or file and refuses one that allows
-// a range wider than a /8 (IPv4) or a /16 (IPv6): no provider sends from
-// so many addresses, and such a list is broken or not the provider's.
+// parseAllowList parses a fetched list or file, and checks it
+// (checkAllowRanges).
 func parseAllowList(data []byte, field string) (*ipset.Set, error) {
 	prefixes, err := ipset.Parse(data, field)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range prefixes {
-		if (p.Addr().Is4() && p.Bits() < 8) || (!p.Addr().Is4() && p.Bits() < 16) {
-			return nil, fmt.Errorf("the list allows %s, wider than any provider sends from", p)
-		}
+	if err := checkAllowRanges(prefixes); err != nil {
+		return nil, err
 	}
 	return ipset.New(prefixes), nil
+}
+
+// checkAllowRanges refuses a list, fetched, read or kept on disk, that
+// holds no range, more than ipset.MaxRanges, or a range wider than a /8
+// (IPv4) or a /16 (IPv6), such as 0.0.0.0/0 or ::/0: no provider sends
+// from so many addresses, and such a list is broken or not the
+// provider's.
+func checkAllowRanges(prefixes []netip.Prefix) error {
+	if len(prefixes) == 0 {
+		return ipset.ErrEmpty
+	}
+	if len(prefixes) > ipset.MaxRanges {
+		return fmt.Errorf("more than %d ranges", ipset.MaxRanges)
+	}
+	for _, p := range prefixes {
+		if (p.Addr().Is4() && p.Bits() < 8) || (!p.Addr().Is4() && p.Bits() < 16) {
+			return fmt.Errorf("the list allows %s, wider than any provider sends from", p)
+		}
+	}
+	return nil
 }
 
 // fetch gets the list over HTTP.
@@ -576,9 +594,13 @@ func writeAllowCopy(path string, src allowListSource, at time.Time, set *ipset.S
 	return os.Rename(tmp.Name(), path)
 }
 
-// loadCopy puts the list kept on disk in use, when there is a good one.
+// loadCopy puts the list kept on disk in use, when there is a good one:
+// it passes the checks a fetched list passes (its size, read bounded as a
+// fetch is, then checkAllowRanges), for it may have been edited or
+// replaced since it was written (a copy of a good list is at most about
+// 5 MB: MaxRanges ranges of an IPv6 address each).
 func (l *allowList) loadCopy() {
-	data, err := os.ReadFile(l.cache)
+	data, err := readAllowFile(l.cache)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
@@ -590,11 +612,14 @@ func (l *allowList) loadCopy() {
 	if err == nil && c.ID != l.src.id() {
 		err = errors.New("the copy is of another list")
 	}
+	if err == nil && len(c.Ranges) > ipset.MaxRanges {
+		err = fmt.Errorf("more than %d ranges", ipset.MaxRanges)
+	}
 	if err == nil {
 		prefixes, err = ipset.ParseAll(c.Ranges)
 	}
-	if err == nil && len(prefixes) == 0 {
-		err = ipset.ErrEmpty
+	if err == nil {
+		err = checkAllowRanges(prefixes)
 	}
 	if err != nil {
 		l.logger.Warn("ignoring the address list kept on disk", zap.String("path", l.cache), zap.Error(err))

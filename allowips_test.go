@@ -3,6 +3,7 @@ package webhookidempotency
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -20,6 +21,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/ipset"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -343,6 +346,70 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 	}
 }
 
+// TestAllowListCopyCheckedAsAFetch: the copy kept on disk passes the checks
+// a fetched list passes. Before, a copy edited to 0.0.0.0/0 allowed every
+// address, and a 41 MB copy was loaded (365 MB of memory) where a fetch
+// over 8 MiB is refused.
+func TestAllowListCopyCheckedAsAFetch(t *testing.T) {
+	testkit.OwnDataDir(t)
+	src := allowListSource{name: "github", kind: "provider", url: "http://127.0.0.1:1/github", field: "hooks"}
+	path := allowListCachePath(src)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	copyOf := func(ranges []string) []byte {
+		b, err := json.Marshal(allowCopy{Source: "github", ID: src.id(), FetchedAt: time.Now(), Ranges: ranges})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	many := func(n int, format string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(format, i>>16&0xff, i>>8&0xff, i&0xff)
+		}
+		return out
+	}
+	// over 8 MiB: valid ranges padded with spaces, as an edit could leave them
+	padded := many(1000, "10.%d.%d.%d/32")
+	for i := range padded {
+		padded[i] = strings.Repeat(" ", 9000) + padded[i]
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{
+		{"every IPv4 address", copyOf([]string{"140.82.112.0/20", "0.0.0.0/0"})},
+		{"every IPv6 address", copyOf([]string{"::/0"})},
+		{"wider than a /8", copyOf([]string{"128.0.0.0/1"})},
+		{"empty", copyOf([]string{})},
+		{"no ranges field", []byte(`{"id":"` + src.id() + `"}`)},
+		{"more than MaxRanges", copyOf(many(ipset.MaxRanges+1, "10.%d.%d.%d/32"))},
+		{"over 8 MiB", copyOf(padded)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.WriteFile(path, c.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l := &allowList{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
+			l.loadCopy()
+			if set := l.set.Load(); set != nil {
+				t.Fatalf("a copy of %d bytes (%s) was put in use: %d ranges", len(c.data), c.name, set.Len())
+			}
+		})
+	}
+	// a good copy is used
+	if err := os.WriteFile(path, copyOf([]string{"140.82.112.0/20", "2a0a:a440::/29"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := &allowList{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
+	l.loadCopy()
+	if set := l.set.Load(); set == nil || set.Len() != 2 {
+		t.Fatal("a good copy was not used")
+	}
+}
+
 // TestAllowListNeverLoaded: while a URL list has never loaded (no network,
 // no copy on disk) addresses no other list allows get 503, so the
 // provider retries, and the ranges written out still work.
@@ -398,7 +465,7 @@ func TestAllowIPsProvisionErrors(t *testing.T) {
 		{AllowIPsConfig{}, "allow_ips lists nothing"},
 		{AllowIPsConfig{Ranges: []string{"203.0.113.0/33"}}, `allow_ips: "203.0.113.0/33" is not a CIDR range`},
 		{AllowIPsConfig{Providers: []string{"paddle"}}, "paddle publishes no address list that can be fetched"},
-		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (github, linear, stripe, svix)"},
+		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (" + strings.Join(listProviders(), ", ") + ")"},
 		{AllowIPsConfig{URLs: []string{"ftp://example.com/ips"}}, "invalid allow_ips url 'ftp://example.com/ips'"},
 		{AllowIPsConfig{Ranges: []string{"192.0.2.1"}, Refresh: caddy.Duration(time.Millisecond)}, "allow_ips refresh 1ms is shorter than 1s"},
 	} {

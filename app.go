@@ -16,6 +16,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -42,6 +43,7 @@ type App struct {
 	// and stops one configuration's modules one after another.
 	presetSources map[string]bool
 	inboxes       []*inbox.Inbox
+	reconcilers   []*reconcile.Reconciler
 	handlers      []*Handler
 }
 
@@ -89,6 +91,9 @@ func (a *App) Start() error {
 	for _, ib := range a.inboxes {
 		ib.Start()
 	}
+	for _, r := range a.reconcilers {
+		r.Start()
+	}
 	routes := make([]admin.Route, len(a.handlers))
 	for i, h := range a.handlers {
 		routes[i] = adminRoute{h}
@@ -105,6 +110,9 @@ func (a *App) Stop() error {
 	var wg sync.WaitGroup
 	for _, ib := range a.inboxes {
 		wg.Go(ib.Stop)
+	}
+	for _, r := range a.reconcilers {
+		wg.Go(r.Stop)
 	}
 	wg.Wait()
 	return nil
@@ -204,12 +212,19 @@ var (
 // adminRoute is a handler as the operator surface sees it (admin.Route).
 type adminRoute struct{ h *Handler }
 
-func (r adminRoute) Source() string                              { return r.h.Source }
-func (r adminRoute) Store() store.Store                          { return r.h.store.backend }
-func (r adminRoute) StoreModule() string                         { return moduleName(r.h.store.backend) }
-func (r adminRoute) KeyPrefix() string                           { return r.h.keyPrefix }
-func (r adminRoute) TTL() time.Duration                          { return time.Duration(r.h.TTL) }
-func (r adminRoute) Forwarder() *forward.Forwarder               { return r.h.fwd.later }
+func (r adminRoute) Source() string                    { return r.h.Source }
+func (r adminRoute) Store() store.Store                { return r.h.store.backend }
+func (r adminRoute) StoreModule() string               { return moduleName(r.h.store.backend) }
+func (r adminRoute) KeyPrefix() string                 { return r.h.keyPrefix }
+func (r adminRoute) TTL() time.Duration                { return time.Duration(r.h.TTL) }
+func (r adminRoute) Forwarder() *forward.Forwarder     { return r.h.fwd.later }
+func (r adminRoute) Reconciler() *reconcile.Reconciler { return r.h.reconciler }
+func (r adminRoute) Refusals() *archive.Archive {
+	if r.h.refusals == nil {
+		return nil
+	}
+	return r.h.refusals.list
+}
 func (r adminRoute) Inbox() *inbox.Inbox                         { return r.h.inbox }
 func (r adminRoute) Archive() *archive.Archive                   { return r.h.archive }
 func (r adminRoute) Results() map[string]int64                   { return r.h.metrics.results() }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,6 +136,40 @@ func (rs *requestState) readBody() error {
 	}
 	r.ContentLength = int64(len(buf))
 	r.TransferEncoding = nil
+	return nil
+}
+
+// unreadLinger is how long an HTTP/1 connection stays open after the 413
+// of a body left unread, discarding what the client still sends: closed at
+// once, with the client still sending, it would be reset, and the client
+// might never read the answer. net/http waits as long (rstAvoidanceDelay)
+// for a body of its own, not for one Caddy wrapped.
+const unreadLinger = 500 * time.Millisecond
+
+// answerTooLarge answers a body over max_body, the rest of it (all of it, when
+// its length was announced over the limit) unread: over HTTP/1 the answer
+// goes out at once with `Connection: close`, so that the server neither
+// reads nor waits for the body before it answers, and never asks for it
+// with 100 Continue; then the connection lingers (unreadLinger) and closes
+// (docs/caddyfile.md, max_body).
+func (rs *requestState) answerTooLarge() error {
+	r := rs.r
+	if r.ProtoMajor != 1 {
+		// HTTP/2 and 3 end the stream alone
+		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+	}
+	rc := http.NewResponseController(rs.w)
+	_ = rc.EnableFullDuplex() // the body is read after the answer
+	rs.w.Header().Set("Connection", "close")
+	if err := writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, ""); err != nil {
+		return err
+	}
+	if r.Body == nil || r.Body == http.NoBody || strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		return nil // nothing comes: a client waiting for 100 Continue sends no body
+	}
+	if rc.Flush() == nil && rc.SetReadDeadline(time.Now().Add(unreadLinger)) == nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
 	return nil
 }
 

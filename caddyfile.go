@@ -161,6 +161,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.StoreRaw, err = parseStore(d, false)
 		case "verify":
 			err = h.parseVerify(d, d.RemainingArgs(), false)
+		case "reconcile":
+			if h.Reconcile != nil {
+				return d.Err("reconcile given twice")
+			}
+			h.Reconcile = new(ReconcileConfig)
+			err = h.Reconcile.unmarshalCaddyfile(d)
 		case "forward":
 			if h.Forward != nil {
 				return d.Err("forward given twice")
@@ -211,7 +217,7 @@ var lineOptions = map[string]cfparse.Arity{
 // blockOptions are the subdirectives of the handler's block: the line
 // options, store, verify, inbox, archive, allow_ips and client_cert.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true}
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true, "reconcile": true}
 	for name := range lineOptions {
 		m[name] = true
 	}

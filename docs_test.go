@@ -10,6 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // The documentation's Caddyfiles are tests. In README.md and docs/*.md
@@ -38,7 +40,7 @@ func docFences(t *testing.T) []docFence {
 	files = append([]string{"README.md"}, files...)
 	var out []docFence
 	for _, file := range files {
-		lines := strings.Split(readFile(t, file), "\n")
+		lines := strings.Split(testkit.ReadFile(t, file), "\n")
 		for i := 0; i < len(lines); i++ {
 			trimmed := strings.TrimLeft(lines[i], " ")
 			if !strings.HasPrefix(trimmed, "```") {
@@ -126,7 +128,7 @@ func TestDocsCaddyfiles(t *testing.T) {
 	if configs < 30 {
 		t.Fatalf("found %d Caddyfile configurations in the docs, want at least 30", configs)
 	}
-	checkDocCaddyfile(t, "Caddyfile.example", readFile(t, "Caddyfile.example"))
+	checkDocCaddyfile(t, "Caddyfile.example", testkit.ReadFile(t, "Caddyfile.example"))
 }
 
 // checkDocCaddyfile checks that a configuration of the docs adapts and is

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
@@ -101,13 +102,14 @@ func (rs *requestState) edgeRefused() (bool, error) {
 		return false, nil
 	}
 	if g.ips != nil {
-		addr := clientAddr(rs.r)
+		addr := allowAddr(rs.r)
 		switch g.ips.check(addr) {
 		case addrRefused:
 			rs.warnIfSigned(addr)
 			return true, rs.forbidden(msgAddressRefused, addr)
 		case addrUnavailable:
 			rs.setResult(results.Unavailable)
+			rs.refused(http.StatusServiceUnavailable, msgAllowListMissing)
 			return true, writeError(rs.w, http.StatusServiceUnavailable, msgAllowListMissing, allowListRetryAfter)
 		}
 	}
@@ -122,6 +124,7 @@ func (rs *requestState) edgeRefused() (bool, error) {
 // forbidden answers a refused request: 403, result forbidden.
 func (rs *requestState) forbidden(reason string, addr netip.Addr) error {
 	rs.setResult(results.Forbidden)
+	rs.refused(http.StatusForbidden, reason)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused request"); ce != nil {
 		ce.Write(zap.String("reason", reason), zap.Stringer("client_ip", addr))
 	}
@@ -149,6 +152,61 @@ func clientAddr(r *http.Request) netip.Addr {
 		return netip.Addr{}
 	}
 	return addr.Unmap()
+}
+
+// allowAddr is the client's address as allow_ips reads it: Caddy's
+// (clientAddr), except behind a trusted proxy on a server that reads the
+// client IP headers from the left (Caddy's default, without
+// trusted_proxies_strict), where a client could put any address in front
+// of those the proxies append. There it is the address Caddy's strict mode
+// would take: the headers read from the right, trusted proxies skipped
+// (docs/caddyfile.md: Addresses and client certificates).
+func allowAddr(r *http.Request) netip.Addr {
+	trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool)
+	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !trusted || srv == nil || srv.TrustedProxiesStrict > 0 {
+		return clientAddr(r)
+	}
+	// as caddyhttp's strictUntrustedClientIp
+	for _, name := range srv.ClientIPHeaders {
+		parts := strings.Split(strings.Join(r.Header.Values(name), ","), ",")
+		for i := len(parts) - 1; i >= 0; i-- {
+			host, _, err := net.SplitHostPort(parts[i])
+			if err != nil {
+				host = parts[i]
+			}
+			host, _, _ = strings.Cut(strings.TrimSpace(host), "%")
+			addr, err := netip.ParseAddr(host)
+			if err != nil {
+				continue
+			}
+			if !trustedProxy(r, srv, addr) {
+				return addr.Unmap()
+			}
+		}
+	}
+	// every address a trusted proxy's: the peer itself
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	host, _, _ = strings.Cut(host, "%")
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return addr.Unmap()
+}
+
+// trustedProxy reports whether addr is one of the server's
+// trusted_proxies. The server keeps them to itself and decides it for a
+// request's peer: it is asked about a request from addr.
+func trustedProxy(r *http.Request, srv *caddyhttp.Server, addr netip.Addr) bool {
+	probe := &http.Request{Method: r.Method, URL: r.URL, Host: r.Host, Header: r.Header,
+		RemoteAddr: netip.AddrPortFrom(addr, 0).String()}
+	probe = caddyhttp.PrepareRequest(probe.WithContext(r.Context()), caddy.NewReplacer(), nil, srv)
+	trusted, _ := caddyhttp.GetVar(probe.Context(), caddyhttp.TrustedProxyVarKey).(bool)
+	return trusted
 }
 
 // warnIfSigned logs a WARN when a request refused for its address carries

@@ -220,7 +220,7 @@ func (rs *requestState) handOnForward() {
 	}
 	if err := f.Apply(rs.r, rs.forwarded(), d, time.Now()); err != nil {
 		rs.h.logger.Warn("preparing the request for the application failed; passing it on as received",
-			zap.String("key", rs.key), zap.Error(err))
+			zap.String("key", rs.claim.Key), zap.Error(err))
 		rs.r.Header = rs.received
 	}
 }

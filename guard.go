@@ -104,7 +104,7 @@ func (rs *requestState) nonceGuard() error {
 		return err
 	}
 	sum := sha256.Sum256([]byte(v))
-	rs.guard, rs.noted = rs.h.guardKey(noncePrefix, &sum), false
+	rs.claim.Guard, rs.claim.Noted = rs.h.guardKey(noncePrefix, &sum), false
 	return nil
 }
 

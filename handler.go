@@ -22,6 +22,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
@@ -57,8 +58,8 @@ type Handler struct {
 
 	// Whether the preset answers its provider's handshake at the edge
 	// (docs/providers.md: Handshakes): `on` or `off` (passed on to the
-	// next handler). Only presets with a handshake take it: `whatsapp`,
-	// `slack`, `zoom`, `discord` and `twitch`. Default: `on`.
+	// next handler). Only presets with a handshake take it (listed by
+	// providers.HandshakeProviders, and in that section). Default: `on`.
 	Handshake string `json:"handshake,omitempty"`
 
 	// Key sources tried in order; the first non-empty one is the key:
@@ -163,6 +164,11 @@ type Handler struct {
 	// next handler.
 	Forward *ForwardConfig `json:"forward,omitempty"`
 
+	// Reconciliation (docs/reconcile.md): with the `stripe` or `github`
+	// preset, what the provider failed to deliver is recovered on a
+	// schedule through the route's dedup. Default: off.
+	Reconcile *ReconcileConfig `json:"reconcile,omitempty"`
+
 	// The archive (docs/archive.md): every delivery that passed
 	// verification and got a key is kept for audit and reprocessing, with
 	// the answer's status and the handling time, on the handler's store.
@@ -172,6 +178,8 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
+	refusals     *refusals // the list of refused requests (refusals.go)
+	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
 	fwd          forwarders                // the handoffs to the application (forward.go)
@@ -261,6 +269,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(ctx, app); err != nil {
 		return err
 	}
+	if h.refusals, err = h.newRefusals(); err != nil {
+		return err
+	}
 	if h.Archive != nil {
 		if h.archive, err = h.newArchive(); err != nil {
 			return err
@@ -274,6 +285,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := app.addInbox(h.inbox); err != nil {
 			return err
 		}
+	}
+	if h.Reconcile != nil {
+		if h.reconciler, err = h.newReconciler(); err != nil {
+			return err
+		}
+		app.reconcilers = append(app.reconcilers, h.reconciler)
 	}
 	app.addHandler(h)
 	return nil
@@ -404,11 +421,15 @@ func (h *Handler) Cleanup() error {
 	if h.inbox != nil {
 		h.inbox.Stop()
 	}
+	if h.reconciler != nil {
+		h.reconciler.Stop()
+	}
 	h.verification.Release()
 	h.releaseEdge()
 	if h.archive != nil {
 		h.archive.Stop()
 	}
+	h.refusals.stop()
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -454,7 +475,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rs.trackStatus()
 		defer rs.archive()
 	}
-	res, err := rs.claim()
+	res, err := rs.claimKey()
 	if err != nil {
 		return rs.storeFailed(opClaim, err)
 	}

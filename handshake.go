@@ -66,6 +66,7 @@ func (rs *requestState) answerHandshake(a providers.HandshakeAnswer, ok bool) (b
 	}
 	if a.Refused {
 		rs.setResult(results.InvalidSignature)
+		rs.refused(a.Status, a.Body)
 		return true, writeError(rs.w, a.Status, a.Body, "")
 	}
 	rs.setResult(results.Handshake)

@@ -14,16 +14,16 @@ import (
 // renewal keeps a claim's lease alive while the request is handled: it
 // renews the lease every third of it, until stopped.
 type renewal struct {
-	h                 *Handler
-	key, guard, owner string
-	mu                sync.Mutex
-	timer             *time.Timer
-	stopped           bool
-	held              time.Time // when the lease last started: the claim, or a renewal that succeeded
+	h       *Handler
+	claim   store.Claim
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	held    time.Time // when the lease last started: the claim, or a renewal that succeeded
 }
 
-func (h *Handler) startRenewal(key, guard, owner string) *renewal {
-	rn := &renewal{h: h, key: key, guard: guard, owner: owner, held: time.Now()}
+func (h *Handler) startRenewal(c store.Claim) *renewal {
+	rn := &renewal{h: h, claim: c, held: time.Now()}
 	rn.mu.Lock()
 	rn.timer = time.AfterFunc(time.Duration(h.Lease)/3, rn.fire)
 	rn.mu.Unlock()
@@ -33,7 +33,7 @@ func (h *Handler) startRenewal(key, guard, owner string) *renewal {
 func (rn *renewal) fire() {
 	lease := time.Duration(rn.h.Lease)
 	start := time.Now()
-	err := rn.h.store.renew(context.Background(), rn.key, rn.guard, rn.owner, lease)
+	err := rn.h.store.renew(context.Background(), rn.claim, lease)
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if err == nil {
@@ -44,11 +44,11 @@ func (rn *renewal) fire() {
 	}
 	if errors.Is(err, store.ErrNotOwner) {
 		rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
-			zap.String("key", rn.key))
+			zap.String("key", rn.claim.Key))
 		return
 	}
 	if err != nil {
-		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.key), zap.Error(err))
+		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.claim.Key), zap.Error(err))
 	}
 	rn.timer.Reset(lease / 3)
 }
@@ -70,14 +70,14 @@ func (rn *renewal) complete(complete func() error) error {
 	held := rn.held
 	rn.mu.Unlock()
 	renew := func() error {
-		return rn.h.store.renew(context.Background(), rn.key, rn.guard, rn.owner, lease)
+		return rn.h.store.renew(context.Background(), rn.claim, lease)
 	}
 	calls, err := retryCompletion(complete, renew, lease, held)
 	if err != nil {
 		rn.h.metrics.unrecorded.Inc()
 	} else if calls > 1 {
 		rn.h.logger.Info("recorded the answer after the store failed",
-			zap.String("key", rn.key), zap.Int("attempts", calls))
+			zap.String("key", rn.claim.Key), zap.Int("attempts", calls))
 	}
 	return err
 }

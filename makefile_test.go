@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // TestMakeHelpListsEveryTarget: `make help` lists every target of the
@@ -23,7 +25,7 @@ func TestMakeHelpListsEveryTarget(t *testing.T) {
 			listed[name] = strings.TrimSpace(text)
 		}
 	}
-	targets := regexp.MustCompile(`(?m)^([a-z][a-z-]*):`).FindAllStringSubmatch(readFile(t, "Makefile"), -1)
+	targets := regexp.MustCompile(`(?m)^([a-z][a-z-]*):`).FindAllStringSubmatch(testkit.ReadFile(t, "Makefile"), -1)
 	if len(targets) < 8 {
 		t.Fatalf("found %d targets in the Makefile", len(targets))
 	}

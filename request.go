@@ -38,12 +38,9 @@ type requestState struct {
 	reserved    int64       // what body counts against the body budget (body.go)
 	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
-	keyValue    string // the resolved key value, as in the key placeholder
-	keyFromBody bool   // the key is the body hash
-	key         string // the store key: <key_prefix>:<source>:<value>
-	guard       string // the key's guard or note, "" for none (guard.go)
-	noted       bool   // guard is a note (`replay_guard flag`)
-	owner       string
+	keyValue    string      // the resolved key value, as in the key placeholder
+	keyFromBody bool        // the key is the body hash
+	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
 	received    http.Header // the headers as received, when the next handler gets others (forward.go)
 
 	// with an archive (archive.go)
@@ -101,7 +98,7 @@ func (rs *requestState) setResult(result string) {
 	rs.set(placeholderResult, result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
-		ce.Write(zap.String("key", rs.key), zap.String("result", result))
+		ce.Write(zap.String("key", rs.claim.Key), zap.String("result", result))
 	}
 }
 
@@ -127,6 +124,7 @@ func (rs *requestState) looped() bool {
 // 508, before its body is read. An inbox dead-letters the event at once.
 func (rs *requestState) loop() error {
 	rs.setResult(results.Loop)
+	rs.refused(http.StatusLoopDetected, "delivery loop: sent back by this route's own inbox or redelivery")
 	rs.h.logger.Warn("request sent back to the route it came through (Webhook-Via names this route); answering 508: deliver_to and redeliver_to must lead to the application, not to this route",
 		zap.Strings("webhook_via", rs.r.Header[event.ViaHeader]))
 	return writeError(rs.w, http.StatusLoopDetected, msgLoop, "")
@@ -142,11 +140,13 @@ func (rs *requestState) bodyFailed(err error) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) || errors.Is(err, errBodyTooLarge) {
 		rs.setResult(results.TooLarge)
-		return writeError(rs.w, http.StatusRequestEntityTooLarge, msgTooLarge, "")
+		rs.tooLarge(rs.r.ContentLength)
+		return rs.answerTooLarge()
 	}
 	if errors.Is(err, errOverBudget) {
 		// the rest of the body stays unread: the connection goes
 		rs.setResult(results.OverBudget)
+		rs.refused(http.StatusServiceUnavailable, errOverBudget.Error())
 		rs.w.Header().Set("Connection", "close")
 		return writeError(rs.w, http.StatusServiceUnavailable, errOverBudget.Error(), budgetRetryAfter(rs.h))
 	}
@@ -193,6 +193,7 @@ func (rs *requestState) unauthorized(err error) error {
 	if errors.Is(err, signature.ErrUnavailable) {
 		// the keys are not loaded yet: the sender retries once they are
 		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, signature.ErrUnavailable.Reason)
 		return writeError(rs.w, http.StatusServiceUnavailable, signature.ErrUnavailable.Reason, rs.h.verification.RetryAfter())
 	}
 	if errors.Is(err, signature.ErrAmbiguous) {
@@ -207,6 +208,7 @@ func (rs *requestState) unauthorized(err error) error {
 	if ce := rs.h.logger.Check(zap.DebugLevel, "rejected delivery"); ce != nil {
 		ce.Write(zap.String("reason", reason))
 	}
+	rs.refused(http.StatusUnauthorized, reason)
 	return writeError(rs.w, http.StatusUnauthorized, reason, "")
 }
 
@@ -223,14 +225,14 @@ func (rs *requestState) resolveKey() error {
 	}
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
 	rs.set(placeholderKey, rs.keyValue)
-	rs.key = h.keyPrefix + rs.keyValue
+	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
 		switch {
 		case h.guardMode == guardReject && !rs.keyFromBody:
 			// (a key that is the body hash is its own guard)
-			rs.guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
+			rs.claim.Guard = h.guardKey(bodyHashPrefix, &rs.bodyHash)
 		case h.guardMode == guardFlag:
-			rs.guard, rs.noted = h.guardKey(notePrefix, &rs.bodyHash), true
+			rs.claim.Guard, rs.claim.Noted = h.guardKey(notePrefix, &rs.bodyHash), true
 		}
 	}
 	if h.nonce != nil {
@@ -238,7 +240,7 @@ func (rs *requestState) resolveKey() error {
 			return err
 		}
 	}
-	rs.owner = store.NewOwner()
+	rs.claim.Owner = store.NewOwner()
 	return nil
 }
 
@@ -248,19 +250,21 @@ func (rs *requestState) resolveKey() error {
 // such a delivery is no provider's (docs/caddyfile.md: Keys).
 func (rs *requestState) ambiguous(err error) error {
 	rs.setResult(results.Ambiguous)
+	rs.refused(http.StatusBadRequest, err.Error())
 	if ce := rs.h.logger.Check(zap.DebugLevel, "refused ambiguous delivery"); ce != nil {
 		ce.Write(zap.Error(err))
 	}
 	return writeError(rs.w, http.StatusBadRequest, err.Error(), "")
 }
 
-// claim claims the key in one store round trip, or in inbox mode accepts
+// claimKey claims the key in one store round trip, or in inbox mode accepts
 // the event with its key in that one trip; with `in_flight wait` it then
 // waits for a key in flight.
-func (rs *requestState) claim() (store.ClaimResult, error) {
+func (rs *requestState) claimKey() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
-		return h.store.accept(rs.r.Context(), ib, rs)
+		ev := rs.inboxEvent()
+		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, &ev)
 	}
 	res, err := rs.claimOnce()
 	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
@@ -273,8 +277,8 @@ func (rs *requestState) claim() (store.ClaimResult, error) {
 // that holds another key marks the delivery as a suspected replay.
 func (rs *requestState) claimOnce() (store.ClaimResult, error) {
 	h := rs.h
-	res, prev, err := h.store.claim(rs.r.Context(), rs.key, rs.guard, rs.noted, rs.owner, time.Duration(h.Lease), time.Duration(h.TTL))
-	if err == nil && res.State == store.StateClaimed && prev != "" && prev != rs.key {
+	res, prev, err := h.store.claim(rs.r.Context(), rs.claim, time.Duration(h.Lease), time.Duration(h.TTL))
+	if err == nil && res.State == store.StateClaimed && prev != "" && prev != rs.claim.Key {
 		rs.suspect(prev)
 	}
 	return res, err
@@ -288,7 +292,7 @@ func (rs *requestState) suspect(first string) {
 	rs.r.Header.Set(inbox.SuspectedHeader, firstKey)
 	rs.h.metrics.suspected.Inc()
 	rs.h.logger.Warn("delivery's signed bytes were seen within ttl under another id; processing it, marked Webhook-Replay-Suspected",
-		zap.String("key", rs.key), zap.String("first_key", firstKey))
+		zap.String("key", rs.claim.Key), zap.String("first_key", firstKey))
 }
 
 // inboxEvent is the request as an inbox stores it: without the
@@ -305,7 +309,7 @@ func (rs *requestState) inboxEvent() event.Request {
 	if f != nil && f.Mode() != forward.Keep && len(f.CredentialQuery()) > 0 {
 		ev.URI = withoutQuery(ev.URI, f.CredentialQuery())
 	}
-	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.key
+	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.claim.Key
 	if f != nil && f.Mode() == forward.Resign {
 		ev.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
 	}
@@ -373,10 +377,11 @@ func (rs *requestState) replay(encoded []byte) error {
 	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
 			rs.setResult(results.Mismatch)
+			rs.refused(http.StatusUnprocessableEntity, msgMismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")
 		}
 		h.logger.Warn("duplicate delivery has a different body than the recorded one; replaying the recorded response",
-			zap.String("key", rs.key))
+			zap.String("key", rs.claim.Key))
 	}
 	rs.setResult(results.Replayed)
 	w := rs.w
@@ -421,7 +426,7 @@ func (rs *requestState) accepted() error {
 func (rs *requestState) process() error {
 	h := rs.h
 	rs.setResult(results.New)
-	rn := h.startRenewal(rs.key, rs.completionGuard(), rs.owner)
+	rn := h.startRenewal(rs.claim)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -451,7 +456,7 @@ func (rs *requestState) process() error {
 	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
 		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
-				zap.String("key", rs.key), zap.Int("status", status), zap.Error(cerr))
+				zap.String("key", rs.claim.Key), zap.Int("status", status), zap.Error(cerr))
 		}
 	} else {
 		rs.release()
@@ -469,31 +474,21 @@ func (rs *requestState) process() error {
 func (rs *requestState) complete(rec []byte, status int) error {
 	h := rs.h
 	if h.archive == nil {
-		return h.store.complete(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL))
+		return h.store.complete(completionCtx, rs.claim, rec, time.Duration(h.TTL))
 	}
 	rs.archived = true
 	start := time.Now()
-	err := h.archive.CompleteAndAppend(completionCtx, rs.key, rs.completionGuard(), rs.owner, rec, time.Duration(h.TTL), rs.archiveEntry(results.New, status))
+	err := h.archive.CompleteAndAppend(completionCtx, rs.claim, rec, time.Duration(h.TTL), rs.archiveEntry(results.New, status))
 	h.store.observe(opComplete, start, err)
 	return err
 }
 
-// completionGuard is the guard completed, released and renewed with the
-// key: the guard of `replay_guard reject`; a note is the first key's, not
-// this request's.
-func (rs *requestState) completionGuard() string {
-	if rs.noted {
-		return ""
-	}
-	return rs.guard
-}
-
 // release deletes this request's claim so the provider's retry is processed.
 func (rs *requestState) release() {
-	err := rs.h.store.release(completionCtx, rs.key, rs.completionGuard(), rs.owner)
+	err := rs.h.store.release(completionCtx, rs.claim)
 	if err != nil && !errors.Is(err, store.ErrNotOwner) {
 		rs.h.logger.Warn("releasing idempotency key failed; duplicates get 409 until its lease expires",
-			zap.String("key", rs.key), zap.Error(err))
+			zap.String("key", rs.claim.Key), zap.Error(err))
 	}
 }
 
@@ -503,15 +498,16 @@ func (rs *requestState) release() {
 func (rs *requestState) storeFailed(op storeOp, err error) error {
 	h := rs.h
 	if op == opClaim && h.inbox == nil {
-		if rec, ok := h.store.recentRecord(rs.key, rs.completionGuard()); ok {
+		if rec, ok := h.store.recentRecord(rs.claim.Key, rs.claim.CompletionGuard()); ok {
 			h.logger.Warn("store error; answering a duplicate with this instance's copy of its record",
-				zap.Stringer("op", op), zap.String("key", rs.key), zap.Error(err))
+				zap.Stringer("op", op), zap.String("key", rs.claim.Key), zap.Error(err))
 			return rs.replay(rec)
 		}
 	}
 	h.logger.Warn("store error", zap.Stringer("op", op), zap.Bool("fail_closed", h.failClosed), zap.Error(err))
 	if h.failClosed {
 		rs.setResult(results.Unavailable)
+		rs.refused(http.StatusServiceUnavailable, msgUnavailable)
 		return writeError(rs.w, http.StatusServiceUnavailable, msgUnavailable, storeRetryAfter)
 	}
 	rs.setResult(results.Bypassed)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
@@ -132,65 +133,64 @@ func (s *meteredStore) observe(op storeOp, start time.Time, err error) {
 	}
 }
 
-// claim claims key, with its guard unless guard is "" (or, noted, with
-// its note, returning the key the note held before).
-func (s *meteredStore) claim(ctx context.Context, key, guard string, noted bool, owner string, lease, noteTTL time.Duration) (res store.ClaimResult, prev string, err error) {
+// claim claims c's key, with its guard unless it has none (or, noted,
+// with its note, returning the key the note held before).
+func (s *meteredStore) claim(ctx context.Context, c store.Claim, lease, noteTTL time.Duration) (res store.ClaimResult, prev string, err error) {
 	start := time.Now()
 	switch {
-	case guard == "":
-		res, err = s.backend.Claim(ctx, key, owner, lease)
-	case noted:
-		res, prev, err = s.guarded.ClaimNoted(ctx, key, guard, owner, lease, noteTTL)
+	case c.Guard == "":
+		res, err = s.backend.Claim(ctx, c.Key, c.Owner, lease)
+	case c.Noted:
+		res, prev, err = s.guarded.ClaimNoted(ctx, c.Key, c.Guard, c.Owner, lease, noteTTL)
 	default:
-		res, err = s.guarded.ClaimGuarded(ctx, key, guard, owner, lease)
+		res, err = s.guarded.ClaimGuarded(ctx, c.Key, c.Guard, c.Owner, lease)
 	}
 	s.observe(opClaim, start, err)
 	return res, prev, err
 }
 
 // accept accepts an event into an inbox: the claim of inbox mode.
-func (s *meteredStore) accept(ctx context.Context, ib *inbox.Inbox, rs *requestState) (store.ClaimResult, error) {
+func (s *meteredStore) accept(ctx context.Context, ib *inbox.Inbox, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
 	start := time.Now()
-	ev := rs.inboxEvent()
-	res, err := ib.Accept(ctx, rs.key, rs.guard, rs.noted, rs.owner, &rs.bodyHash, &ev)
+	res, err := ib.Accept(ctx, c, bodyHash, ev)
 	s.observe(opClaim, start, err)
 	return res, err
 }
 
-// complete completes key, with its guard unless guard is "".
-func (s *meteredStore) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
+// complete completes c's key, with its guard.
+func (s *meteredStore) complete(ctx context.Context, c store.Claim, record []byte, ttl time.Duration) error {
 	start := time.Now()
 	var err error
-	if guard == "" {
-		err = s.backend.Complete(ctx, key, owner, record, ttl)
+	if guard := c.CompletionGuard(); guard == "" {
+		err = s.backend.Complete(ctx, c.Key, c.Owner, record, ttl)
 	} else {
-		err = s.guarded.CompleteGuarded(ctx, key, guard, owner, record, ttl)
+		err = s.guarded.CompleteGuarded(ctx, c.Key, guard, c.Owner, record, ttl)
 	}
 	s.observe(opComplete, start, err)
 	return err
 }
 
-// release releases key, with its guard unless guard is "".
-func (s *meteredStore) release(ctx context.Context, key, guard, owner string) error {
+// release releases c's key, with its guard.
+func (s *meteredStore) release(ctx context.Context, c store.Claim) error {
 	start := time.Now()
 	var err error
-	if guard == "" {
-		err = s.backend.Release(ctx, key, owner)
+	if guard := c.CompletionGuard(); guard == "" {
+		err = s.backend.Release(ctx, c.Key, c.Owner)
 	} else {
-		err = s.guarded.ReleaseGuarded(ctx, key, guard, owner)
+		err = s.guarded.ReleaseGuarded(ctx, c.Key, guard, c.Owner)
 	}
 	s.observe(opRelease, start, err)
 	return err
 }
 
-// renew renews key, with its guard unless guard is "".
-func (s *meteredStore) renew(ctx context.Context, key, guard, owner string, lease time.Duration) error {
+// renew renews c's key, with its guard.
+func (s *meteredStore) renew(ctx context.Context, c store.Claim, lease time.Duration) error {
 	start := time.Now()
 	var err error
-	if guard == "" {
-		err = s.backend.Renew(ctx, key, owner, lease)
+	if guard := c.CompletionGuard(); guard == "" {
+		err = s.backend.Renew(ctx, c.Key, c.Owner, lease)
 	} else {
-		err = s.guarded.RenewGuarded(ctx, key, guard, owner, lease)
+		err = s.guarded.RenewGuarded(ctx, c.Key, guard, c.Owner, lease)
 	}
 	s.observe(opRenew, start, err)
 	return err

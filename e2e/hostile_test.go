@@ -514,3 +514,70 @@ func TestHostileBodyHashAsUnsignedID(t *testing.T) {
 		})
 	}
 }
+
+// A body announced larger than max_body is answered 413 at once, with
+// `Connection: close`, without reading or waiting for the body, and never
+// with `100 Continue` (docs/caddyfile.md, max_body); the connection closes
+// once the client has had the time to read the answer. Before, the server
+// waited for 256 KiB of the body before it answered (a connection that
+// sent 100 bytes of an announced 6 MB was held until the client gave up),
+// and a client that sent `Expect: 100-continue` got no answer at all. A
+// client that sends the whole body without waiting reads the 413, not a
+// reset.
+func TestHostileAnnouncedBodyTooLarge(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", testkit.ProxySite(port, `webhook_idempotency {
+		source       announced
+		max_body     5MB
+		body_timeout 20s
+	}`, up))
+	for _, c := range []struct {
+		name, expect string
+		sent         int // bytes of the body sent before the answer is read
+	}{
+		{"100 bytes sent", "", 100},
+		{"expect 100-continue", "Expect: 100-continue\r\n", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			// the answer comes well within body_timeout, or not at all
+			_ = conn.SetDeadline(start.Add(10 * time.Second))
+			fmt.Fprintf(conn, "POST /hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: 6000000\r\n\r\n%s",
+				c.expect, bytes.Repeat([]byte("x"), c.sent))
+			r := bufio.NewReader(conn)
+			status, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no answer within 10 s: %v", err)
+			}
+			if !strings.HasPrefix(status, "HTTP/1.1 413 ") {
+				t.Fatalf("first answer %q, want 413 (never 100 Continue)", status)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader(status), r)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.ReadAll(resp.Body)
+			if !resp.Close { // ReadResponse takes `Connection: close` out of the header
+				t.Fatal("413 without Connection: close")
+			}
+			// the server closes the connection: nothing more comes, and
+			// no wait for the rest of the body
+			if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("after the 413: %d bytes, %v; want the connection closed", n, err)
+			}
+			t.Logf("413 and the close after %s", time.Since(start).Round(time.Millisecond))
+		})
+	}
+	// a client that writes all 6 MB at once
+	resp, body := testkit.Post(t, testkit.SiteURL(port)+"/hook", bytes.Repeat([]byte("x"), 6_000_000))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Fatalf("6 MB sent whole: %d (close %v) %s, want 413 and the connection closed", resp.StatusCode, resp.Close, body)
+	}
+	up.WantCalls(t, 0)
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -82,4 +83,15 @@ func wantRejected(t *testing.T, resp *http.Response, body []byte, reason string)
 var stores = []struct{ name, line string }{
 	{"file", ""},
 	{"memory", "store memory"},
+}
+
+// linesWith returns the lines of s that contain sub.
+func linesWith(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

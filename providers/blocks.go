@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,10 +59,11 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		return signature.TemplateConfig{}, err
 	}
 	if s := cfg.Signature; s != nil {
-		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format, Separator: s.Separator}
+		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format,
+			Separator: s.Separator, Skip: s.Skip, Sets: s.Sets}
 	}
 	if ts := cfg.Timestamp; ts != nil {
-		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit}
+		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Separator: ts.Separator, Prefix: ts.Prefix}
 	}
 	if c := cfg.CertURL; c != nil {
 		tc.CertURL = signature.CertURLConfig{
@@ -98,12 +100,16 @@ var templateText = strings.NewReplacer(`\`, `\\`, "{", `\{`, "}", `\}`, "[", `\[
 // templateSymmetric reports whether a template verifies with secrets (an
 // HMAC, or a map of HMACs).
 func (cfg VerifyConfig) templateSymmetric() bool {
-	if cfg.AlgorithmField != "" {
-		for _, a := range cfg.AlgorithmValues {
-			return signature.IsSymmetric(a)
-		}
+	return signature.IsSymmetric(cfg.templateAlgorithm())
+}
+
+// templateAlgorithm is a template's algorithm, or one of those its field
+// chooses among (all take the same kind of key).
+func (cfg VerifyConfig) templateAlgorithm() string {
+	for _, a := range cfg.AlgorithmValues {
+		return a
 	}
-	return signature.IsSymmetric(cfg.Algorithm)
+	return cfg.Algorithm
 }
 
 // newTemplateSigner builds the signer of a template with a secret (an
@@ -245,9 +251,11 @@ func loadKeySet(ctx caddy.Context, cfg VerifyConfig) (*keyset.Set, error) {
 
 // resignable reports whether a template can be signed again at a new time
 // without changing the body: an HMAC whose signature and timestamp are in
-// headers or the query, over the whole body.
+// headers or the query, over the whole body, with secrets of one encoding
+// (with several, which key the application holds is not known).
 func (cfg VerifyConfig) resignable() bool {
-	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil {
+	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil ||
+		len(strings.Fields(cfg.SecretEncoding)) > 1 {
 		return false
 	}
 	if strings.HasPrefix(cfg.Signature.From, "json:") {
@@ -262,9 +270,13 @@ func (cfg VerifyConfig) credentials() (headers, query []string) {
 	add := func(from string) {
 		switch kind, name, _ := strings.Cut(from, ":"); kind {
 		case "header":
-			headers = append(headers, name)
+			if !slices.ContainsFunc(headers, func(h string) bool { return strings.EqualFold(h, name) }) {
+				headers = append(headers, name)
+			}
 		case "query":
-			query = append(query, name)
+			if !slices.Contains(query, name) {
+				query = append(query, name)
+			}
 		}
 	}
 	if cfg.Signature != nil {

@@ -3,6 +3,7 @@ package providers
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
@@ -27,9 +28,9 @@ import (
 //		jwks_url        <url>                         (stone, jwt)
 //		jwks_file       <path>                        (stone, jwt)
 //		string          "<template>"                  (template)
-//		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>]
-//		timestamp       <from> [unit s|ms|rfc3339]
-//		secret_encoding raw | hex | base64
+//		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>] [skip <n>] [sets <s>]
+//		timestamp       <from> [unit s|ms|rfc3339] [separator <s>] [prefix <p>]
+//		secret_encoding raw | hex | base64 | whsec | nfkd | html_specialchars ...
 //		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; trust chain|origin; cache <duration> }
 //		items           json:<path>
 //		max_items       <n>
@@ -46,7 +47,7 @@ import (
 var blockOptions = map[string]cfparse.Arity{
 	"secret": cfparse.Some, "public_key": cfparse.Some, "private_key": cfparse.One, "jwks_url": cfparse.One,
 	"jwks_file": cfparse.One, "encoding": cfparse.One, "prefix": cfparse.One, "tolerance": cfparse.One,
-	"url": cfparse.One, "padding": cfparse.One, "string": cfparse.One, "secret_encoding": cfparse.One,
+	"url": cfparse.One, "padding": cfparse.One, "string": cfparse.One, "secret_encoding": cfparse.Some,
 	"items": cfparse.One, "max_items": cfparse.One, "issuer": cfparse.Some, "audience": cfparse.Some,
 	"algorithms": cfparse.Some, "claim": cfparse.Some, "webhook_id": cfparse.One, "query": cfparse.One,
 }
@@ -134,8 +135,12 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 	case "string":
 		cfg.String = v
 	case "secret_encoding":
-		cfg.SecretEncoding = v
-		_, err = secretEncodings.Parse("secret_encoding", v)
+		cfg.SecretEncoding = strings.Join(args, " ")
+		for _, w := range args {
+			if _, err = secretEncodings.Parse("secret_encoding", w); err != nil {
+				break
+			}
+		}
 	case "items":
 		cfg.Items = v
 	case "max_items":
@@ -170,8 +175,10 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 	return err
 }
 
-// secretEncodings are the words of secret_encoding.
-var secretEncodings = cfparse.Keywords[string]{{Word: "raw", Value: "raw"}, {Word: "hex", Value: "hex"}, {Word: "base64", Value: "base64"}}
+// secretEncodings are the words of secret_encoding (several: a key of each
+// secret under each encoding that decodes it).
+var secretEncodings = cfparse.Keywords[string]{{Word: "raw", Value: "raw"}, {Word: "hex", Value: "hex"}, {Word: "base64", Value: "base64"},
+	{Word: "whsec", Value: "whsec"}, {Word: "nfkd", Value: "nfkd"}, {Word: "html_specialchars", Value: "html_specialchars"}}
 
 // parseAlgorithm reads `algorithm <name>` or `algorithm <field> { <value>
 // <name>... }`: a template's algorithm, or the hash of hmac and rsa.
@@ -222,11 +229,11 @@ func (cfg *VerifyConfig) parseHeader(d *caddyfile.Dispenser) error {
 }
 
 // parseSignature reads `signature <from> [prefix <p>] [encoding hex|base64]
-// [format der|raw] [separator <s>]`.
+// [format der|raw] [separator <s>] [skip <n>] [sets <s>]`.
 func (cfg *VerifyConfig) parseSignature(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) == 0 || len(args)%2 != 1 {
-		return d.Err("verify 'signature' takes where it is (header:<name>, json:<path> or query:<name>) and optional `prefix`, `encoding`, `format` and `separator` values")
+		return d.Err("verify 'signature' takes where it is (header:<name>, json:<path> or query:<name>) and optional `prefix`, `encoding`, `format`, `separator`, `skip` and `sets` values")
 	}
 	loc := &SignatureConfig{From: args[0]}
 	for i := 1; i < len(args); i += 2 {
@@ -245,29 +252,45 @@ func (cfg *VerifyConfig) parseSignature(d *caddyfile.Dispenser) error {
 			loc.Format = v
 		case "separator":
 			loc.Separator = v
+		case "skip":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return d.Errf("invalid signature skip '%s': want how many items are not signatures (0 or more)", v)
+			}
+			loc.Skip = n
+		case "sets":
+			loc.Sets = v
 		default:
-			return d.Errf("unrecognized signature option '%s': want prefix, encoding, format or separator", args[i])
+			return d.Errf("unrecognized signature option '%s': want prefix, encoding, format, separator, skip or sets", args[i])
 		}
 	}
 	cfg.Signature = loc
 	return nil
 }
 
-// parseTimestamp reads `timestamp <from> [unit s|ms|rfc3339]`.
+// parseTimestamp reads `timestamp <from> [unit s|ms|rfc3339] [separator
+// <s>] [prefix <p>]`.
 func (cfg *VerifyConfig) parseTimestamp(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
-	ts := &TimestampConfig{}
-	switch {
-	case len(args) == 1:
-	case len(args) == 3 && args[1] == "unit":
-		ts.Unit = args[2]
-		if ts.Unit != "s" && ts.Unit != "ms" && ts.Unit != "rfc3339" {
-			return d.Errf("invalid timestamp unit '%s': want s, ms or rfc3339", ts.Unit)
-		}
-	default:
-		return d.Err("verify 'timestamp' takes where it is (header:<name>, json:<path> or query:<name>) and optionally `unit s|ms|rfc3339`")
+	if len(args) == 0 || len(args)%2 != 1 {
+		return d.Err("verify 'timestamp' takes where it is (header:<name>, json:<path> or query:<name>) and optional `unit s|ms|rfc3339`, `separator` and `prefix` values")
 	}
-	ts.From = args[0]
+	ts := &TimestampConfig{From: args[0]}
+	for i := 1; i < len(args); i += 2 {
+		switch v := args[i+1]; args[i] {
+		case "unit":
+			if v != "s" && v != "ms" && v != "rfc3339" {
+				return d.Errf("invalid timestamp unit '%s': want s, ms or rfc3339", v)
+			}
+			ts.Unit = v
+		case "separator":
+			ts.Separator = v
+		case "prefix":
+			ts.Prefix = v
+		default:
+			return d.Errf("unrecognized timestamp option '%s': want unit, separator or prefix", args[i])
+		}
+	}
 	cfg.Timestamp = ts
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,4 +173,65 @@ func itemsBody(t *testing.T, items string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestHandshakesAreInTheDocs: the Handshakes table of docs/providers.md has
+// a row for each preset with a handshake and for no other, its count is
+// the one the section states, and docs/caddyfile.md's `handshake` row
+// names them all.
+func TestHandshakesAreInTheDocs(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	start := strings.Index(doc, "### Handshakes\n")
+	end := strings.Index(doc[start+1:], "\n### ")
+	if start < 0 || end < 0 {
+		t.Fatal("no Handshakes section in docs/providers.md")
+	}
+	section := doc[start : start+1+end]
+	want := HandshakeProviders()
+	var rows []string
+	cell := regexp.MustCompile("`([a-z_]+)`")
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		first := strings.SplitN(strings.Trim(line, "|"), "|", 2)[0]
+		for _, m := range cell.FindAllStringSubmatch(first, -1) {
+			rows = append(rows, m[1])
+		}
+	}
+	slices.Sort(rows)
+	if !slices.Equal(rows, want) {
+		t.Errorf("the Handshakes table lists %q, the presets with a handshake are %q", rows, want)
+	}
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+	if len(want) >= len(words) {
+		t.Fatalf("%d presets with a handshake: write the number in words here", len(want))
+	}
+	if n := "Only these " + words[len(want)] + " presets take `handshake`"; !strings.Contains(strings.Join(strings.Fields(section), " "), n) {
+		t.Errorf("the Handshakes section does not say %q", n)
+	}
+
+	caddyfile, err := os.ReadFile("../docs/caddyfile.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(caddyfile), "\n") {
+		if !strings.HasPrefix(line, "| `handshake` |") {
+			continue
+		}
+		var named []string
+		for _, m := range cell.FindAllStringSubmatch(line[strings.Index(line, "("):], -1) {
+			named = append(named, m[1])
+		}
+		slices.Sort(named)
+		if !slices.Equal(named, want) {
+			t.Errorf("docs/caddyfile.md's handshake row names %q, want %q", named, want)
+		}
+		return
+	}
+	t.Error("no `handshake` row in docs/caddyfile.md")
 }

@@ -12,13 +12,23 @@ func init() {
 			"https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
 			"https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries",
 			"https://docs.github.com/en/rest/meta/meta",
+			"https://docs.github.com/en/webhooks/webhook-events-and-payloads#payload-cap",
 		},
 		DefaultKey: []string{"header:X-GitHub-Delivery", "body"},
-		scheme:     bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
+		// "Payloads are capped at 25 MB" (Webhook events and payloads:
+		// Payload cap), and GitHub never retries a 413
+		MaxBody: 25 << 20,
+		scheme:  bodyHMAC("X-Hub-Signature-256", "sha256=", signature.Hex),
 		// the meta API's hooks ranges
 		Addresses:   &AddressList{URL: "https://api.github.com/meta", Field: "hooks"},
 		Credentials: []string{"X-Hub-Signature-256", "X-Hub-Signature"},
 		resigns:     always,
 		signer:      bodyHMACSigner("X-Hub-Signature-256", "sha256="),
+		// https://docs.github.com/en/webhooks/webhook-events-and-payloads#delivery-headers
+		examples: &examplesRule{
+			eventHeader: "X-GitHub-Event",
+			header:      map[string]string{"Content-Type": "application/json"},
+			newID:       uuidV4,
+		},
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
 // Handshakes answered at the edge (docs/providers.md: Handshakes): some
@@ -26,15 +27,18 @@ type Handshake struct {
 	// others are answered before the body is read (Meta's GET).
 	signed bool
 
-	// open handshakes are answered before the body is read without any
-	// check (Microsoft Graph's validationToken: nothing in it can be
-	// checked, and the answer only echoes it); the other unsigned ones
-	// check the route's verify_token (Meta's).
-	open bool
-
 	// keyed handshakes are answered with a MAC made with the first
 	// secret (Zoom's).
 	keyed bool
+
+	// open handshakes are unsigned checks that need no token: their
+	// answer gives back nothing but what the request sent, so anyone may
+	// get it (Dropbox's and Nylas's GET challenge, WooCommerce's
+	// activation ping, Intercom's HEAD, Microsoft Graph's
+	// validationToken). They are answered before the body is read,
+	// whether or not the route verifies signatures; the other unsigned
+	// ones check the route's verify_token (Meta's).
+	open bool
 
 	// answer returns the answer when the request is this handshake; body
 	// is the verified body, nil for unsigned handshakes.
@@ -169,6 +173,25 @@ func HandshakeProviders() []string {
 		}
 	}
 	return names
+}
+
+// challengeEcho is the GET `?challenge=<c>` a provider sends to check an
+// endpoint before it delivers to it (Dropbox, Nylas), answered with the
+// challenge as it is, in a `text/plain` body (the handler adds
+// `X-Content-Type-Options: nosniff`, which Dropbox asks for so that the
+// echo is no reflected script). Unsigned: a GET without the parameter is
+// no handshake.
+var challengeEcho = Handshake{open: true, answer: answerChallengeEcho}
+
+func answerChallengeEcho(_ *HandshakeState, r *http.Request, _ []byte) (HandshakeAnswer, bool) {
+	if r.Method != http.MethodGet {
+		return HandshakeAnswer{}, false
+	}
+	c := query.Value(r.URL.RawQuery, "challenge")
+	if c == "" {
+		return HandshakeAnswer{}, false
+	}
+	return plainText(c), true
 }
 
 // plainText is a 200 with a text body.

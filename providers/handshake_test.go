@@ -32,9 +32,10 @@ func deliveriesThatAreNotHandshakes() map[string]struct {
 		"zoom":    {&zoomURLValidation, request(), []byte(`{"event":"meeting.started","payload":{"object":{"topic":"` + pad + `"}}}`)},
 		"discord": {&discordPing, request(), []byte(`{"id":"1107","type":2,"data":{"name":"` + pad + `"}}`)},
 		// a webhook event has the type of an interaction PING
-		"discord event": {&discordPing, request(), []byte(`{"version":1,"application_id":"11","type":1,"event":{"type":"LOBBY_MESSAGE_CREATE","data":{"content":"` + pad + `"}}}`)},
-		"twitch":        {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
-		"whatsapp":      {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
+		"discord event":  {&discordPing, request(), []byte(`{"version":1,"application_id":"11","type":1,"event":{"type":"LOBBY_MESSAGE_CREATE","data":{"content":"` + pad + `"}}}`)},
+		"twitch":         {&twitchCallbackVerification, request("Twitch-Eventsub-Message-Type", "notification"), []byte(`{"event":{"user_name":"` + pad + `"}}`)},
+		"whatsapp":       {&metaSubscription, httptest.NewRequest(http.MethodGet, "/hook?health=1", nil), nil},
+		"dropbox, nylas": {&challengeEcho, httptest.NewRequest(http.MethodGet, "/hook?health=1&chal=x", nil), nil},
 	}
 }
 

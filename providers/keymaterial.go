@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -99,14 +98,12 @@ func CheckPublicKey(name, value string) error {
 		_, err = signature.ParseEd25519PublicKey(value)
 	case RSAKeys:
 		_, err = signature.ParseRSAPublicKey(value)
-	case PublicKeysOrCertificate, TemplateKeys:
-		p, ok := presets[name]
-		if !ok || p.decl == nil {
-			// a generic template's algorithm may come later in its block:
-			// its keys are parsed at provision
-			return nil
-		}
-		err = checkBlockKey(*p.decl, value)
+	case TemplateKeys:
+		// the block's algorithm may come after its keys: the template
+		// parses them, by its algorithm, when it is built
+	case PublicKeysOrCertificate:
+		// a preset declared as a block: its algorithm's kind of key
+		err = signature.CheckTemplatePublicKey(presets[name].decl.templateAlgorithm(), value)
 	default:
 		err = errors.New("the scheme verifies with a shared secret (give secret)")
 	}
@@ -207,23 +204,4 @@ func newRSAVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		return nil, err
 	}
 	return signature.NewRSA(cfg.Header, cfg.Prefix, h, padding, enc, keys)
-}
-
-// checkBlockKey parses a public key as the kind a declared block's
-// algorithm takes.
-func checkBlockKey(decl VerifyConfig, value string) error {
-	alg := decl.Algorithm
-	for _, a := range decl.AlgorithmValues {
-		alg = a // one kind of key for all (signature.NewTemplate checks it)
-	}
-	var err error
-	switch {
-	case strings.HasPrefix(alg, "ecdsa"):
-		_, err = signature.ParseECDSAPublicKey(value)
-	case strings.HasPrefix(alg, "rsa"):
-		_, err = signature.ParseRSAPublicKey(value)
-	case alg == signature.Ed25519:
-		_, err = signature.ParseEd25519PublicKey(value)
-	}
-	return err
 }

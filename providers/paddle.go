@@ -18,5 +18,11 @@ func init() {
 		Credentials: []string{"Paddle-Signature"},
 		resigns:     always,
 		signer:      secretSigner(signature.NewPaddleSigner),
+		// every notification is of an event of its own: its id and time
+		examples: &examplesRule{
+			header: map[string]string{"Content-Type": "application/json"},
+			newID:  randomID("ntf_", 13),
+			fresh:  []freshMember{{"event_id", quotedID(randomID("evt_", 13))}, {"occurred_at", rfc3339Micro}},
+		},
 	})
 }

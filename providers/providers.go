@@ -127,6 +127,9 @@ type Preset struct {
 	scheme scheme
 	signer presetSigner
 	decl   *VerifyConfig // Block, parsed
+	// examples is how the provider sends the example payloads embedded
+	// in examples/ (examples.go); nil when none are.
+	examples *examplesRule
 }
 
 // Answer is an HTTP answer: status, content type and body.

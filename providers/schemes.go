@@ -114,9 +114,10 @@ type VerifyConfig struct {
 
 	// For `template`: the signed message, as a template over the request
 	// (docs/providers.md: Generic schemes): text, `{body}`, `{method}`,
-	// `{url}`, `{header.<Name>}`, `{json.<path>}`, `{query.<name>}`,
-	// `{body.crc32}`, `{body.sha256}`, escapes such as `\n`, and parts in
-	// brackets left out when a field in them is absent. Required.
+	// `{url}`, `{timestamp}`, `{header.<Name>}`, `{json.<path>}`,
+	// `{query.<name>}`, `{body.crc32}`, `{body.sha256}`, escapes such as
+	// `\n`, and parts in brackets left out when a field in them is absent.
+	// Required.
 	String string `json:"string,omitempty"`
 
 	// For `template`, instead of algorithm: the field (`header:<Name>`,
@@ -135,7 +136,12 @@ type VerifyConfig struct {
 	Timestamp *TimestampConfig `json:"timestamp,omitempty"`
 
 	// For `template`: how the secrets are written, `raw` (used as
-	// written), `hex` or `base64`. Default: `raw`.
+	// written), `hex`, `base64`, `whsec` (Standard Webhooks: `whsec_` and
+	// base64), `nfkd` (the secret's Unicode NFKD form) or
+	// `html_specialchars` (`&amp;`, `&lt;`, … decoded as WordPress decodes
+	// a stored secret); several, separated by spaces, make a key of each
+	// secret under each encoding that decodes it (`whsec raw`). Default:
+	// `raw`.
 	SecretEncoding string `json:"secret_encoding,omitempty"`
 
 	// For `template`: the key of each delivery taken from the
@@ -190,8 +196,17 @@ type SignatureConfig struct {
 	Encoding string `json:"encoding,omitempty"`
 	// An ECDSA signature's form, `der` or `raw`. Default: der.
 	Format string `json:"format,omitempty"`
-	// Splits one value into several signatures (rotation). Default: none.
+	// Splits one value into items: several signatures (rotation), or
+	// parameters of which those with the prefix are signatures
+	// (`t=…,v1=…`). Default: none.
 	Separator string `json:"separator,omitempty"`
+	// How many items at the start of the value are not signatures
+	// (Recurly's `<timestamp>,<sig>`). Default: 0.
+	Skip int `json:"skip,omitempty"`
+	// Splits one value into sets verified one by one, each with its own
+	// signatures and timestamp (Persona's `t=…,v1=… t=…,v1=…`). Default:
+	// none.
+	Sets string `json:"sets,omitempty"`
 }
 
 // TimestampConfig is where a template's signed time is.
@@ -200,6 +215,11 @@ type TimestampConfig struct {
 	From string `json:"from,omitempty"`
 	// `s`, `ms` or `rfc3339`. Default: s.
 	Unit string `json:"unit,omitempty"`
+	// Take the timestamp out of a value that holds more: split at the
+	// separator, the first item that starts with the prefix (`t=` of
+	// `t=…,v1=…`), the prefix removed. Default: the whole value.
+	Separator string `json:"separator,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
 }
 
 // CertURLConfig is where a template's certificate comes from.

@@ -6,11 +6,20 @@ import "time"
 // header names): `{id}.{ts}.{body}` signed `v1` (HMAC-SHA256, a `whsec_`
 // secret) or `v1a` (Ed25519, a `whpk_` key); the message id is signed.
 func init() {
-	register(&Preset{
-		Name: "standard",
-		Docs: []string{
-			"https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
-		},
+	register(standardSender("standard", nil))
+	svix := svixSender("svix", []string{"https://docs.svix.com/receiving/source-ip-addresses"})
+	// every region's addresses (a sender through Svix takes `allow_ips svix`)
+	svix.Addresses = &AddressList{URL: "https://docs.svix.com/webhook-ips.json"}
+	register(svix)
+}
+
+// standardSender is the preset of a sender in the Standard Webhooks format
+// (the standard preset, and providers that send it under their own name):
+// its webhook- headers, the message id as the key.
+func standardSender(name string, docs []string) *Preset {
+	return &Preset{
+		Name:       name,
+		Docs:       append(docs, "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md"),
 		DefaultKey: []string{"header:webhook-id", "body"},
 		scheme:     standardWebhooks("webhook-"),
 		Volatile:   []string{"webhook-signature", "webhook-timestamp"},
@@ -19,23 +28,27 @@ func init() {
 		Credentials: []string{"webhook-signature", "webhook-timestamp"},
 		resigns:     always,
 		signer:      standardSigner("webhook-"),
-	})
-	register(&Preset{
-		Name: "svix",
-		Docs: []string{
+	}
+}
+
+// svixSender is the preset of a sender that delivers through Svix (the
+// svix preset, and providers that send through it under their own name):
+// Standard Webhooks on svix- headers, the message id as the key, Svix's
+// retry window.
+func svixSender(name string, docs []string) *Preset {
+	return &Preset{
+		Name: name,
+		Docs: append(docs,
 			"https://docs.svix.com/receiving/verifying-payloads/how-manual",
 			"https://docs.svix.com/retries",
-			"https://docs.svix.com/receiving/source-ip-addresses",
-		},
-		DefaultKey: []string{"header:svix-id", "body"},
-		scheme:     standardWebhooks("svix-"),
-		Volatile:   []string{"svix-signature", "svix-timestamp"},
-		TTL:        28 * time.Hour, // 8 attempts over 27h35m
-		Signed:     []string{"header:svix-id"},
-		// every region's addresses
-		Addresses:   &AddressList{URL: "https://docs.svix.com/webhook-ips.json"},
+		),
+		DefaultKey:  []string{"header:svix-id", "body"},
+		scheme:      standardWebhooks("svix-"),
+		Volatile:    []string{"svix-signature", "svix-timestamp"},
+		TTL:         28 * time.Hour, // 8 attempts over 27h35m
+		Signed:      []string{"header:svix-id"},
 		Credentials: []string{"svix-signature", "svix-timestamp"},
 		resigns:     always,
 		signer:      standardSigner("svix-"),
-	})
+	}
 }

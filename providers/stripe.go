@@ -23,5 +23,11 @@ func init() {
 		Credentials: []string{"Stripe-Signature"},
 		resigns:     always,
 		signer:      secretSigner(signature.NewStripeSigner),
+		// every event is a new object: its id and creation time
+		examples: &examplesRule{
+			header: map[string]string{"Content-Type": "application/json; charset=utf-8"},
+			newID:  randomID("evt_", 12),
+			fresh:  []freshMember{{"created", unixSeconds}},
+		},
 	})
 }

@@ -316,6 +316,18 @@ func CheckAlgorithm(name string) error {
 	return err
 }
 
+// CheckTemplatePublicKey returns an error unless s parses as a public key
+// of the kind the template algorithm verifies with (for parsers, before a
+// template is built).
+func CheckTemplatePublicKey(algorithm, s string) error {
+	a, err := lookupAlgorithm(algorithm)
+	if err != nil {
+		return err
+	}
+	_, err = parsePublicKey(a.family, s)
+	return err
+}
+
 // IsSymmetric reports whether a template algorithm takes secrets, an
 // HMAC or a token (its deliveries can be signed again with the route's
 // secret).

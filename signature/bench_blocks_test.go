@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,7 +24,9 @@ import (
 // BenchmarkTemplate measures one valid delivery per family of the
 // building blocks, with a 2 KB body (BenchmarkVerifyBaseline, one bare
 // HMAC-SHA256 of the same body, is the floor): an HMAC template over a
-// timestamp header and the body; Adyen's item fields in JSON; a token in
+// timestamp header and the body, and with the timestamp and the signature
+// as parameters of one header (`t=…,v1=…`), the right one in the second of
+// two sets (Persona rotating); Adyen's item fields in JSON; a token in
 // each of ten items (Microsoft Graph's clientState); Ed25519,
 // ECDSA P-256 and RSA-SHA256 templates; RSA with the key from a cached
 // certificate (an SNS notification); and a JWT checked against a cached
@@ -35,19 +36,7 @@ func BenchmarkTemplate(b *testing.B) {
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	msg := append([]byte(ts+"."), body...)
 
-	run := func(b *testing.B, v signature.Verifier, r *http.Request, body []byte) {
-		if err := v.Verify(r, body); err != nil {
-			b.Fatalf("benchmark delivery refused: %v", err)
-		}
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := v.Verify(r, body); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	run := benchVerify
 	headerTemplate := func(b *testing.B, alg string, keys func(*signature.TemplateConfig), sig []byte) {
 		cfg := signature.TemplateConfig{
 			String: `{header.X-Timestamp}.{body}`, Algorithm: alg,
@@ -74,6 +63,33 @@ func BenchmarkTemplate(b *testing.B) {
 		m.Write(msg)
 		headerTemplate(b, signature.HMACSHA256, func(c *signature.TemplateConfig) { c.Secrets = []string{"secret"} }, m.Sum(nil))
 	})
+	// the same HMAC with the timestamp and the signature in one header,
+	// `t=…,v1=…` (WorkOS, Mux), and in two sets of them (Persona rotating)
+	params := func(b *testing.B, sets bool) {
+		cfg := signature.TemplateConfig{
+			String: `{timestamp}.{body}`, Algorithm: signature.HMACSHA256, Secrets: []string{"secret"},
+			Signature: signature.SignatureLocation{From: "header:X-Signature", Separator: ",", Prefix: "v1="},
+			Timestamp: signature.TimestampLocation{From: "header:X-Signature", Separator: ",", Prefix: "t="},
+		}
+		m := hmac.New(sha256.New, []byte("secret"))
+		m.Write(msg)
+		value := "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+		if sets {
+			cfg.Signature.Sets = " "
+			o := hmac.New(sha256.New, []byte("old"))
+			o.Write(msg)
+			value = "t=" + ts + ",v1=" + hex.EncodeToString(o.Sum(nil)) + " " + value
+		}
+		v, err := signature.NewTemplate(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := sigtest.NewDelivery("/hooks", body, time.Time{})
+		d.Req.Header.Set("X-Signature", value)
+		run(b, v, d.Req, body)
+	}
+	b.Run("hmac-sha256-parameters", func(b *testing.B) { params(b, false) })
+	b.Run("hmac-sha256-second-set", func(b *testing.B) { params(b, true) })
 	b.Run("hmac-sha256-adyen-item", func(b *testing.B) {
 		cfg := adyenConfig
 		cfg.Secrets = []string{adyenKey}

@@ -187,3 +187,39 @@ func decodedAt(body []byte, segs []string) (v any, found, ambiguous bool) {
 	}
 	return v, true, false
 }
+
+// FuzzTemplateParameters checks a signature header holding parameters
+// and sets (Persona's `t=…,v1=… t=…,v1=…`, Recurly's positional list):
+// any value is refused with one of the errors Verify documents, never
+// accepted without the key, and never panics.
+func FuzzTemplateParameters(f *testing.F) {
+	for _, s := range []string{
+		"t=1767225600,v1=ab t=1,v1=cd", "1767225600123,ab,cd", ",,, ", "t=,v1=", "t=1767225600", " t=9 ",
+		"v1=" + strings.Repeat("a", 64), strings.Repeat("t=1,v1=a ", 40), "t=1767225600,v1=\xff",
+	} {
+		f.Add(s)
+	}
+	persona, err := NewTemplate(TemplateConfig{String: "{timestamp}.{body}", Algorithm: HMACSHA256, Secrets: []string{"k"},
+		Signature: SignatureLocation{From: "header:Sig", Sets: " ", Separator: ",", Prefix: "v1="},
+		Timestamp: TimestampLocation{From: "header:Sig", Separator: ",", Prefix: "t="}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	recurly, err := NewTemplate(TemplateConfig{String: "{timestamp}.{body}", Algorithm: HMACSHA256, Secrets: []string{"k"},
+		Signature: SignatureLocation{From: "header:Sig", Separator: ",", Skip: 1},
+		Timestamp: TimestampLocation{From: "header:Sig", Separator: ",", Unit: "ms"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		for _, v := range []Verifier{persona, recurly} {
+			r := httptest.NewRequest("POST", "/", nil)
+			r.Header.Set("Sig", value)
+			switch err := v.Verify(r, []byte("{}")); err {
+			case ErrMissing, ErrInvalid, ErrTimestamp:
+			default:
+				t.Fatalf("%q: %v", value, err)
+			}
+		}
+	})
+}

@@ -141,7 +141,7 @@ func newV0Signer(sigHeader, tsHeader, secret string) Signer {
 // (`whsec_` and base64). The message id is r's `{prefix}id`, made up
 // (`msg_…`) when r has none.
 func NewStandardWebhooksSigner(headerPrefix, secret string) (Signer, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	key, err := decodeWhsec(secret)
 	if err != nil || len(key) == 0 {
 		return nil, errors.New("the secret is not a Standard Webhooks secret (whsec_ followed by base64)")
 	}

@@ -22,25 +22,32 @@ import (
 
 // NewTemplateSigner signs deliveries as the template scheme of cfg
 // checks them (NewTemplate): it sets cfg's timestamp to the signing time
-// in its unit; builds the string; signs it; and writes the signature with
-// its prefix, encoding and format. A timestamp or a signature in a header
-// or the query is set there, and the body is sent as it is. One in the
+// in its unit, after its prefix; builds the string; signs it; and writes
+// the signature with its prefix, encoding and format. A timestamp or a
+// signature in a header or the query is set there, and the body is sent
+// as it is; a timestamp in the signature's header is written as the
+// first item of that header, `<timestamp prefix><time><separator><prefix>
+// <signature>` (`t=…,v1=…`, Recurly's `<time>,<signature>`). One in the
 // body (`json:`), and each item's in Items mode, is written into the body,
 // which is then sent as Go's encoder writes it (members in name order);
 // the string of such a template must not sign the body itself. key is the
 // private key of a public-key algorithm (ed25519.PrivateKey,
 // *ecdsa.PrivateKey on P-256, *rsa.PrivateKey); an HMAC algorithm takes
-// key nil and signs with the first of cfg.Secrets, and Token sends it.
-// cfg's public keys and certificate URL are not used.
+// key nil and signs with the first key of the first of cfg.Secrets, and
+// Token sends that secret. cfg's public keys and certificate URL are not
+// used.
 func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 	v, err := newTemplate(cfg, false)
 	if err != nil {
 		return nil, err
 	}
-	s := &templateSigner{v: v, key: key}
+	if v.skip > 1 || (v.skip == 1 && !v.sharesHeader()) {
+		return nil, errors.New("signature: the signer writes no items before the signature but the timestamp of the same header")
+	}
 	if (v.items != nil || v.sig.kind == fromJSON) && v.tmpl.signsBody() {
 		return nil, errors.New("string: the signature is written into the body, which the string signs")
 	}
+	s := &templateSigner{v: v, key: key}
 	switch v.family {
 	case familyHMAC, familyToken:
 		if key != nil {
@@ -53,11 +60,12 @@ func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 			s.secret = []byte(cfg.Secrets[0])
 			break
 		}
-		secrets, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
+		_, first, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
 		if err != nil {
 			return nil, err
 		}
-		s.secret = secrets[0]
+		// the first secret under the first encoding that decodes it
+		s.secret = first[0]
 	default:
 		if key == nil || checkPublicKey(v.family, key.Public()) != nil {
 			return nil, fmt.Errorf("%s signs with a %s private key", v.family, v.family)
@@ -86,23 +94,37 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 		default:
 			ts = unix(at)
 		}
-		if v.ts.kind != fromJSON {
-			if err := setSource(r, v.ts, ts); err != nil {
+		if v.ts.kind != fromJSON && !v.sharesHeader() {
+			if err := setSource(r, v.ts, v.tsPrefix+ts); err != nil {
 				return nil, fmt.Errorf("timestamp: %v", err)
 			}
 		}
 	}
 	if v.ts.kind != fromJSON && v.sig.kind != fromJSON {
-		sig, err := s.sign(r, body)
+		sig, err := s.sign(r, body, ts)
 		if err != nil {
 			return nil, err
 		}
-		if err := setSource(r, v.sig, sig); err != nil {
-			return nil, fmt.Errorf("signature: %v", err)
+		if err := s.setSignature(r, sig, ts); err != nil {
+			return nil, err
 		}
 		return body, nil
 	}
 	return s.signInBody(r, body, ts)
+}
+
+// setSignature writes a signature where it goes out of the body, after
+// the timestamp's item when they share a header.
+func (s *templateSigner) setSignature(r *http.Request, sig, ts string) error {
+	v := s.v
+	if v.sharesHeader() {
+		// the timestamp's item first: `t=…,v1=…`, Recurly's `<t>,<sig>`
+		sig = v.tsPrefix + ts + v.separator + sig
+	}
+	if err := setSource(r, v.sig, sig); err != nil {
+		return fmt.Errorf("signature: %v", err)
+	}
+	return nil
 }
 
 // signInBody signs a delivery whose timestamp or signatures are in the
@@ -121,7 +143,7 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 	}
 	for _, t := range targets {
 		if v.ts.kind == fromJSON {
-			if err := setJSONPath(t, v.ts.path, ts); err != nil {
+			if err := setJSONPath(t, v.ts.path, v.tsPrefix+ts); err != nil {
 				return nil, fmt.Errorf("timestamp: %v", err)
 			}
 		}
@@ -132,12 +154,12 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 		if err != nil {
 			return nil, err
 		}
-		sig, err := s.sign(r, out)
+		sig, err := s.sign(r, out, ts)
 		if err != nil {
 			return nil, err
 		}
-		if err := setSource(r, v.sig, sig); err != nil {
-			return nil, fmt.Errorf("signature: %v", err)
+		if err := s.setSignature(r, sig, ts); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
@@ -148,7 +170,7 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 		if err != nil {
 			return nil, err
 		}
-		sig, err := s.sign(r, signed)
+		sig, err := s.sign(r, signed, ts)
 		if err != nil {
 			return nil, err
 		}
@@ -160,12 +182,13 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 }
 
 // sign returns the signature of the string the template makes of the
-// request and the JSON document doc (the body, or an item), with its
-// prefix and in its encoding.
-func (s *templateSigner) sign(r *http.Request, doc []byte) (string, error) {
+// request, the JSON document doc (the body, or an item) and the
+// timestamp ts, with its prefix and in its encoding.
+func (s *templateSigner) sign(r *http.Request, doc []byte, ts string) (string, error) {
 	v := s.v
 	st := v.states.Get().(*templateState)
 	defer v.release(st)
+	st.ts = ts
 	if v.paths.leaves > 0 {
 		if err := v.paths.readJSON(doc, st.spans); err != nil {
 			return "", fmt.Errorf("the body's JSON: %v", err)
@@ -319,6 +342,12 @@ func setJSONPath(doc any, path []string, val string) error {
 		}
 	}
 	return errors.New("empty path")
+}
+
+// sharesHeader reports whether the timestamp is an item of the
+// signature's header.
+func (v *templateVerifier) sharesHeader() bool {
+	return v.ts.kind == fromHeader && v.sig.kind == fromHeader && v.ts.name == v.sig.name
 }
 
 // signDigest signs the digest in h with an ECDSA or RSA key.

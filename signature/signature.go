@@ -1,10 +1,10 @@
 // Package signature verifies the signatures webhook providers put on their
 // deliveries: Stripe, Paddle, Slack, Standard Webhooks (and Svix) with
 // secrets or public keys, Mercado Pago, PagBank, Twilio, Square, Shopify,
-// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi and Stone, JSON Web
-// Tokens (Evolution API), and the generic schemes that sign the raw body
-// with an HMAC (GitHub, Meta, iFood, Razorpay, …), an Ed25519 or an RSA
-// key, or send a shared token.
+// GitLab, Twitch, Zoom, Linear, HubSpot, Discord, Woovi, Stone and Hook0
+// (Coinbase's CDP webhooks), JSON Web Tokens (Evolution API), and the
+// generic schemes that sign the raw body with an HMAC (GitHub, Meta,
+// iFood, Razorpay, …), an Ed25519 or an RSA key, or send a shared token.
 //
 // For providers without a scheme of their own there are building blocks
 // (the package's tests write Amazon SNS, PayPal, SendGrid, Adyen and
@@ -62,7 +62,9 @@
 //     percent-decoded; {json.<path>} a member of the JSON body, a string
 //     decoded and any other value as written; {body.crc32} the CRC-32
 //     (IEEE) of the body in decimal, as PayPal signs it; {body.sha256} the
-//     SHA-256 of the body in lower-case hex. A JSON path is member names
+//     SHA-256 of the body in lower-case hex; {timestamp} the timestamp as
+//     sent (TemplateConfig.Timestamp, which it needs), once taken out of
+//     the value that holds it. A JSON path is member names
 //     separated by dots, a backslash making the next character literal;
 //     a segment of digits also indexes an array.
 //   - A part in square brackets is optional: it is left out, text and all,
@@ -73,6 +75,22 @@
 //     Brackets do not nest, and must hold a field. Outside brackets an
 //     absent field is the empty string, as Adyen signs an absent
 //     originalReference: nothing between its colons.
+//
+// A header may hold more than one signature, and more than signatures.
+// SignatureLocation's Separator splits its value into items, of which
+// those with the Prefix are signatures (any may match) and the first Skip
+// are not; TimestampLocation's Separator and Prefix take the timestamp out
+// of such a value. So Stripe-like `t=<ts>,v1=<sig>[,v1=<sig>]` headers
+// (Calendly, WorkOS, Mux) are a signature with Separator "," and Prefix
+// "v1=" and a timestamp in the same header with Separator "," and Prefix
+// "t=", signed as "{timestamp}.{body}" (Paddle's `ts=…;h1=…` is the same
+// with Separator ";"); Recurly's `<ts>,<sig>[,<sig>]` is Skip 1 and a
+// timestamp without a prefix (the first item); Persona's rotation, two
+// sets `t=…,v1=… t=…,v1=…` each with its own timestamp, adds Sets " ": each
+// set is verified on its own. Secrets may be decoded before use
+// (TemplateConfig.SecretEncoding: hex, base64, Standard Webhooks' whsec_,
+// Unicode NFKD, WordPress's HTML references), or tried under several
+// encodings at once.
 //
 // A template whose algorithm is Token has no string: the value where its
 // signature is must be one of the secrets, as written (a shared token in

@@ -2,7 +2,6 @@ package signature
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -54,7 +53,7 @@ func newStandardWebhooks(prefix string, secrets []string, tolerance time.Duratio
 			public = append(public, k)
 			continue
 		}
-		k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+		k, err := decodeWhsec(s)
 		if err != nil || len(k) == 0 {
 			return nil, fmt.Errorf("secret %d is not a Standard Webhooks secret (whsec_ followed by base64, or whpk_ and a public key)", i+1)
 		}

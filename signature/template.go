@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // TemplateConfig configures NewTemplate, the generic scheme for providers
@@ -57,7 +60,18 @@ type TemplateConfig struct {
 	Secrets []string
 
 	// SecretEncoding is how the secrets are written: "" or "raw" (used as
-	// written), "hex" (Adyen's HMAC keys) or "base64". Default: raw.
+	// written), "hex" (Adyen's HMAC keys), "base64", "whsec" (Standard
+	// Webhooks: an optional `whsec_` and the base64 of the key), "nfkd"
+	// (the secret's Unicode NFKD form, as EasyPost keys its HMAC) or
+	// "html_specialchars" (HTML's special characters written as
+	// references, `&amp;` `&lt;` `&gt;` `&quot;` `&#039;` and their numeric
+	// forms, decoded as WordPress's wp_specialchars_decode(…, ENT_QUOTES)
+	// decodes them: WooCommerce's webhook secrets). Several
+	// encodings separated by spaces make a key of each secret under each
+	// encoding that decodes it, all of them tried: "whsec raw" for a
+	// provider whose older secrets are used as written and newer ones
+	// decoded (Polar). A secret that decodes under none is an error.
+	// Default: raw.
 	SecretEncoding string
 
 	// PublicKeys are the keys of a public-key algorithm (several for
@@ -120,9 +134,24 @@ type SignatureLocation struct {
 
 	// Separator, when set, splits a value into several signatures (a
 	// provider rotating keys sends one per key: Standard Webhooks'
-	// `v1,<a> v1,<b>` is Separator " " and Prefix "v1,"). Any of them
-	// may match; at most 16 are looked at for an HMAC, 4 for the others.
+	// `v1,<a> v1,<b>` is Separator " " and Prefix "v1,"), or into items
+	// of which those with Prefix are signatures (`t=…,v1=…,v1=…` is
+	// Separator "," and Prefix "v1="). Any of them may match; at most 16
+	// are looked at for an HMAC, 4 for the others.
 	Separator string
+
+	// Skip is how many items at the start of a separated value are not
+	// signatures (Recurly's `<timestamp>,<sig>,<sig>` is Separator ","
+	// and Skip 1). Default: 0.
+	Skip int
+
+	// Sets, when set, splits a value into sets that are verified one by
+	// one, each with its own signatures (read within the set as
+	// Separator and Prefix say) and its own timestamp when the timestamp
+	// is in the same header: Persona's `t=…,v1=… t=…,v1=…` during a
+	// rotation is Sets " ". A delivery is authentic when one set is. At
+	// most 4 sets are looked at.
+	Sets string
 }
 
 // TimestampLocation is where a template's signed time is.
@@ -134,12 +163,25 @@ type TimestampLocation struct {
 	// Unit is "s" (Unix seconds), "ms" (Unix milliseconds) or "rfc3339".
 	// Default: s.
 	Unit string
+
+	// Separator and Prefix take the timestamp out of a value that holds
+	// more: the value is split at Separator and the timestamp is the
+	// first item that starts with Prefix, Prefix removed (`t=…,v1=…` is
+	// Separator "," and Prefix "t="; Recurly's `<timestamp>,<sig>` is
+	// Separator "," alone: the first item). A timestamp in the header of
+	// a signature with Sets is read within each set. Default: the whole
+	// value.
+	Separator string
+	Prefix    string
 }
 
-// Defaults of NewTemplate.
+// Defaults and bounds of NewTemplate.
 const (
 	// DefaultMaxItems bounds the items of a delivery in Items mode.
 	DefaultMaxItems = 1000
+
+	// maxSets bounds the sets of a signature value that are verified.
+	maxSets = 4
 )
 
 // timeUnit is how a timestamp is written.
@@ -193,6 +235,9 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	if err := v.setTimestamp(cfg); err != nil {
 		return nil, err
 	}
+	if t.timestamp && v.ts.kind == 0 {
+		return nil, errors.New("string: {timestamp} needs a timestamp")
+	}
 	if keys {
 		if err := v.setKeys(cfg); err != nil {
 			return nil, err
@@ -231,11 +276,16 @@ type templateVerifier struct {
 	sig       source
 	prefix    string
 	separator string
+	skip      int
+	sets      string
 	encoding  Encoding
 	rawECDSA  bool
 
 	ts        source // (kind 0: none)
 	unit      timeUnit
+	tsSep     string
+	tsPrefix  string
+	tsInSet   bool // read within each set of the signature's value
 	tolerance time.Duration
 
 	keyrings map[*algorithm]keyring // HMAC
@@ -312,8 +362,17 @@ func (v *templateVerifier) setSignature(loc SignatureLocation) error {
 	if err != nil {
 		return fmt.Errorf("signature: %v", err)
 	}
-	v.sig, v.prefix, v.separator = src, loc.Prefix, loc.Separator
-	if v.family == familyToken && loc.Encoding != "" {
+	v.sig, v.prefix, v.separator, v.skip, v.sets = src, loc.Prefix, loc.Separator, loc.Skip, loc.Sets
+	switch {
+	case loc.Skip < 0:
+		return errors.New("signature: skip must not be negative")
+	case loc.Skip > 0 && loc.Separator == "":
+		return errors.New("signature: skip counts the items of a separated value: give a separator")
+	case loc.Sets != "" && src.kind != fromHeader:
+		return errors.New("signature: sets split a header's value")
+	case loc.Sets != "" && loc.Sets == loc.Separator:
+		return errors.New("signature: sets and separator must differ")
+	case v.family == familyToken && loc.Encoding != "":
 		return errors.New("signature: a token is compared as it is sent: it has no encoding")
 	}
 	switch strings.ToLower(loc.Encoding) {
@@ -348,8 +407,8 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 	}
 	v.tolerance = toleranceOrDefault(cfg.Tolerance)
 	if cfg.Timestamp.From == "" {
-		if cfg.Timestamp.Unit != "" {
-			return errors.New("timestamp: a unit without a timestamp")
+		if cfg.Timestamp.Unit != "" || cfg.Timestamp.Separator != "" || cfg.Timestamp.Prefix != "" {
+			return errors.New("timestamp: a unit, separator or prefix without a timestamp")
 		}
 		return nil
 	}
@@ -360,7 +419,15 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 	if err != nil {
 		return fmt.Errorf("timestamp: %v", err)
 	}
-	v.ts = src
+	v.ts, v.tsSep, v.tsPrefix = src, cfg.Timestamp.Separator, cfg.Timestamp.Prefix
+	shared := v.sharesHeader()
+	v.tsInSet = shared && v.sets != ""
+	if shared && (v.tsSep == "" || v.tsSep != v.separator) {
+		return errors.New("timestamp: in the signature's header, it is an item of the value: give the signature's separator")
+	}
+	if shared && v.tsPrefix == v.prefix && v.skip == 0 {
+		return errors.New("timestamp: in the signature's header, a prefix or the signature's skip must tell it from the signatures")
+	}
 	switch strings.ToLower(cfg.Timestamp.Unit) {
 	case "", "s":
 		v.unit = unitSeconds
@@ -396,7 +463,7 @@ func (v *templateVerifier) setKeys(cfg TemplateConfig) error {
 		if len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "" {
 			return errors.New("public_key: an HMAC algorithm takes secrets, not public keys or certificates")
 		}
-		secrets, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
+		secrets, _, err := decodeSecrets(cfg.Secrets, cfg.SecretEncoding)
 		if err != nil {
 			return err
 		}
@@ -448,33 +515,83 @@ func (v *templateVerifier) allAlgorithms() []*algorithm {
 	return all
 }
 
-// decodeSecrets decodes the secrets as encoding says.
-func decodeSecrets(secrets []string, encoding string) ([][]byte, error) {
+// decodeSecrets decodes the secrets as encoding says (SecretEncoding):
+// the keys of every secret, and those of the first alone.
+func decodeSecrets(secrets []string, encoding string) (keys, first [][]byte, err error) {
 	if len(secrets) == 0 {
-		return nil, errors.New("secret: an HMAC algorithm needs a secret")
+		return nil, nil, errors.New("secret: an HMAC algorithm needs a secret")
 	}
-	out := make([][]byte, len(secrets))
+	encodings, err := secretEncodings(encoding)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, s := range secrets {
 		if s == "" {
-			return nil, fmt.Errorf("secret %d: empty", i+1)
+			return nil, nil, fmt.Errorf("secret %d: empty", i+1)
 		}
-		var err error
-		switch strings.ToLower(encoding) {
-		case "", "raw":
-			out[i] = []byte(s)
-		case "hex":
-			out[i], err = hex.DecodeString(strings.TrimSpace(s))
-		case "base64":
-			out[i], err = base64.StdEncoding.DecodeString(strings.TrimSpace(s))
-		default:
-			return nil, fmt.Errorf("secret_encoding %q: want raw, hex or base64", encoding)
+		n := len(keys)
+		for _, enc := range encodings {
+			if k, ok := decodeSecret(s, enc); ok {
+				keys = append(keys, k)
+			}
 		}
-		if err != nil || len(out[i]) == 0 {
+		if len(keys) == n {
 			// the error would quote the secret: say what it is not
-			return nil, fmt.Errorf("secret %d: not %s", i+1, strings.ToLower(encoding))
+			return nil, nil, fmt.Errorf("secret %d: not %s", i+1, strings.Join(encodings, " nor "))
+		}
+		if i == 0 {
+			first = keys[:len(keys):len(keys)]
 		}
 	}
-	return out, nil
+	return keys, first, nil
+}
+
+// secretEncodings parses SecretEncoding: its words, "raw" for none.
+func secretEncodings(encoding string) ([]string, error) {
+	words := strings.Fields(strings.ToLower(encoding))
+	if len(words) == 0 {
+		return []string{"raw"}, nil
+	}
+	for i, w := range words {
+		switch w {
+		case "raw", "hex", "base64", "whsec", "nfkd", "html_specialchars":
+		default:
+			return nil, fmt.Errorf("secret_encoding %q: want raw, hex, base64, whsec, nfkd or html_specialchars", w)
+		}
+		if slices.Contains(words[:i], w) {
+			return nil, fmt.Errorf("secret_encoding %q: given twice", w)
+		}
+	}
+	return words, nil
+}
+
+// decodeSecret decodes one secret; ok is false when it is not written in
+// that encoding.
+func decodeSecret(s, encoding string) (key []byte, ok bool) {
+	var err error
+	switch encoding {
+	case "raw":
+		return []byte(s), true
+	case "nfkd":
+		// EasyPost: norm.NFKD.String(webhookSecret), its UTF-8 bytes
+		return []byte(norm.NFKD.String(s)), true
+	case "html_specialchars":
+		// WooCommerce: wp_specialchars_decode($secret, ENT_QUOTES)
+		return []byte(decodeHTMLSpecialChars(s)), true
+	case "hex":
+		key, err = hex.DecodeString(strings.TrimSpace(s))
+	case "base64":
+		key, err = base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	case "whsec":
+		key, err = decodeWhsec(s)
+	}
+	return key, err == nil && len(key) > 0
+}
+
+// decodeWhsec decodes a Standard Webhooks secret: `whsec_` (optional, as
+// in the reference library) followed by the base64 of the key.
+func decodeWhsec(s string) ([]byte, error) {
+	return base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 }
 
 func (v *templateVerifier) setClaims(claims map[string][]string) error {
@@ -484,12 +601,7 @@ func (v *templateVerifier) setClaims(claims map[string][]string) error {
 			signed[p.leaf] = true
 		}
 	}
-	names := make([]string, 0, len(claims))
-	for name := range claims {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
 		values := claims[name]
 		if len(values) == 0 {
 			return fmt.Errorf("claim %q: at least one value", name)

@@ -23,6 +23,7 @@ const (
 	partURL
 	partCRC32
 	partSHA256
+	partTimestamp
 	partHeader
 	partQuery
 	partJSON
@@ -38,9 +39,10 @@ type part struct {
 
 // stringTemplate is a parsed template string.
 type stringTemplate struct {
-	parts  []part
-	groups []partRange // the optional parts, in order
-	url    bool        // {url} is used
+	parts     []part
+	groups    []partRange // the optional parts, in order
+	url       bool        // {url} is used
+	timestamp bool        // {timestamp} is used
 }
 
 // partRange is parts[from:to].
@@ -81,6 +83,7 @@ func parseTemplate(s string, paths *jsonPaths) (*stringTemplate, error) {
 			}
 			p.group = group
 			t.url = t.url || p.kind == partURL
+			t.timestamp = t.timestamp || p.kind == partTimestamp
 			t.parts = append(t.parts, p)
 			i = end
 		case '[':
@@ -176,6 +179,8 @@ func parseField(name string, paths *jsonPaths) (part, error) {
 		return part{kind: partCRC32}, nil
 	case "body.sha256":
 		return part{kind: partSHA256}, nil
+	case "timestamp":
+		return part{kind: partTimestamp}, nil
 	}
 	kind, arg, _ := strings.Cut(name, ".")
 	if arg == "" && (kind == "header" || kind == "query" || kind == "json") {
@@ -196,7 +201,7 @@ func parseField(name string, paths *jsonPaths) (part, error) {
 		}
 		return part{kind: partJSON, leaf: leaf}, nil
 	}
-	return part{}, fmt.Errorf("unknown field {%s} (known: {body} {method} {url} {body.crc32} {body.sha256} {header.<Name>} {query.<name>} {json.<path>})", name)
+	return part{}, fmt.Errorf("unknown field {%s} (known: {body} {method} {url} {body.crc32} {body.sha256} {timestamp} {header.<Name>} {query.<name>} {json.<path>})", name)
 }
 
 // unescapeName removes the backslash escapes of a query parameter's name.

@@ -446,14 +446,20 @@ func TestTemplateAlgorithmByField(t *testing.T) {
 // base64, decoded before use.
 func TestTemplateSecretEncoding(t *testing.T) {
 	key := []byte{0xdf, 0xb1, 0x00, 0xff, 0x10}
-	for _, c := range []struct{ encoding, secret string }{
-		{"hex", "DFB100FF10"},
-		{"base64", base64.StdEncoding.EncodeToString(key)},
+	for _, c := range []struct {
+		encoding, secret string
+		key              []byte
+	}{
+		{"hex", "DFB100FF10", key},
+		{"base64", base64.StdEncoding.EncodeToString(key), key},
+		// WooCommerce signs with its stored secret decoded as WordPress's
+		// wp_specialchars_decode(…, ENT_QUOTES) decodes it
+		{"html_specialchars", "a&amp;b&lt;c&#039;d&amp;lt;", []byte("a&b<c'd&lt;")},
 	} {
 		v := hmacTemplate(t, `{body}`, func(cfg *signature.TemplateConfig) {
 			cfg.Secrets, cfg.SecretEncoding = []string{c.secret}, c.encoding
 		})
-		m := hmac.New(sha256.New, key)
+		m := hmac.New(sha256.New, c.key)
 		m.Write([]byte("payload"))
 		d := sigtest.NewDelivery("/", []byte("payload"), time.Time{})
 		d.Req.Header.Set("X-Sig", hex.EncodeToString(m.Sum(nil)))
@@ -677,10 +683,26 @@ func TestTemplateAllocations(t *testing.T) {
 	item := `{"Item":{"ref":"a\/b","value":1000,"sig":"` + signHMAC("k", "a/b:1000") + `"}}`
 	da := sigtest.NewDelivery("/", []byte(`{"items":[`+item+`,`+item+`]}`), time.Time{})
 
+	// `t=…,v1=…`, the timestamp signed through {timestamp}
+	params := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
+		c.Signature = signature.SignatureLocation{From: "header:X-Sig", Separator: ",", Prefix: "v1="}
+		c.Timestamp = signature.TimestampLocation{From: "header:X-Sig", Separator: ",", Prefix: "t="}
+	})
+	dp := sigtest.NewDelivery("/", body, time.Time{})
+	dp.Req.Header.Set("X-Sig", "t="+ts+",v0=x,v1="+signHMAC("k", ts+"."+string(body)))
+
+	// Persona's sets of `t=…,v1=…`
+	sets := hmacTemplate(t, `{timestamp}.{body}`, func(c *signature.TemplateConfig) {
+		c.Signature = signature.SignatureLocation{From: "header:Sig", Sets: " ", Separator: ",", Prefix: "v1="}
+		c.Timestamp = signature.TimestampLocation{From: "header:Sig", Separator: ",", Prefix: "t="}
+	})
+	ds := sigtest.NewDelivery("/", body, time.Time{})
+	ds.Req.Header.Set("Sig", "t="+ts+",v1="+signHMAC("old", ts+"."+string(body))+" t="+ts+",v1="+signHMAC("k", ts+"."+string(body)))
+
 	for name, c := range map[string]struct {
 		v signature.Verifier
 		d *sigtest.Delivery
-	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}} {
+	}{"header and body": {header, d}, "JSON fields": {fields, dj}, "items": {items, da}, "parameters": {params, dp}, "parameters in sets": {sets, ds}} {
 		if n := testing.AllocsPerRun(100, func() {
 			if err := c.v.Verify(c.d.Req, c.d.Body); err != nil {
 				t.Fatal(err)

@@ -23,6 +23,7 @@ type templateState struct {
 	spans   []jsonSpan // the values of the JSON paths
 	item    [1]jsonSpan
 	include []bool // per optional part, whether it is signed
+	ts      string // the timestamp as sent, for {timestamp}
 	msg     []byte // the message, the body left out at bodyAt
 	bodyAt  []int
 	vals    []byte // decoded JSON strings
@@ -61,7 +62,7 @@ func (v *templateVerifier) release(st *templateState) {
 		return
 	}
 	st.msg, st.vals, st.bodyAt = st.msg[:0], st.vals[:0], st.bodyAt[:0]
-	st.crc.done, st.sha.done = false, false
+	st.crc.done, st.sha.done, st.ts = false, false, ""
 	v.states.Put(st)
 }
 
@@ -170,8 +171,54 @@ func (v *templateVerifier) verifySignature(st *templateState, r *http.Request, b
 			return ErrInvalid
 		}
 	}
+	if v.sets == "" {
+		return v.verifySet(st, r, body, a, "", false)
+	}
+	return v.verifySets(st, r, body, a)
+}
+
+// verifySets verifies the sets of the signature header's values one by
+// one (SignatureLocation.Sets), up to maxSets: the delivery is authentic
+// when one is. A failure is ErrInvalid when some set was checked and
+// did not match, else ErrTimestamp when a set's timestamp was outside
+// the tolerance, else ErrMissing.
+func (v *templateVerifier) verifySets(st *templateState, r *http.Request, body []byte, a *algorithm) error {
+	values, err := headerValues(r.Header, v.sig.name)
+	if err != nil {
+		return err
+	}
+	result, n := error(ErrMissing), 0
+	for _, val := range values {
+		for val != "" && n < maxSets {
+			var set string
+			set, val, _ = strings.Cut(val, v.sets)
+			if set = strings.TrimSpace(set); set == "" {
+				continue
+			}
+			n++
+			switch err := v.verifySet(st, r, body, a, set, true); err {
+			case nil:
+				return nil
+			case ErrInvalid:
+				result = ErrInvalid
+			case ErrTimestamp:
+				if result != ErrInvalid {
+					result = ErrTimestamp
+				}
+			case ErrMissing:
+			default:
+				return err
+			}
+		}
+	}
+	return result
+}
+
+// verifySet verifies the message under the signatures of the delivery,
+// or of one set of its signature header when inSet.
+func (v *templateVerifier) verifySet(st *templateState, r *http.Request, body []byte, a *algorithm, set string, inSet bool) error {
 	if v.ts.kind != 0 {
-		if err := v.checkTimestamp(st, r, body); err != nil {
+		if err := v.checkTimestamp(st, r, body, set, inSet); err != nil {
 			return err
 		}
 	}
@@ -179,7 +226,7 @@ func (v *templateVerifier) verifySignature(st *templateState, r *http.Request, b
 	if a.family == familyHMAC || a.family == familyToken {
 		limit = maxSignatures
 	}
-	n, err := v.candidates(st, r, body, limit)
+	n, err := v.candidates(st, r, body, limit, set, inSet)
 	if err != nil {
 		return err
 	}
@@ -251,18 +298,30 @@ func (v *templateVerifier) certKey(st *templateState, r *http.Request, body []by
 	return v.certs.key(r.Context(), u)
 }
 
-// checkTimestamp checks the signed time against the tolerance.
-func (v *templateVerifier) checkTimestamp(st *templateState, r *http.Request, body []byte) error {
-	val, ok, err := v.value(st, v.ts, r, body)
-	if err != nil {
-		return err
+// checkTimestamp reads the signed time into st.ts and checks it against
+// the tolerance; a timestamp in the signature's header is read within
+// the set when inSet.
+func (v *templateVerifier) checkTimestamp(st *templateState, r *http.Request, body []byte, set string, inSet bool) error {
+	val, ok := set, true
+	if !inSet || !v.tsInSet {
+		var err error
+		if val, ok, err = v.value(st, v.ts, r, body); err != nil {
+			return err
+		}
 	}
 	if val = strings.TrimSpace(val); !ok || val == "" {
 		return ErrMissing
 	}
+	if v.tsSep != "" || v.tsPrefix != "" {
+		if val, ok = v.timestampItem(val); !ok {
+			return ErrInvalid
+		}
+	}
+	st.ts = val
 	var t time.Time
 	switch v.unit {
 	case unitRFC3339:
+		var err error
 		if t, err = time.Parse(time.RFC3339Nano, val); err != nil {
 			return ErrInvalid
 		}
@@ -280,13 +339,34 @@ func (v *templateVerifier) checkTimestamp(st *templateState, r *http.Request, bo
 	return withinTolerance(t, v.tolerance)
 }
 
-// candidates puts the delivery's signatures, as written (prefix removed),
-// in st.cands, at most limit of them; ErrMissing when there is no value,
-// ErrInvalid when no value holds a signature.
-func (v *templateVerifier) candidates(st *templateState, r *http.Request, body []byte, limit int) (int, error) {
+// timestampItem takes the timestamp out of a value that holds more
+// (TimestampLocation's Separator and Prefix): the first item with the
+// prefix, the prefix removed.
+func (v *templateVerifier) timestampItem(val string) (string, bool) {
+	for i := 0; val != "" && i < maxHeaderItems; i++ {
+		item := val
+		if v.tsSep != "" {
+			item, val, _ = strings.Cut(val, v.tsSep)
+		} else {
+			val = ""
+		}
+		if ts, ok := strings.CutPrefix(strings.TrimSpace(item), v.tsPrefix); ok {
+			return strings.TrimSpace(ts), true
+		}
+	}
+	return "", false
+}
+
+// candidates puts the delivery's signatures (or those of one set, when
+// inSet), as written (prefix removed), in st.cands, at most limit of
+// them; ErrMissing when there is no value, ErrInvalid when no value
+// holds a signature.
+func (v *templateVerifier) candidates(st *templateState, r *http.Request, body []byte, limit int, set string, inSet bool) (int, error) {
 	n, seen := 0, 0
-	switch v.sig.kind {
-	case fromHeader:
+	switch {
+	case inSet:
+		n, _ = v.split(st, set, n, seen, limit)
+	case v.sig.kind == fromHeader:
 		values, err := headerValues(r.Header, v.sig.name)
 		if err != nil {
 			return 0, err
@@ -312,7 +392,7 @@ func (v *templateVerifier) candidates(st *templateState, r *http.Request, body [
 
 // split adds the signatures of one value to st.cands.
 func (v *templateVerifier) split(st *templateState, val string, n, seen, limit int) (int, int) {
-	for val != "" && n < limit && seen < maxHeaderItems {
+	for i := 0; val != "" && n < limit && seen < maxHeaderItems; i++ {
 		item := val
 		if v.separator != "" {
 			item, val, _ = strings.Cut(val, v.separator)
@@ -320,6 +400,10 @@ func (v *templateVerifier) split(st *templateState, val string, n, seen, limit i
 			val = ""
 		}
 		seen++
+		if i < v.skip {
+			// not a signature (Recurly's timestamp)
+			continue
+		}
 		if item = strings.TrimSpace(item); item == "" {
 			continue
 		}
@@ -415,6 +499,8 @@ func (v *templateVerifier) build(st *templateState, r *http.Request, body []byte
 				st.sha.v, st.sha.done = sha256.Sum256(body), true
 			}
 			msg = hex.AppendEncode(msg, st.sha.v[:])
+		case partTimestamp:
+			msg = append(msg, st.ts...)
 		case partHeader:
 			msg = append(msg, headerValue(r.Header, p.text)...)
 		case partQuery:

@@ -89,6 +89,26 @@ type GuardedStore interface {
 	RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error
 }
 
+// Claim is one delivery's hold on its key, carried whole by every call
+// about it: the store key, its guard or note ("" for none: the replay
+// guard, or a nonce), whether the guard is a note, and the owner token.
+type Claim struct {
+	Key   string
+	Guard string
+	Noted bool
+	Owner string
+}
+
+// CompletionGuard is the guard completed, released and renewed with the
+// key: a note belongs to the first key that came with its bytes, not to
+// this claim.
+func (c Claim) CompletionGuard() string {
+	if c.Noted {
+		return ""
+	}
+	return c.Guard
+}
+
 // State is the state of a key as Claim sees it.
 type State uint8
 
@@ -101,6 +121,10 @@ const (
 	StateInFlight
 	// StateCompleted means a response was recorded for the key.
 	StateCompleted
+	// StateAbsent means the key is absent and was left so: a batch claim
+	// that found another of its keys in flight claims none
+	// (BatchUnlessInFlight).
+	StateAbsent
 )
 
 // String returns the state's name.
@@ -112,6 +136,8 @@ func (s State) String() string {
 		return "in_flight"
 	case StateCompleted:
 		return "completed"
+	case StateAbsent:
+		return "absent"
 	}
 	return "unknown(" + strconv.Itoa(int(s)) + ")"
 }
@@ -204,6 +230,15 @@ type RecentRecords interface {
 // keeps surviving a restart (an inbox, or `fail closed`).
 type DurabilityWatcher interface {
 	RequireDurable(source string)
+}
+
+// HealthReporter is implemented by a store that can tell it no longer
+// keeps what it is given although its calls succeed (the file store whose
+// file was deleted or replaced under the running Caddy: docs/stores.md).
+// Health returns nil, or why the store is unhealthy; the admin API shows
+// the sources on such a store as unhealthy.
+type HealthReporter interface {
+	Health() error
 }
 
 // NewOwner returns an owner token unique to one request across processes:

@@ -23,7 +23,7 @@ type docShape map[string]string
 // shape per "### <name>" heading.
 func docShapes(t *testing.T) map[string]docShape {
 	t.Helper()
-	text := readFile(t, "../../docs/admin.md")
+	text := testkit.ReadFile(t, "../../docs/admin.md")
 	start := strings.Index(text, "\n## JSON shapes\n")
 	if start < 0 {
 		t.Fatal("docs/admin.md has no JSON shapes section")
@@ -161,6 +161,13 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		}
 		reverse_proxy %[3]s
 	}
+	handle /signed {
+		webhook_idempotency stripe {
+			source docs_signed
+			secret whsec_docs
+		}
+		reverse_proxy %[3]s
+	}
 	handle /allowed {
 		webhook_idempotency {
 			source docs_allowed
@@ -197,7 +204,19 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		return len(dead) == 1
 	})
 
+	// a refusal: a delivery without its signature
+	if resp, b := testkit.Post(t, site+"/signed", []byte(`{"id":"evt_1"}`)); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned: %s %s, want 401", resp.Status, b)
+	}
+	testkit.Eventually(t, 10*time.Second, "the refusal listed", func() bool {
+		var l map[string]any
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_signed/refused", &l)
+		r, _ := l["refused"].([]any)
+		return len(r) == 1
+	})
+
 	sc := &shapeChecker{t: t, shapes: docShapes(t), seen: map[string]map[string]bool{}}
+	sc.check("refusal list", "GET refused", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_signed/refused", 200)))
 	for _, s := range decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/", 200)) {
 		sc.check("source", "GET /", s)
 	}

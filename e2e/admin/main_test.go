@@ -4,7 +4,6 @@
 package admin
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -15,16 +14,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
-
-// readFile returns a file of the repository, by its path from here.
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // redeliveryOutcome is the JSON of one redelivered archived event, as
 // docs/admin.md documents it.

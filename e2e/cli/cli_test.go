@@ -33,6 +33,7 @@ import (
 
 	_ "github.com/webhookguard/caddy-webhook-idempotency"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
+	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -113,20 +114,23 @@ type presetRoute struct {
 func routeFor(t *testing.T, dir, preset string) presetRoute {
 	t.Helper()
 	secret := "cli-secret-" + preset
-	switch preset {
-	case "standard", "svix":
+	if strings.HasPrefix(providers.SignerNeeds(preset), "--secret (whsec_…)") {
+		// a Standard Webhooks signer (standard, svix, openai, …)
 		secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("a standard webhooks secret for "+preset))
+	}
+	switch preset {
 	case "discord":
 		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 		der, _ := x509.MarshalPKCS8PrivateKey(priv)
 		key := writeFile(t, dir, "discord.pem", pemBlock("PRIVATE KEY", der))
 		return presetRoute{fmt.Sprintf("webhook_idempotency discord {\n\tpublic_key %s\n}", hex.EncodeToString(pub)), []string{"--private-key", key}}
-	case "woovi":
+	case "woovi", "wise":
+		// the provider's RSA key: the route verifies with its public half
 		k, _ := rsa.GenerateKey(rand.Reader, 2048)
 		pubDER, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
-		pub := writeFile(t, dir, "woovi.pub.pem", pemBlock("PUBLIC KEY", pubDER))
-		key := writeFile(t, dir, "woovi.pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
-		return presetRoute{fmt.Sprintf("webhook_idempotency woovi {\n\tpublic_key {file.%s}\n}", pub), []string{"--private-key", key}}
+		pub := writeFile(t, dir, preset+".pub.pem", pemBlock("PUBLIC KEY", pubDER))
+		key := writeFile(t, dir, preset+".pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
+		return presetRoute{fmt.Sprintf("webhook_idempotency %s {\n\tpublic_key {file.%s}\n}", preset, pub), []string{"--private-key", key}}
 	case "stone":
 		signing, _ := rsa.GenerateKey(rand.Reader, 2048)
 		partner, _ := rsa.GenerateKey(rand.Reader, 2048)
@@ -177,7 +181,7 @@ func TestSendEveryPreset(t *testing.T) {
 	routes := map[string]presetRoute{}
 	var site strings.Builder
 	port := testkit.FreePort(t)
-	fmt.Fprintf(&site, "http://127.0.0.1:%d {\n", port)
+	fmt.Fprintf(&site, "http://127.0.0.1:%d {\n\theader >Webhook-Idempotency-Result {http.webhook_idempotency.result}\n", port)
 	for _, p := range names {
 		routes[p] = routeFor(t, dir, p)
 		fmt.Fprintf(&site, "\thandle /p/%s {\n\t%s\n\t\treverse_proxy %s\n\t}\n", p, indent(routes[p].config), app.Addr())
@@ -192,7 +196,7 @@ func TestSendEveryPreset(t *testing.T) {
 		args := append([]string{"webhook-idempotency", "send"}, flags...)
 		args = append(args, "--url", base+path, "--retry")
 		out := mustCLI(t, args...)
-		for _, want := range []string{"not replayed: processed as a new delivery", "replayed: a duplicate, answered from the store", "Idempotent-Replayed: true", `"path":"` + path + `"`} {
+		for _, want := range []string{"200 OK: new: processed as a new delivery", "replayed: a duplicate, answered from the store", "Idempotent-Replayed: true", `"path":"` + path + `"`} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("output lacks %q:\n%s", want, out)
 			}
@@ -253,11 +257,11 @@ func TestSendRefusals(t *testing.T) {
 		{[]string{"stone", "--url", url}, "give --private-key (a signing key whose public half the route's jwks_file holds under --kid) and --encrypt-to"},
 		{[]string{"woovi", "--url", url, "--secret", "x"}, "woovi signs with its RSA key, which only Woovi holds"},
 		{[]string{"stripe", "--url", url}, "this preset signs with --secret"},
-		{[]string{"stirpe", "--url", url, "--secret", "x"}, `unknown preset \"stirpe\": want one of asaas, discord,`}, // a JSON log line
+		{[]string{"stirpe", "--url", url, "--secret", "x"}, `Error: unknown preset "stirpe": want one of adyen, asaas, asana,`},
 		{[]string{"stripe", "--secret", "x"}, "--url is required"},
 	} {
 		out, code := caddyCLI(t, append([]string{"webhook-idempotency", "send"}, tc.args...)...)
-		if code == 0 || !strings.Contains(out, tc.want) {
+		if code != 1 || !strings.Contains(out, tc.want) || strings.Contains(out, `"level"`) {
 			t.Errorf("send %s: exit %d, want an error saying %q:\n%s", strings.Join(tc.args, " "), code, tc.want, out)
 		}
 	}
@@ -331,14 +335,14 @@ func TestKeyForgetTail(t *testing.T) {
 	if !strings.Contains(out, `"state": "absent"`) {
 		t.Fatalf("key after forget:\n%s", out)
 	}
-	if out, code := caddyCLI(t, "webhook-idempotency", "forget", "stripe", "evt_cli_1", "--address", admin); code == 0 || !strings.Contains(out, `HTTP 404: key \"evt_cli_1\" of source \"stripe\" is absent`) {
+	if out, code := caddyCLI(t, "webhook-idempotency", "forget", "stripe", "evt_cli_1", "--address", admin); code != 1 || !strings.Contains(out, `Error: HTTP 404: key "evt_cli_1" of source "stripe" is absent`) {
 		t.Fatalf("forget an absent key: exit %d\n%s", code, out)
 	}
 	if out, code := caddyCLI(t, "webhook-idempotency", "key", "nosuch", "k", "--address", admin); code == 0 || !strings.Contains(out, "no webhook_idempotency route for source") {
 		t.Fatalf("key of an unknown source: exit %d\n%s", code, out)
 	}
 	// forgotten: processed again
-	if out := send("evt_cli_1", false); !strings.Contains(out, "not replayed: processed as a new delivery") {
+	if out := send("evt_cli_1", false); !strings.Contains(out, "200 OK: not replayed: the application answered it") {
 		t.Fatalf("after forget:\n%s", out)
 	}
 	app.WantCalls(t, 2)
@@ -348,7 +352,7 @@ func TestKeyForgetTail(t *testing.T) {
 		t.Fatalf("key ..:\n%s", out)
 	}
 	mustCLI(t, "webhook-idempotency", "forget", "stripe", "..", "--address", admin)
-	if out := send("..", false); !strings.Contains(out, "not replayed: processed as a new delivery") {
+	if out := send("..", false); !strings.Contains(out, "200 OK: not replayed: the application answered it") {
 		t.Fatalf("after forgetting ..:\n%s", out)
 	}
 	app.WantCalls(t, 4)

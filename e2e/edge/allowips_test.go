@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"testing"
@@ -139,25 +140,41 @@ func TestEdgeAllowListFetchedRefreshedKept(t *testing.T) {
 }
 
 // TestEdgeAllowIPsTrustedProxies: behind a trusted proxy, the client
-// address is the one X-Forwarded-For names; from an untrusted peer the
-// header is ignored.
+// address is the one X-Forwarded-For names, read as Caddy's strict mode
+// reads it (from the right, trusted proxies skipped) whether or not the
+// server sets trusted_proxies_strict: a client cannot put an allowed
+// address in front of its own (before, `<allowed>, <attacker>` went
+// through in Caddy's default mode). From an untrusted peer the header is
+// ignored.
 func TestEdgeAllowIPsTrustedProxies(t *testing.T) {
-	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	testkit.StartCaddy(t, `servers {
-		trusted_proxies static 127.0.0.1/32
+	for _, mode := range []string{"", "trusted_proxies_strict"} {
+		t.Run(cmp.Or(mode, "default"), func(t *testing.T) {
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
+			testkit.StartCaddy(t, `servers {
+		trusted_proxies static 127.0.0.1/32 10.0.0.0/8
+		`+mode+`
 	}`, testkit.ProxySite(port, `webhook_idempotency {
 		source proxied
 		allow_ips 198.51.100.7
 	}`, up))
-	url := testkit.SiteURL(port) + "/hook"
-	proxy, stranger := from("127.0.0.1", nil), from("127.0.0.2", nil)
+			url := testkit.SiteURL(port) + "/hook"
+			proxy, stranger := from("127.0.0.1", nil), from("127.0.0.2", nil)
 
-	if r := post(t, proxy, url, `{"n":1}`, "X-Forwarded-For", "198.51.100.7"); r.status != 200 {
-		t.Fatalf("through the trusted proxy: %d %s", r.status, r.body)
+			if r := post(t, proxy, url, `{"n":1}`, "X-Forwarded-For", "198.51.100.7"); r.status != 200 {
+				t.Fatalf("through the trusted proxy: %d %s", r.status, r.body)
+			}
+			// a chain of trusted proxies in front of the provider
+			if r := post(t, proxy, url, `{"n":2}`, "X-Forwarded-For", "198.51.100.7, 10.1.2.3"); r.status != 200 {
+				t.Fatalf("through two trusted proxies: %d %s", r.status, r.body)
+			}
+			wantForbidden(t, post(t, proxy, url, `{"n":3}`, "X-Forwarded-For", "198.51.100.8"), "address not allowed")
+			// the client's own header, with the address the proxy appended
+			wantForbidden(t, post(t, proxy, url, `{"n":4}`, "X-Forwarded-For", "198.51.100.7, 203.0.113.9"), "address not allowed")
+			wantForbidden(t, post(t, proxy, url, `{"n":5}`, "X-Forwarded-For", "198.51.100.7, 203.0.113.9, 10.1.2.3"), "address not allowed")
+			wantForbidden(t, post(t, proxy, url, `{"n":6}`), "address not allowed")
+			wantForbidden(t, post(t, stranger, url, `{"n":7}`, "X-Forwarded-For", "198.51.100.7"), "address not allowed")
+			up.WantCalls(t, 2)
+		})
 	}
-	wantForbidden(t, post(t, proxy, url, `{"n":2}`, "X-Forwarded-For", "198.51.100.8"), "address not allowed")
-	wantForbidden(t, post(t, proxy, url, `{"n":3}`), "address not allowed")
-	wantForbidden(t, post(t, stranger, url, `{"n":4}`, "X-Forwarded-For", "198.51.100.7"), "address not allowed")
-	up.WantCalls(t, 1)
 }

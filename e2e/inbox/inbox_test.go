@@ -36,12 +36,6 @@ func TestMain(m *testing.M) { testkit.RunAsCaddy(); testkit.Main(m) }
 // Redis layout).
 const inboxGroup = "webhook_idempotency"
 
-// str is a stream entry's field value as a string.
-func str(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 // inboxRedisKeys are the Redis keys of one source's inbox under the
 // default key_prefix.
 type inboxRedisKeys struct {
@@ -346,11 +340,11 @@ func TestInboxRetriesExhaustedDeadLetters(t *testing.T) {
 		event.FieldSource: "exhaust", event.FieldKey: "evt_dead", event.FieldStoreKey: "idem:exhaust:evt_dead",
 		event.FieldAttempts: "3", event.FieldLastStatus: "500", event.FieldBody: `{"id":"evt_dead"}`, event.FieldMethod: http.MethodPost,
 	} {
-		if got := str(ev[field]); got != want {
+		if got := testkit.FieldString(ev[field]); got != want {
 			t.Errorf("dead-lettered event: %s = %q, want %q", field, got, want)
 		}
 	}
-	if str(ev[event.FieldLastError]) == "" || str(ev[event.FieldFailed]) == "" {
+	if testkit.FieldString(ev[event.FieldLastError]) == "" || testkit.FieldString(ev[event.FieldFailed]) == "" {
 		t.Errorf("dead-lettered event lacks its last error or failure time: %v", ev)
 	}
 	// the provider's duplicate is still answered as accepted, not stored again
@@ -404,10 +398,10 @@ func TestInboxEventThatKeepsKillingWorkersIsDeadLettered(t *testing.T) {
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("XRANGE %s: %d entries, %v", keys.dead, len(msgs), err)
 	}
-	if got := str(msgs[0].Values[event.FieldAttempts]); got != "3" {
+	if got := testkit.FieldString(msgs[0].Values[event.FieldAttempts]); got != "3" {
 		t.Errorf("dead-lettered event: attempts %q, want 3", got)
 	}
-	testkit.MustContain(t, str(msgs[0].Values[event.FieldLastError]), "retries exhausted", "stopped without an answer")
+	testkit.MustContain(t, testkit.FieldString(msgs[0].Values[event.FieldLastError]), "retries exhausted", "stopped without an answer")
 }
 
 // A Caddy process killed while its delivery is in progress loses nothing:

@@ -10,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
 // The archive and the admin API on Redis under pressure: a Redis with a
-// maxmemory, a Redis that stalls, a Redis that is gone.
+// maxmemory, a Redis that stalls, a Redis that is gone; the archive on
+// Redis Cluster and across reloads. What an event holds is tested in e2e,
+// trimming in internal/archive.
 
 // Under maxmemory, the archive's growth does not cost the idempotency
 // keys: with volatile-lru (every key has a TTL, the archive stream had
@@ -200,5 +205,140 @@ func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
 	}
 	if resp, b := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/list_redis"), nil); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("one source with Redis down: %s %s", resp.Status, b)
+	}
+}
+
+// TestArchiveStoreDownNeverFailsTheAnswer: with Redis down, a delivery
+// that fails open is answered by the upstream as ever; its event cannot be
+// appended, which is counted, and nothing else happens.
+func TestArchiveStoreDownNeverFailsTheAnswer(t *testing.T) {
+	const source = "arch_down"
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	webhook_idempotency {
+		source %s
+		store redis redis://%s {
+			timeout 200ms
+		}
+		archive
+	}
+	reverse_proxy %s
+}`, port, source, srv.Addr(), up.Addr()))
+	before := c.Metrics(t)
+	srv.Kill()
+	for i := range 3 {
+		resp, b := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte("down"), "Idempotency-Key", fmt.Sprint("down-", i))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"call"`) {
+			t.Fatalf("delivery %d with Redis down: %s %s", i, resp.Status, b)
+		}
+	}
+	if n := up.Calls.Load(); n != 3 {
+		t.Fatalf("upstream called %d times, want 3", n)
+	}
+	const errorsName = "caddy_webhook_idempotency_archive_errors_total"
+	b, _ := before.Value(errorsName, "source", source)
+	testkit.Eventually(t, 10*time.Second, "the failed appends to be counted", func() bool {
+		a, _ := c.Metrics(t).Value(errorsName, "source", source)
+		return a-b == 3
+	})
+	// counters live as long as the process: count from before
+	const requestsName = "caddy_webhook_idempotency_requests_total"
+	was, _ := before.Value(requestsName, "source", source, "result", "bypassed")
+	if v, _ := c.Metrics(t).Value(requestsName, "source", source, "result", "bypassed"); v-was != 3 {
+		t.Fatalf("bypassed %v more, want 3", v-was)
+	}
+}
+
+// TestArchiveRedisCluster: on Redis Cluster the completion of a key and
+// the append of its event go in one pipeline across two slots (the key's
+// and the archive's): every new delivery is archived, and every replay.
+func TestArchiveRedisCluster(t *testing.T) {
+	cluster := testkit.StartCluster(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source arch_cluster
+		%s
+		archive
+	}
+	reverse_proxy %s
+}`, port, cluster.StoreBlock("timeout 5s"), up.Addr()))
+	url := testkit.SiteURL(port) + "/hook"
+	const n = 20
+	for i := range n {
+		key := fmt.Sprintf("evt_%d", i)
+		for range 2 {
+			if resp, b := testkit.Post(t, url, []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %s %s", key, resp.Status, b)
+			}
+		}
+	}
+	cc := cluster.Client(t)
+	stream := "{idem:arch_cluster}:archive"
+	var msgs []redis.XMessage
+	testkit.Eventually(t, 10*time.Second, "every event archived", func() bool {
+		msgs = cc.XRange(t.Context(), stream, "-", "+").Val()
+		return len(msgs) >= 2*n
+	})
+	byResult := map[string]int{}
+	for _, m := range msgs {
+		byResult[testkit.FieldString(m.Values["result"])]++
+	}
+	if len(msgs) != 2*n || byResult["new"] != n || byResult["replayed"] != n {
+		t.Fatalf("archived %d events: %v", len(msgs), byResult)
+	}
+	if up.Calls.Load() != n {
+		t.Fatalf("upstream called %d times, want %d", up.Calls.Load(), n)
+	}
+}
+
+// TestArchiveRedisReloads: reloads under traffic keep the archive and
+// leave no goroutine behind (each configuration's queue stops with it).
+func TestArchiveRedisReloads(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	site := func(ttl string) string {
+		return fmt.Sprintf(`:%d {
+	webhook_idempotency {
+		source arch_reload
+		ttl %s
+		store redis redis://%s
+		archive
+	}
+	reverse_proxy %s
+}`, port, ttl, srv.Addr(), up.Addr())
+	}
+	url := testkit.SiteURL(port) + "/hook"
+	before := testkit.SettledGoroutines(up, 0, 500*time.Millisecond)
+	c := testkit.StartCaddy(t, "", site("1h"))
+	sent := 0
+	for i := range 6 {
+		for j := range 5 {
+			key := fmt.Sprintf("evt_%d_%d", i, j)
+			for range 2 { // new, then a replay through the queue
+				if resp, b := testkit.PostAfterReload(t, url, []byte(key), "Idempotency-Key", key); resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: %s %s", key, resp.Status, b)
+				}
+				sent++
+			}
+		}
+		if err := c.Reload(site(fmt.Sprintf("%dh", i+2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := srv.Client(t)
+	testkit.Eventually(t, 10*time.Second, "every event archived", func() bool {
+		return rc.XLen(t.Context(), "{idem:arch_reload}:archive").Val() == int64(sent)
+	})
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	const slack = 8
+	if after := testkit.SettledGoroutines(up, before+slack, 10*time.Second); after > before+slack {
+		t.Fatalf("goroutines grew from %d to %d over 6 reloads with an archive", before, after)
 	}
 }

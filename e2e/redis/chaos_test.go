@@ -2,102 +2,12 @@ package redise2e
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
-
-// redisTraffic sends sequential requests with fresh keys until stopped and
-// counts the answers that are not the upstream's 200.
-type redisTraffic struct {
-	stop    chan struct{}
-	done    chan struct{}
-	sent    atomic.Int64
-	resets  atomic.Int64
-	mu      sync.Mutex
-	failure []string
-}
-
-func startRedisTraffic(t *testing.T, url string, workers int, duplicate bool) *redisTraffic {
-	tr := &redisTraffic{stop: make(chan struct{}), done: make(chan struct{})}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-tr.stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("evt_traffic_%d_%d_%d", w, i, time.Now().UnixNano())
-				n := 1
-				if duplicate {
-					n = 2
-				}
-				for range n {
-					req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(key))
-					req.Header.Set("Idempotency-Key", key)
-					resp, err := testkit.Client.Do(req)
-					tr.sent.Add(1)
-					if err != nil {
-						// no HTTP answer at all (a connection reset while
-						// Caddy hands its listener over): a provider
-						// retries, and so do we. The first attempt may
-						// have reached Caddy and still be in flight, so
-						// the retry may get a 409; the provider then
-						// retries again later.
-						tr.resets.Add(1)
-						for attempt := 0; attempt < 50; attempt++ {
-							req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(key))
-							req.Header.Set("Idempotency-Key", key)
-							resp, err = testkit.Client.Do(req)
-							if err != nil || resp.StatusCode != http.StatusConflict {
-								break
-							}
-							_, _ = io.Copy(io.Discard, resp.Body)
-							resp.Body.Close()
-							time.Sleep(100 * time.Millisecond)
-						}
-					}
-					if err != nil {
-						tr.fail(err.Error())
-						continue
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						tr.fail(fmt.Sprintf("%s: status %d", key, resp.StatusCode))
-					}
-				}
-			}
-		}()
-	}
-	go func() { wg.Wait(); close(tr.done) }()
-	return tr
-}
-
-func (tr *redisTraffic) fail(s string) {
-	tr.mu.Lock()
-	tr.failure = append(tr.failure, s)
-	tr.mu.Unlock()
-}
-
-// finish stops the traffic and returns the failures.
-func (tr *redisTraffic) finish() []string {
-	close(tr.stop)
-	<-tr.done
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.failure
-}
 
 // Redis killed under traffic with `fail open`: every request still gets
 // the upstream's answer; a restarted Redis brings deduplication back.
@@ -109,7 +19,7 @@ func TestRedisChaosKillFailOpen(t *testing.T) {
 	url := testkit.SiteURL(port) + "/hook"
 	waitForDedup(t, url, time.Second)
 
-	traffic := startRedisTraffic(t, url, 2, false)
+	traffic := startTraffic(t, url, 2, false)
 	time.Sleep(200 * time.Millisecond)
 	srv.Kill()
 	time.Sleep(500 * time.Millisecond)
@@ -189,8 +99,6 @@ func TestRedisChaosKillFailClosed(t *testing.T) {
 	waitForDedup(t, url, 5*time.Second)
 }
 
-// wantFewNewRedisClients fails when the store opened more than a couple of
-
 // Redis closes connections that stay idle (its `timeout`, a managed
 // Redis's or a proxy's idle limit): the pooled connections it closed are
 // not handed to a request, so with `fail closed` no delivery gets a 503
@@ -204,7 +112,7 @@ func TestRedisIdleConnectionsClosedByTheServer(t *testing.T) {
 	waitForDedup(t, url, time.Second)
 	for round := range 3 {
 		// fill the pool with connections, then let Redis close them all
-		traffic := startRedisTraffic(t, url, 16, false)
+		traffic := startTraffic(t, url, 16, false)
 		time.Sleep(300 * time.Millisecond)
 		if failures := traffic.finish(); len(failures) > 0 {
 			t.Fatalf("round %d, filling the pool: %v", round, failures[:min(5, len(failures))])

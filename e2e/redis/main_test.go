@@ -10,10 +10,12 @@
 package redise2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,29 +60,113 @@ func waitForDedup(t *testing.T, url string, within time.Duration) {
 	}
 }
 
-// readLogLines reads the whole lines of a JSON-lines log file that Caddy
-// may still be writing (a last line without its newline is left out).
-func readLogLines(t *testing.T, path string) []map[string]any {
+// traffic sends requests with fresh keys from a few workers, each one
+// after the other, until stopped, and records every answer that is not
+// the upstream's 200.
+type traffic struct {
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	sent     atomic.Int64
+	resets   atomic.Int64
+	mu       sync.Mutex
+	failure  []string
+}
+
+// startTraffic starts workers that each post fresh keys to url; with
+// duplicate, every key is sent twice. The traffic stops when the test
+// ends, if finish has not stopped it before.
+func startTraffic(t *testing.T, url string, workers int, duplicate bool) *traffic {
+	tr := &traffic{stop: make(chan struct{}), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-tr.stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("evt_traffic_%d_%d_%d", w, i, time.Now().UnixNano())
+				n := 1
+				if duplicate {
+					n = 2
+				}
+				for range n {
+					tr.send(url, key)
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(tr.done) }()
+	t.Cleanup(func() { tr.finish() })
+	return tr
+}
+
+// send posts key once, as a provider would: a request that gets no HTTP
+// answer at all (a connection reset while Caddy hands its listener over)
+// is sent again, until it gets one. The first attempt may have reached
+// Caddy and still be in flight, so a retry may get a 409; the provider
+// then retries again later. Only an answer that is not 200 in the end is
+// a failure.
+func (tr *traffic) send(url, key string) {
+	post := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(key))
+		req.Header.Set("Idempotency-Key", key)
+		return testkit.Client.Do(req)
+	}
+	resp, err := post()
+	tr.sent.Add(1)
+	if err != nil {
+		tr.resets.Add(1)
+		// a provider retries until it gets an answer: another reset (the
+		// next reload) or a 409 (the first attempt still in flight) is
+		// retried after a provider's pause
+		for range 50 {
+			resp, err = post()
+			if err == nil && resp.StatusCode != http.StatusConflict {
+				break
+			}
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if err != nil {
+		tr.fail(err.Error())
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tr.fail(fmt.Sprintf("%s: status %d", key, resp.StatusCode))
+	}
+}
+
+func (tr *traffic) fail(s string) {
+	tr.mu.Lock()
+	tr.failure = append(tr.failure, s)
+	tr.mu.Unlock()
+}
+
+// waitSent waits until the workers have sent n requests in all.
+func (tr *traffic) waitSent(t *testing.T, n int64) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	} else {
-		b = nil
-	}
-	var out []map[string]any
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, line)
-		}
-		out = append(out, m)
-	}
-	return out
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("%d requests sent", n), func() (bool, string) {
+		sent := tr.sent.Load()
+		return sent >= n, fmt.Sprintf("%d sent", sent)
+	})
+}
+
+// finish stops the traffic and returns the failures.
+func (tr *traffic) finish() []string {
+	tr.stopOnce.Do(func() { close(tr.stop) })
+	<-tr.done
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.failure
 }

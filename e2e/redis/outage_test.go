@@ -69,7 +69,7 @@ func waitLog(t *testing.T, path string, within time.Duration, match func(map[str
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		for _, l := range readLogLines(t, path) {
+		for _, l := range testkit.ReadLogLines(t, path) {
 			if match(l) {
 				return l
 			}
@@ -84,7 +84,7 @@ func waitLog(t *testing.T, path string, within time.Duration, match func(map[str
 // logsMatching counts the lines of the JSON log at path that satisfy match.
 func logsMatching(t *testing.T, path string, match func(map[string]any) bool) int {
 	n := 0
-	for _, l := range readLogLines(t, path) {
+	for _, l := range testkit.ReadLogLines(t, path) {
 		if match(l) {
 			n++
 		}
@@ -208,7 +208,7 @@ func TestRedisNoAOFWarningNamesEverySource(t *testing.T) {
 
 	named := func() (union map[string]bool, last []string, warnings int) {
 		union = map[string]bool{}
-		for _, l := range readLogLines(t, logPath) {
+		for _, l := range testkit.ReadLogLines(t, logPath) {
 			if !logAt("warn", "without AOF persistence", srv.Addr())(l) {
 				continue
 			}

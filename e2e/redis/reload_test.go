@@ -16,6 +16,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
+// wantFewNewRedisClients fails when the store opened more than a couple of
 // connections since idsBefore: the pool may still grow by a connection or
 // two under the same traffic, while a client per reload would open one or
 // more per reload.
@@ -55,59 +56,6 @@ func redisStoreClientIDs(t *testing.T, rc *redis.Client) []string {
 	return ids
 }
 
-// 20 reloads through the admin API under traffic: no failed request, no
-// new Redis connection, no goroutine left behind.
-func TestRedisReloadsUnderTraffic(t *testing.T) {
-	srv := testkit.StartRedis(t)
-	up := testkit.NewUpstream(t, nil)
-	port := testkit.FreePort(t)
-	site := func(ttl string) string {
-		return reloadSite(port, "reload", "store redis redis://"+srv.Addr()+" {\n\t\t\tpool_size 8\n\t\t}", ttl, up.Addr())
-	}
-	c := testkit.StartCaddy(t, "", site("1h"))
-	url := testkit.SiteURL(port) + "/hook"
-	rc := srv.Client(t)
-
-	// warm up the pool with the same traffic as during the reloads
-	warm := startRedisTraffic(t, url, 4, true)
-	time.Sleep(time.Second)
-	if failures := warm.finish(); len(failures) > 0 {
-		t.Fatalf("warm-up failures: %v", failures)
-	}
-	testkit.Post(t, url, []byte("kept"), "Idempotency-Key", "evt_kept")
-	idsBefore := redisStoreClientIDs(t, rc)
-	goroutinesBefore := testkit.SettledGoroutines(up, 0, time.Second)
-
-	traffic := startRedisTraffic(t, url, 4, true)
-	for i := range 20 {
-		ttl := "1h"
-		if i%2 == 0 {
-			ttl = "2h"
-		}
-		if err := c.Reload(site(ttl)); err != nil {
-			t.Fatalf("reload %d: %v", i, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if failures := traffic.finish(); len(failures) > 0 {
-		t.Fatalf("%d of %d requests failed during reloads: %v", len(failures), traffic.sent.Load(), failures[:min(5, len(failures))])
-	}
-	t.Logf("%d requests during the reloads, %d retried after a connection reset", traffic.sent.Load(), traffic.resets.Load())
-	if traffic.sent.Load() < 40 {
-		t.Fatalf("only %d requests during the reloads", traffic.sent.Load())
-	}
-	if resp, _ := testkit.PostAfterReload(t, url, []byte("kept"), "Idempotency-Key", "evt_kept"); resp.Header.Get(testkit.ReplayedHeader) != "true" {
-		t.Fatal("a key recorded before the reloads is not replayed after them")
-	}
-
-	wantFewNewRedisClients(t, rc, idsBefore)
-	const slack = 8
-	if after := testkit.SettledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
-		t.Fatalf("goroutines grew from %d to %d over 20 reloads", goroutinesBefore, after)
-	}
-}
-
 // reloadSite is a site on port whose handler for source has ttl and the
 // store lines store, in front of upstream.
 func reloadSite(port int, source, store, ttl, upstream string) string {
@@ -121,28 +69,119 @@ func reloadSite(port int, source, store, ttl, upstream string) string {
 }`, port, source, ttl, store, upstream)
 }
 
+// reloadsUnderTraffic runs 50 reloads through the admin API, alternating
+// a changed config and an unchanged one, under concurrent duplicate
+// traffic. It checks that no request failed, that a key completed before
+// the reloads is replayed after them, and that the goroutine count came
+// back. beforeReloads, if set, runs after the warm-up and before the
+// reloads.
+func reloadsUnderTraffic(t *testing.T, source, store string, up *testkit.Upstream, beforeReloads func()) {
+	t.Helper()
+	port := testkit.FreePort(t)
+	site := func(ttl string) string { return reloadSite(port, source, store, ttl, up.Addr()) }
+	c := testkit.StartCaddy(t, "", site("1h"))
+	url := testkit.SiteURL(port) + "/hook"
+
+	// warm up connection pools with the same traffic as during the reloads
+	warm := startTraffic(t, url, 4, true)
+	warm.waitSent(t, 200)
+	if failures := warm.finish(); len(failures) > 0 {
+		t.Fatalf("warm-up failures: %v", failures)
+	}
+	kept := "evt_kept_" + source
+	if resp, _ := testkit.Post(t, url, []byte(kept), "Idempotency-Key", kept); resp.StatusCode != 200 {
+		t.Fatalf("recording %s: %d", kept, resp.StatusCode)
+	}
+	if resp, _ := testkit.Post(t, url, []byte(kept), "Idempotency-Key", kept); resp.Header.Get(testkit.ReplayedHeader) != "true" {
+		t.Fatalf("%s not replayed before the reloads", kept)
+	}
+	if beforeReloads != nil {
+		beforeReloads()
+	}
+	goroutinesBefore := testkit.SettledGoroutines(up, 0, time.Second)
+
+	traffic := startTraffic(t, url, 4, true)
+	ttls := []string{"2h", "1h"}
+	changed := 0
+	// every configuration gets traffic: four requests (one per worker)
+	// come back after it is loaded and before the next reload
+	loaded := traffic.sent.Load()
+	for i := range 50 {
+		ttl := ttls[(changed+1)%2] // unchanged: the current config again
+		if i%2 == 0 {
+			changed++
+			ttl = ttls[(changed+1)%2]
+		}
+		traffic.waitSent(t, loaded+4)
+		if err := c.Reload(site(ttl)); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+		loaded = traffic.sent.Load()
+	}
+	traffic.waitSent(t, loaded+4)
+	failures := traffic.finish()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed during 50 reloads: %v", len(failures), traffic.sent.Load(), failures[:min(5, len(failures))])
+	}
+	t.Logf("%d requests during 50 reloads, %d retried after a connection reset", traffic.sent.Load(), traffic.resets.Load())
+	if traffic.sent.Load() < 50 {
+		t.Fatalf("only %d requests during the reloads: the traffic did not overlap them", traffic.sent.Load())
+	}
+	resp, _ := testkit.PostAfterReload(t, url, []byte(kept), "Idempotency-Key", kept)
+	if resp.StatusCode != 200 || resp.Header.Get(testkit.ReplayedHeader) != "true" {
+		t.Fatalf("a key completed before the reloads is not replayed after them: %d, %s=%q",
+			resp.StatusCode, testkit.ReplayedHeader, resp.Header.Get(testkit.ReplayedHeader))
+	}
+	const slack = 8
+	if after := testkit.SettledGoroutines(up, goroutinesBefore+slack, 10*time.Second); after > goroutinesBefore+slack {
+		t.Fatalf("goroutines grew from %d to %d over 50 reloads", goroutinesBefore, after)
+	}
+}
+
+func TestReloadsUnderTrafficMemory(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	reloadsUnderTraffic(t, "reload_memory", "store memory", up, nil)
+}
+
+// The file store, the default: no store line.
+func TestReloadsUnderTrafficFile(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	reloadsUnderTraffic(t, "reload_file", "", up, nil)
+}
+
+// On Redis, besides: the reloads open no new Redis connection (the store's
+// client is shared across configurations).
+func TestReloadsUnderTrafficRedis(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	up := testkit.NewUpstream(t, nil)
+	var idsBefore []string
+	reloadsUnderTraffic(t, "reload_redis", fmt.Sprintf(`store redis redis://%s {
+			pool_size 8
+		}`, srv.Addr()), up, func() { idsBefore = redisStoreClientIDs(t, rc) })
+	if len(idsBefore) == 0 {
+		t.Fatal("no store connection in CLIENT LIST before the reloads: the name filter finds nothing")
+	}
+	wantFewNewRedisClients(t, rc, idsBefore)
+}
+
 // `caddy validate` with Redis down neither hangs nor leaves anything
 // running behind; with Redis up, it reaches Redis (provisioning pings it)
 // and leaves no connection behind, so no client was left in use.
 func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 	validate := func(t *testing.T, addr string) {
 		t.Helper()
-		cfg, err := testkit.AdaptConfig(t, "", fmt.Sprintf(`:%d {
+		sites := fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source validate
 		fail closed
 		store redis redis://%s
 	}
 	respond 200
-}`, testkit.FreePort(t), addr))
-		if err != nil {
-			t.Fatal(err)
-		}
+}`, testkit.FreePort(t), addr)
 		before := testkit.SettledGoroutines(nil, 0, time.Second)
 		start := time.Now()
-		if err := caddy.Validate(cfg); err != nil {
-			t.Fatalf("validate with the store at %s: %v", addr, err)
-		}
+		validateConfig(t, sites)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("validate took %v", d)
 		}
@@ -172,6 +211,53 @@ func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 			ids := redisStoreClientIDs(t, rc)
 			return len(ids) == 0, fmt.Sprintf("store connections %v", ids)
 		})
+	})
+}
+
+// validateConfig adapts sites and runs caddy.Validate on them, as `caddy
+// validate` does: it provisions every module and cleans it up again.
+func validateConfig(t *testing.T, sites string) {
+	t.Helper()
+	cfg, err := testkit.AdaptConfig(t, "", sites)
+	if err != nil {
+		t.Fatalf("adapting: %v", err)
+	}
+	if err := caddy.Validate(cfg); err != nil {
+		t.Fatalf("validate: %v\n%s", err, sites)
+	}
+}
+
+func TestReloadValidateLeavesNoGoroutinesMemory(t *testing.T) {
+	site := reloadSite(testkit.FreePort(t), "validate_memory", "store memory", "1h", "127.0.0.1:9")
+	validateConfig(t, site) // first use: package-level state settles
+	before := testkit.SettledGoroutines(nil, 0, 500*time.Millisecond)
+	for range 5 {
+		validateConfig(t, site)
+	}
+	if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+		t.Fatalf("goroutines grew from %d to %d after 5 validations", before, after)
+	}
+}
+
+// Whole configurations with a redis store, validated five times, leave no
+// goroutine and no connection behind. (store/redisstore's
+// TestRedisStoreCleanupLeavesNothingBehind checks that a cleaned-up store
+// leaves no client in the shared pool.)
+func TestReloadValidateLeavesNothingBehindRedis(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	rc := srv.Client(t)
+	site := reloadSite(testkit.FreePort(t), "validate_redis", fmt.Sprintf("store redis redis://%s", srv.Addr()), "1h", "127.0.0.1:9")
+	before := testkit.SettledGoroutines(nil, 0, 500*time.Millisecond)
+	for range 5 {
+		validateConfig(t, site)
+	}
+	if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+		t.Fatalf("goroutines grew from %d to %d after 5 validations", before, after)
+	}
+	// the server notices closed connections asynchronously
+	testkit.WaitFor(t, 5*time.Second, "the connections validation opened are closed", func() (bool, string) {
+		ids := redisStoreClientIDs(t, rc)
+		return len(ids) == 0, fmt.Sprintf("%d store connections open: %v", len(ids), ids)
 	})
 }
 

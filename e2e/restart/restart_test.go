@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,8 @@ func (p *caddyProcess) stop() {
 	}
 }
 
-// keyedUpstream counts the requests it receives per Idempotency-Key.
+// keyedUpstream counts the requests it receives per Idempotency-Key; it
+// answers X-Answer-Size bytes when the request asks for them.
 type keyedUpstream struct {
 	*testkit.Upstream
 	mu     sync.Mutex
@@ -125,6 +127,10 @@ func newKeyedUpstream(t *testing.T) *keyedUpstream {
 		u.byKey[r.Header.Get("Idempotency-Key")]++
 		u.mu.Unlock()
 		w.WriteHeader(int(u.status.Load()))
+		if n, _ := strconv.Atoi(r.Header.Get("X-Answer-Size")); n > 0 {
+			_, _ = w.Write(bytes.Repeat([]byte("x"), n))
+			return
+		}
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
 	return u

@@ -49,6 +49,9 @@ func init() {
 //	POST   /webhook_idempotency/<source>/events/<id>/redeliver  redeliver it
 //	POST   /webhook_idempotency/<source>/events/redeliver?…     redeliver a filtered set
 //	GET    /webhook_idempotency/<source>/inbox[?groups=N]       inbox delivery control
+//	GET    /webhook_idempotency/<source>/refused[?…]            refused requests
+//	GET    /webhook_idempotency/<source>/reconcile              reconciliation status
+//	POST   /webhook_idempotency/<source>/reconcile[?wait=true]  a pass now
 //	GET    /webhook_idempotency/<source>/dead[?start=&count=]   dead letters
 //	POST   /webhook_idempotency/<source>/dead/<id>/redeliver    redeliver one
 //	POST   /webhook_idempotency/<source>/dead/redeliver         redeliver all
@@ -156,6 +159,10 @@ func sourceRoute(p []string) adminMethods {
 		return archiveRoutes.route(p[1:])
 	case p[0] == "dead":
 		return deadRoutes.route(p[1:])
+	case n == 1 && p[0] == "refused":
+		return adminMethods{http.MethodGet: handleRefused}
+	case n == 1 && p[0] == "reconcile":
+		return adminMethods{http.MethodGet: handleReconcileStatus, http.MethodPost: handleReconcileRun}
 	case n == 1 && p[0] == "inbox":
 		return adminMethods{http.MethodGet: handleInbox}
 	}

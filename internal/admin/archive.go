@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,8 +41,8 @@ const (
 // status (a code or a class such as `5xx`), count and cursor.
 func parseArchiveQuery(v url.Values, maxCount int) (archive.Query, error) {
 	q := archive.Query{Key: v.Get("key"), Result: v.Get("result"), Count: defaultArchiveCount}
-	if q.Result != "" && !slices.Contains(results.All[:], q.Result) {
-		return q, fmt.Errorf("invalid result %q: want one of %s", q.Result, strings.Join(results.All[:], ", "))
+	if q.Result != "" && !results.Known(q.Result) {
+		return q, fmt.Errorf("invalid result %q: want one of %s or %s", q.Result, strings.Join(results.All[:], ", "), results.Reconciled)
 	}
 	if s := v.Get("status"); s != "" {
 		lo, hi, ok := cfparse.ParseStatusSpec(s)

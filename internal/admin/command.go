@@ -27,9 +27,12 @@ Commands of the webhook_idempotency module:
 
   send      sign a delivery as a preset's provider does, send it to a
             route and show whether it was replayed (--retry: twice)
+  trigger   send a provider's published example of an event type,
+            signed as the provider signs it
   key       show a key's state through the admin API
   forget    forget a key, so that the provider's next retry is processed
   tail      print a source's newest archived events, and follow new ones
+  reconcile run a reconciliation pass of a source now (docs/reconcile.md)
   migrate   copy the live records of a file store into Redis, to move
             from one Caddy instance to several without reopening the
             deduplication window
@@ -54,12 +57,12 @@ inbox deliver what it holds (its pending count at 0) before the switch.
 --to          a redis:// or rediss:// URL
 --key-prefix  the redis store's key_prefix (default idem)
 `,
-				RunE: caddycmd.WrapCommandFuncForCobra(cmdMigrate),
+				RunE: commandFunc(cmdMigrate),
 			}
 			migrate.Flags().String("from", "", "The file store's file")
 			migrate.Flags().String("to", "", "The Redis URL")
 			migrate.Flags().String("key-prefix", store.DefaultKeyPrefix, "The redis store's key_prefix")
-			cmd.AddCommand(migrate, newSendCommand())
+			cmd.AddCommand(migrate, newSendCommand(), newTriggerCommand(), newReconcileCommand())
 			cmd.AddCommand(newAdminCommands()...)
 		},
 	})
@@ -108,9 +111,24 @@ func cmdMigrate(fl caddycmd.Flags) (int, error) {
 		}
 		return nil
 	})
-	fmt.Printf("copied %d records from %s; %d keys Redis held already were left as they are\n", copied, from, kept)
 	if err != nil {
+		// what was written stays in Redis: say how much, when anything was
+		if copied+kept > 0 {
+			return caddy.ExitCodeFailedStartup, fmt.Errorf("copied %d records from %s into Redis (and left %d that Redis held already) before failing: %v", copied, from, kept, err)
+		}
 		return caddy.ExitCodeFailedStartup, err
 	}
+	fmt.Printf("copied %d records from %s; %d keys Redis held already were left as they are\n", copied, from, kept)
 	return caddy.ExitCodeSuccess, nil
+}
+
+// commandFunc runs a command for cobra. An error is one sentence on
+// stderr (cobra's `Error: …` line, as for a wrong flag) and exit status 1,
+// not a log line: caddycmd.WrapCommandFuncForCobra logs it through
+// Caddy's logger, as JSON when stderr is not a terminal.
+func commandFunc(f caddycmd.CommandFunc) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		_, err := f(caddycmd.Flags{FlagSet: cmd.Flags()})
+		return err
+	}
 }

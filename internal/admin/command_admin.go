@@ -130,6 +130,8 @@ type tailEvent struct {
 	DurationMs float64   `json:"duration_ms"`
 	Method     string    `json:"method"`
 	URI        string    `json:"uri"`
+	Remote     string    `json:"remote"`
+	Reason     string    `json:"reason"`
 }
 
 // eventIDLess orders archive event ids, `<ms>-<seq>`.
@@ -163,7 +165,7 @@ func cmdTail(fl caddycmd.Flags) (int, error) {
 			q.Set(name, v)
 		}
 	}
-	asJSON, follow, every := fl.Bool("json"), fl.Bool("follow"), fl.Duration("interval")
+	asJSON, follow, every, refused := fl.Bool("json"), fl.Bool("follow"), fl.Duration("interval"), fl.Bool("refused")
 	if every <= 0 {
 		every = time.Second
 	}
@@ -173,15 +175,23 @@ func cmdTail(fl caddycmd.Flags) (int, error) {
 		if !first {
 			q.Set("count", strconv.Itoa(maxArchiveCount))
 		}
-		body, err := adminRequest(fl, http.MethodGet, sourcePath(source, "events")+"?"+q.Encode())
+		what := "events"
+		if refused {
+			what = "refused"
+		}
+		body, err := adminRequest(fl, http.MethodGet, sourcePath(source, what)+"?"+q.Encode())
 		if err != nil {
 			return caddy.ExitCodeFailedStartup, err
 		}
 		var list struct {
-			Events []json.RawMessage `json:"events"`
+			Events  []json.RawMessage `json:"events"`
+			Refused []json.RawMessage `json:"refused"`
 		}
 		if err := json.Unmarshal(body, &list); err != nil {
 			return caddy.ExitCodeFailedStartup, fmt.Errorf("the admin API answered %q: %v", body, err)
+		}
+		if refused {
+			list.Events = list.Refused
 		}
 		// newest first: print the new ones oldest first
 		slices.Reverse(list.Events)
@@ -196,6 +206,11 @@ func cmdTail(fl caddycmd.Flags) (int, error) {
 			last = ev.ID
 			if asJSON {
 				fmt.Println(string(raw))
+				continue
+			}
+			if refused {
+				fmt.Printf("%s  %-17s %3d  %s %s  from %s  %s  id %s\n", ev.Received.Format(time.RFC3339Nano), ev.Result, ev.Status,
+					ev.Method, ev.URI, ev.Remote, ev.Reason, ev.Key)
 				continue
 			}
 			fmt.Printf("%s  %-17s %3d  %8.1fms  %s %s  %s  %s\n", ev.Received.Format(time.RFC3339Nano), ev.Result, ev.Status,
@@ -221,7 +236,7 @@ lease left) or completed (with the recorded status, when it was recorded
 and when it expires). <key> is the resolved key value, as in
 {http.webhook_idempotency.key}: the event id, or sha256:<hex> of a body.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdKey),
+		RunE: commandFunc(cmdKey),
 	}
 	forget := &cobra.Command{
 		Use:   "forget <source> <key>",
@@ -232,10 +247,10 @@ Forgets a completed key through the admin API
 next retry of it reaches the application. A key in flight cannot be
 forgotten (its delivery is being processed); an absent one is an error.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdForget),
+		RunE: commandFunc(cmdForget),
 	}
 	tail := &cobra.Command{
-		Use:   "tail <source> [--count <n>] [--follow] [--result <r>] [--status <s>] [--key <k>] [--json]",
+		Use:   "tail <source> [--count <n>] [--follow] [--result <r>] [--status <s>] [--key <k>] [--json] [--refused]",
 		Short: "Prints the newest archived events of a source, and follows new ones",
 		Long: `
 Prints the newest events of a source's archive through the admin API
@@ -244,8 +259,13 @@ when received, result, status, handling time, request line, key and event
 id. With --follow it then polls for new events (every --interval) and
 prints them as they are archived. --json prints each event as the API
 answers it, one JSON object per line. The route needs an archive.
+
+With --refused it prints the source's refused requests instead
+(GET /webhook_idempotency/<source>/refused), every route keeps them: when,
+result, status, request line, client address, the reason and the
+provider's delivery id.
 `,
-		RunE: caddycmd.WrapCommandFuncForCobra(cmdTail),
+		RunE: commandFunc(cmdTail),
 	}
 	f := tail.Flags()
 	f.Int("count", 20, "How many of the newest events to print first")
@@ -255,6 +275,7 @@ answers it, one JSON object per line. The route needs an archive.
 	f.String("status", "", "Only events answered with this status or class (5xx)")
 	f.String("key", "", "Only events of this key")
 	f.Bool("json", false, "Print the events as JSON, one per line")
+	f.Bool("refused", false, "Print the source's refused requests (why each was refused) instead of its archive")
 	for _, c := range []*cobra.Command{key, forget, tail} {
 		adminFlags(c)
 	}

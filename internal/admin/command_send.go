@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -45,22 +46,33 @@ type sendFlags struct {
 
 // cmdSend signs and sends a delivery.
 func cmdSend(fl caddycmd.Flags) (int, error) {
-	sf, err := readSendFlags(fl)
-	if err != nil {
-		return caddy.ExitCodeFailedStartup, err
-	}
-	if sf.preset == "" || sf.preset == "list" {
+	preset := fl.Arg(0)
+	if preset == "" || preset == "list" {
 		printPresets(os.Stdout)
-		if sf.preset == "" {
+		if preset == "" {
 			return caddy.ExitCodeFailedStartup, errors.New("name the preset to sign as: caddy webhook-idempotency send <preset> --url … --secret …")
 		}
 		return caddy.ExitCodeSuccess, nil
 	}
+	sf, err := readSendFlags(fl, preset)
+	if err != nil {
+		return caddy.ExitCodeFailedStartup, err
+	}
+	if sf.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		sf.id = "evt_" + hex.EncodeToString(b[:])
+	}
+	return deliver(sf, newDelivery(sf))
+}
+
+// deliver signs and sends a delivery, and with --retry sends it again and
+// expects a replay.
+func deliver(sf *sendFlags, d *delivery) (int, error) {
 	signer, err := providers.NewSigner(sf.preset, sf.cfg)
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
-	d := newDelivery(sf)
 	client := &http.Client{Timeout: sendTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	out := os.Stdout
 	first, err := d.send(client, signer, out, "")
@@ -83,22 +95,16 @@ func cmdSend(fl caddycmd.Flags) (int, error) {
 	return caddy.ExitCodeSuccess, nil
 }
 
-// readSendFlags reads the send command's flags and arguments.
-func readSendFlags(fl caddycmd.Flags) (*sendFlags, error) {
+// readSendFlags reads the flags of the send and trigger commands.
+func readSendFlags(fl caddycmd.Flags, preset string) (*sendFlags, error) {
 	sf := &sendFlags{
-		preset: fl.Arg(0), url: fl.String("url"), id: fl.String("id"), method: strings.ToUpper(fl.String("method")),
+		preset: preset, url: fl.String("url"), id: fl.String("id"), method: strings.ToUpper(fl.String("method")),
 		retry: fl.Bool("retry"), headers: http.Header{},
 		cfg: providers.SignConfig{
 			Secret: fl.String("secret"), KeyID: fl.String("kid"),
 			PublicURL: fl.String("public-url"), TokenHeader: fl.String("token-header"),
 			WebhookID: fl.String("webhook-id"), TokenQuery: fl.String("token-query"),
 		},
-	}
-	if fl.NArg() > 1 {
-		return nil, fmt.Errorf("one preset, got %q", strings.Join(fl.Args(), " "))
-	}
-	if sf.preset == "" || sf.preset == "list" {
-		return sf, nil
 	}
 	if sf.url == "" {
 		return nil, errors.New("--url is required: the URL of the route, such as http://localhost:8080/webhooks/stripe")
@@ -118,16 +124,18 @@ func readSendFlags(fl caddycmd.Flags) (*sendFlags, error) {
 			*f.dst = string(b)
 		}
 	}
-	if v := fl.String("body"); v != "" {
-		sf.bodyGiven = true
-		if file, ok := strings.CutPrefix(v, "@"); ok {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return nil, fmt.Errorf("--body: %v", err)
+	if fl.Lookup("body") != nil {
+		if v := fl.String("body"); v != "" {
+			sf.bodyGiven = true
+			if file, ok := strings.CutPrefix(v, "@"); ok {
+				b, err := os.ReadFile(file)
+				if err != nil {
+					return nil, fmt.Errorf("--body: %v", err)
+				}
+				sf.body = b
+			} else {
+				sf.body = []byte(v)
 			}
-			sf.body = b
-		} else {
-			sf.body = []byte(v)
 		}
 	}
 	headers, err := fl.GetStringArray("header")
@@ -141,17 +149,13 @@ func readSendFlags(fl caddycmd.Flags) (*sendFlags, error) {
 		}
 		sf.headers.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
-	if sf.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		sf.id = "evt_" + hex.EncodeToString(b[:])
-	}
 	return sf, nil
 }
 
 // delivery is one delivery to send, and send again with --retry.
 type delivery struct {
 	flags   *sendFlags
+	event   string // the example's event type, for trigger
 	body    []byte
 	headers http.Header
 }
@@ -161,18 +165,9 @@ type delivery struct {
 // the JSON body the command makes up when none is given.
 func newDelivery(sf *sendFlags) *delivery {
 	d := &delivery{flags: sf, headers: sf.headers.Clone()}
-	var jsonKey string
-	p, _ := providers.Lookup(sf.preset)
-	for _, k := range p.DefaultKey {
-		if name, ok := strings.CutPrefix(k, "header:"); ok {
-			if d.headers.Get(name) == "" {
-				d.headers.Set(name, sf.id)
-			}
-			break
-		}
-		if path, ok := strings.CutPrefix(k, "json:"); ok && jsonKey == "" {
-			jsonKey = path
-		}
+	header, jsonKey := providers.IDPlace(sf.preset)
+	if header != "" && d.headers.Get(header) == "" {
+		d.headers.Set(header, sf.id)
 	}
 	d.body = sf.body
 	if !sf.bodyGiven {
@@ -237,7 +232,11 @@ func (d *delivery) send(client *http.Client, signer signature.Signer, out io.Wri
 	if what != "" {
 		fmt.Fprintf(out, "\n%s:\n", what)
 	}
-	fmt.Fprintf(out, "> %s %s (%s, delivery %s)\n", req.Method, req.URL, d.flags.preset, d.flags.id)
+	sender := d.flags.preset
+	if d.event != "" {
+		sender += " " + d.event
+	}
+	fmt.Fprintf(out, "> %s %s (%s, delivery %s)\n", req.Method, req.URL, sender, d.flags.id)
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("sending the delivery: %v", err)
@@ -245,7 +244,7 @@ func (d *delivery) send(client *http.Client, signer signature.Signer, out io.Wri
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, sendBodyLimit+1))
 	fmt.Fprintf(out, "< %s: %s\n", resp.Status, verdict(resp))
-	for _, name := range []string{"Content-Type", record.ReplayedHeader, "Retry-After"} {
+	for _, name := range []string{"Content-Type", record.ReplayedHeader, ResultHeader, "Retry-After"} {
 		if v := resp.Header.Get(name); v != "" {
 			fmt.Fprintf(out, "< %s: %s\n", name, v)
 		}
@@ -259,21 +258,37 @@ func (d *delivery) send(client *http.Client, signer signature.Signer, out io.Wri
 	return resp, nil
 }
 
+// ResultHeader is the response header a route can be configured to answer
+// with the request's result, the value of {http.webhook_idempotency.result}
+// (docs/operating.md: send): without it, an answer the application gave
+// cannot tell a new delivery from one passed on without deduplication.
+const ResultHeader = "Webhook-Idempotency-Result"
+
 // verdict says what an answer means for the delivery.
 func verdict(resp *http.Response) string {
+	result := resp.Header.Get(ResultHeader)
 	switch {
 	case resp.Header.Get(record.ReplayedHeader) == "true":
 		return "replayed: a duplicate, answered from the store without calling the application"
+	case result == results.Bypassed:
+		return "bypassed: passed on WITHOUT deduplication (the store failed and the route fails open): a retry of it is processed again"
 	case resp.StatusCode == http.StatusUnauthorized:
 		return "refused: the signature did not verify (is the secret the route's?)"
 	case resp.StatusCode == http.StatusConflict:
 		return "conflict: the same delivery is being processed (in flight)"
 	case resp.StatusCode == http.StatusUnprocessableEntity:
 		return "refused: the key was seen with another body (mismatch reject)"
+	case result == results.Unavailable:
+		return "unavailable: the store failed and the route fails closed; the provider retries later"
 	case resp.StatusCode == http.StatusServiceUnavailable:
 		return "unavailable: retry later"
-	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
-		return "not replayed: processed as a new delivery"
+	case result == results.New:
+		return "new: processed as a new delivery"
+	case resp.StatusCode >= 200 && resp.StatusCode <= 299 && result == "":
+		return "not replayed: the application answered it (whether as a new delivery or passed on without deduplication, the route does not say: docs/operating.md, send)"
+	}
+	if result != "" {
+		return "not replayed: " + result
 	}
 	return "not replayed"
 }
@@ -332,8 +347,16 @@ func newSendCommand() *cobra.Command {
 		Short: "Signs a delivery as a provider does, sends it and shows whether it was replayed",
 		Long:  sendHelp,
 		Args:  cobra.MaximumNArgs(1),
-		RunE:  caddycmd.WrapCommandFuncForCobra(cmdSend),
+		RunE:  commandFunc(cmdSend),
 	}
+	deliveryFlags(cmd)
+	cmd.Flags().String("body", "", "The body: @file, or the text itself")
+	return cmd
+}
+
+// deliveryFlags adds the flags of the send and trigger commands: where to,
+// what to sign with, and what to add.
+func deliveryFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.String("url", "", "The route's URL")
 	f.String("secret", "", "The shared secret")
@@ -342,12 +365,10 @@ func newSendCommand() *cobra.Command {
 	f.String("kid", "", "stone: the signing key's kid")
 	f.String("public-url", "", "The URL the provider signs, when it is not --url")
 	f.String("token-header", "", "evolution, eventgrid: send the secret as a token in this header")
-	f.String("webhook-id", "", "paypal: the webhook id PayPal signs (the route's webhook_id)")
 	f.String("token-query", "", "eventgrid: send the secret in this query parameter")
-	f.String("body", "", "The body: @file, or the text itself")
+	f.String("webhook-id", "", "paypal: the webhook id PayPal signs (the route's webhook_id)")
 	f.StringArray("header", nil, "An extra header, Name: value (repeatable)")
 	f.String("id", "", "The delivery id")
 	f.String("method", http.MethodPost, "The method")
 	f.Bool("retry", false, "Send the delivery again and expect a replay")
-	return cmd
 }

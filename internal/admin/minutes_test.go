@@ -9,6 +9,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -42,6 +43,8 @@ func (r *countingRoute) StoreModule() string                { return "memory" }
 func (r *countingRoute) KeyPrefix() string                  { return "idem:" + r.source + ":" }
 func (r *countingRoute) TTL() time.Duration                 { return time.Hour }
 func (r *countingRoute) Forwarder() *forward.Forwarder      { return nil }
+func (r *countingRoute) Reconciler() *reconcile.Reconciler  { return nil }
+func (r *countingRoute) Refusals() *archive.Archive         { return nil }
 func (r *countingRoute) Inbox() *inbox.Inbox                { return nil }
 func (r *countingRoute) Archive() *archive.Archive          { return nil }
 func (r *countingRoute) AllowLists() []any                  { return nil }

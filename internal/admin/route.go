@@ -8,6 +8,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -31,6 +32,11 @@ type Route interface {
 	// (a redelivery to redeliver_to): the provider's signature kept,
 	// re-signed, replaced or removed, and the route's outbound headers.
 	Forwarder() *forward.Forwarder
+	// Refusals is the route's list of refused requests, nil when its
+	// store keeps none.
+	Refusals() *archive.Archive
+	// Reconciler is the route's reconciliation, nil when it has none.
+	Reconciler() *reconcile.Reconciler
 	// Inbox and Archive are the route's, nil when it has none.
 	Inbox() *inbox.Inbox
 	Archive() *archive.Archive

@@ -42,6 +42,21 @@ type Config struct {
 	Redact      *redact.Redactor
 	RedeliverTo string // "" for none
 	Logger      *zap.Logger
+	// Kind names the list: "" for the archive of deliveries, Refused for
+	// the list of refused requests (docs/admin.md: Refusals), kept apart
+	// under names of its own and counted by counters of its own.
+	Kind string
+}
+
+// Refused is the Kind of a source's list of refused requests.
+const Refused = "refused"
+
+// name is the list's name in a store: `archive`, or its Kind.
+func (c *Config) name() string {
+	if c.Kind != "" {
+		return c.Kind
+	}
+	return "archive"
 }
 
 // Defaults of the archive, per store.
@@ -96,7 +111,7 @@ type backend interface {
 // the redis store, a bucket per source in the file store's file, a ring per
 // source on the memory store.
 func New(cfg Config, s store.Store) (*Archive, error) {
-	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source)}
+	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source, cfg.Kind)}
 	if err := Supports(s); err != nil {
 		return nil, err
 	}
@@ -144,7 +159,8 @@ func (a *Archive) Add(e *Entry) { a.queue.add(e) }
 // CompleteAndAppend completes a key (and its guard, "" for none) as the
 // store's CompleteGuarded does and appends e in the same round trip. It
 // returns the completion's error; the append's is counted and logged.
-func (a *Archive) CompleteAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) error {
+func (a *Archive) CompleteAndAppend(ctx context.Context, c store.Claim, record []byte, ttl time.Duration, e *Entry) error {
+	key, guard, owner := c.Key, c.CompletionGuard(), c.Owner
 	// a call that times out may still be sent after the request is done
 	// with its pooled body: the event keeps a copy
 	e.OwnBody()
@@ -209,6 +225,10 @@ func (a *Archive) Stop() {
 	a.backend.close()
 }
 
+// Dropped counts an event left out before it was added (a list written at
+// a bounded rate, past that rate).
+func (a *Archive) Dropped() { a.metrics.dropped.Inc() }
+
 // appended counts the outcome of one append.
 func (a *Archive) appended(n int, err error) {
 	if err != nil {
@@ -240,6 +260,11 @@ type Entry struct {
 	// Omitted says why the body is not kept although bodies are on (""
 	// when it is kept, or bodies are off).
 	Omitted string
+	// Reason says why a refused request was refused; Size is its body's
+	// size in bytes (what it announced, when it was not read), -1 when
+	// unknown. The list of refusals only.
+	Reason string
+	Size   int64
 	// BodyOwned tells that Body is not the request's pooled buffer.
 	BodyOwned bool
 }
@@ -262,6 +287,8 @@ func (e *Entry) size() int { return len(e.Headers) + len(e.Body) + 256 }
 const (
 	fieldBodySize = "body_size"    // bytes of the stored body
 	fieldOmitted  = "body_omitted" // why the body is not kept
+	fieldReason   = "reason"       // refusals: why it was refused
+	fieldSize     = "size"         // refusals: the body's size, -1 unknown
 )
 
 // fieldCount is the most fields and values of an entry.
@@ -294,6 +321,9 @@ func (e *Entry) appendFields(f []any) []any {
 	if e.Redacted {
 		f = append(f, event.FieldRedacted, "body")
 	}
+	if e.Reason != "" {
+		f = append(f, fieldReason, e.Reason, fieldSize, strconv.FormatInt(e.Size, 10))
+	}
 	return f
 }
 
@@ -303,7 +333,14 @@ type archiveMetrics struct {
 	lastWarned              atomic.Int64
 }
 
-func newArchiveMetrics(source string) *archiveMetrics {
+func newArchiveMetrics(source, kind string) *archiveMetrics {
+	if kind == Refused {
+		return &archiveMetrics{
+			events:  metrics.RefusalsListed.WithLabelValues(source),
+			errors:  metrics.RefusalsErrors.WithLabelValues(source),
+			dropped: metrics.RefusalsUnlisted.WithLabelValues(source),
+		}
+	}
 	return &archiveMetrics{
 		events:  metrics.ArchiveEvents.WithLabelValues(source),
 		errors:  metrics.ArchiveErrors.WithLabelValues(source),

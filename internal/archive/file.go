@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
@@ -45,39 +46,58 @@ func (fa *fileArchive) Destruct() error {
 
 // fileBackend is one handler's archive on the file store.
 type fileBackend struct {
-	fa        *fileArchive
+	fa *fileArchive
+	// seam is the handler's store's: a key's completion goes to the file
+	// the key was claimed in, which holds it open until then, even after
+	// a reload stopped the archive (fa's may be another configuration's)
+	seam      filestore.Seam
 	key       string // in fileArchives
 	a         *Archive
 	closeOnce sync.Once
 }
 
 func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
-	key := seam.Path() + "\x00" + a.cfg.Source
+	key := seam.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
 	val, _, err := fileArchives.LoadOrNew(key, func() (caddy.Destructor, error) {
 		release, err := seam.Hold()
 		if err != nil {
 			return nil, err
 		}
 		fa := &fileArchive{
-			seam: seam, bucket: []byte("archive:" + a.cfg.Source), bodies: []byte("archive-body:" + a.cfg.Source),
+			seam: seam, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
 			release: release, count: -1,
 		}
-		if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
-			if _, err := tx.CreateBucketIfNotExists(fa.bucket); err != nil {
-				return err
-			}
-			_, err := tx.CreateBucketIfNotExists(fa.bodies)
-			return err
-		}); err != nil {
-			release()
-			return nil, err
+		if err := seam.Update(context.Background(), fa.buckets); err != nil {
+			// a full disk, say: the archive is degraded, never a reason
+			// to refuse the sites; its buckets are made by the first
+			// append that can write
+			a.metrics.errors.Inc()
+			a.logger.Error("the archive cannot write to the store's file: its events are not kept, and counted in caddy_webhook_idempotency_archive_errors_total, until it can; deliveries are handled as usual",
+				zap.String("path", seam.Path()), zap.Error(err))
 		}
 		return fa, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fileBackend{fa: val.(*fileArchive), key: key, a: a}, nil
+	return &fileBackend{fa: val.(*fileArchive), seam: seam, key: key, a: a}, nil
+}
+
+// buckets makes the archive's buckets, in a write transaction, and
+// returns them.
+func (fa *fileArchive) buckets(tx *bolt.Tx) error {
+	_, _, err := fa.make(tx)
+	return err
+}
+
+// make returns the archive's buckets, made when missing (their first
+// commit failed: a full disk). Called in a write transaction.
+func (fa *fileArchive) make(tx *bolt.Tx) (events, bodies *bolt.Bucket, err error) {
+	if events, err = tx.CreateBucketIfNotExists(fa.bucket); err != nil {
+		return nil, nil, err
+	}
+	bodies, err = tx.CreateBucketIfNotExists(fa.bodies)
+	return events, bodies, err
 }
 
 // fileID encodes an id as a bucket key.
@@ -98,9 +118,9 @@ func fromFileID(k []byte) event.ID {
 // append writes e in tx and trims the bucket. Called in a commit.
 func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	fa := b.fa
-	bk, bodies := tx.Bucket(fa.bucket), tx.Bucket(fa.bodies)
-	if bk == nil || bodies == nil {
-		return fmt.Errorf("archive bucket of %s is missing", b.a.cfg.Source)
+	bk, bodies, err := fa.make(tx)
+	if err != nil {
+		return fmt.Errorf("archive buckets of %s: %v", b.a.cfg.Source, err)
 	}
 	fa.mu.Lock()
 	defer fa.mu.Unlock()
@@ -159,7 +179,7 @@ func (b *fileBackend) failed() {
 }
 
 func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
-	appendErr, err = b.fa.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
+	appendErr, err = b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
 	if appendErr != nil {
 		b.failed()
 	}
@@ -184,7 +204,11 @@ func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
 func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Event, error) {
 	var out []Event
 	err := b.fa.seam.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(b.fa.bucket).Cursor()
+		bk := tx.Bucket(b.fa.bucket)
+		if bk == nil {
+			return nil // never written
+		}
+		c := bk.Cursor()
 		k, v := c.Seek(fileID(hi))
 		if k == nil {
 			k, v = c.Last()
@@ -239,7 +263,11 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 	var ev Event
 	found := false
 	err := b.fa.seam.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(b.fa.bucket).Get(fileID(id))
+		bk := tx.Bucket(b.fa.bucket)
+		if bk == nil {
+			return nil
+		}
+		v := bk.Get(fileID(id))
 		if v == nil {
 			return nil
 		}
@@ -254,6 +282,12 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
 	return b.fa.seam.View(func(tx *bolt.Tx) error {
 		bk, bodies := tx.Bucket(b.fa.bucket), tx.Bucket(b.fa.bodies)
+		if bk == nil || bodies == nil {
+			for _, ev := range evs {
+				ev.setBody(nil)
+			}
+			return nil
+		}
 		for _, ev := range evs {
 			if !ev.BodyStored {
 				continue
@@ -281,6 +315,10 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	fa.mu.Unlock()
 	err := fa.seam.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(fa.bucket)
+		if bk == nil {
+			count = 0 // never written
+			return nil
+		}
 		k, _ := bk.Cursor().First()
 		expired = k != nil && fromFileID(k).Less(cutoff)
 		if count < 0 {
@@ -302,10 +340,14 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	err = fa.seam.Update(ctx, func(tx *bolt.Tx) error {
 		fa.mu.Lock()
 		defer fa.mu.Unlock()
-		if fa.count < 0 {
-			fa.count = int64(tx.Bucket(fa.bucket).Stats().KeyN)
+		bk, bodies := tx.Bucket(fa.bucket), tx.Bucket(fa.bodies)
+		if bk == nil || bodies == nil {
+			return nil
 		}
-		err := b.trim(tx.Bucket(fa.bucket), tx.Bucket(fa.bodies), cutoff, math.MaxInt64)
+		if fa.count < 0 {
+			fa.count = int64(bk.Stats().KeyN)
+		}
+		err := b.trim(bk, bodies, cutoff, math.MaxInt64)
 		count = fa.count
 		return err
 	})

@@ -71,7 +71,7 @@ func TestFileArchive(t *testing.T) {
 	}
 	hash := sha256.Sum256([]byte("k0"))
 	rec := record.Encode(nil, 200, http.Header{}, &hash)
-	if err := a.CompleteAndAppend(t.Context(), "idem:files:k0", "", owner, rec, time.Hour, entry("k0", "new", time.Now())); err != nil {
+	if err := a.CompleteAndAppend(t.Context(), store.Claim{Key: "idem:files:k0", Owner: owner}, rec, time.Hour, entry("k0", "new", time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < 8; i++ {

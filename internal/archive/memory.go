@@ -108,7 +108,7 @@ type memoryBackend struct {
 }
 
 func newMemoryBackend(s *memstore.Store, a *Archive) (*memoryBackend, error) {
-	key := "archive:" + a.cfg.Source
+	key := a.cfg.name() + ":" + a.cfg.Source
 	v, _, err := rings.LoadOrNew(key, func() (caddy.Destructor, error) { return new(archiveRing), nil })
 	if err != nil {
 		return nil, err

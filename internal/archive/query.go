@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -37,7 +38,11 @@ type Event struct {
 	BodySize     *int      `json:"body_size,omitempty"` // bytes of the stored body, when known
 	BodyRedacted bool      `json:"body_redacted,omitempty"`
 	// BodyOmitted says why the body was not kept although bodies are on.
-	BodyOmitted  string              `json:"body_omitted,omitempty"`
+	BodyOmitted string `json:"body_omitted,omitempty"`
+	// Reason says why a refused request was refused, and Size is its
+	// body's size in bytes (-1 unknown): the list of refusals only.
+	Reason       string              `json:"reason,omitempty"`
+	Size         *int64              `json:"size,omitempty"`
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
@@ -70,7 +75,13 @@ func eventFromFields(id string, get func(string) (string, bool), withBody bool) 
 		BodySHA256:   field(event.FieldBodySHA256),
 		BodyRedacted: field(event.FieldRedacted) == "body",
 		BodyOmitted:  field(fieldOmitted),
+		Reason:       field(fieldReason),
 		headerBlock:  field(event.FieldHeaders),
+	}
+	if s, ok := get(fieldSize); ok {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			ev.Size = &n
+		}
 	}
 	if s, ok := get(fieldBodySize); ok {
 		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
@@ -118,7 +129,12 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		BodyStored:   e.HasBody,
 		BodyRedacted: e.Redacted,
 		BodyOmitted:  e.Omitted,
+		Reason:       e.Reason,
 		headerBlock:  e.Headers,
+	}
+	if e.Reason != "" {
+		size := e.Size
+		ev.Size = &size
 	}
 	if e.HasBody {
 		n := len(e.Body)
@@ -274,6 +290,15 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 		if err != nil {
 			return err
 		}
+		if len(evs) == 0 {
+			return nil
+		}
+		// the next page starts below this one's oldest event, read before
+		// emit lets the events go
+		last, ok := event.ParseID(evs[len(evs)-1].ID)
+		if !ok {
+			return fmt.Errorf("archive page ends with a malformed id %q", evs[len(evs)-1].ID)
+		}
 		matched := make([]*Event, 0, len(evs))
 		for i := range evs {
 			if len(matched) < limit && q.match(&evs[i]) {
@@ -296,11 +321,7 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			limit -= len(group)
 			matched = matched[len(group):]
 		}
-		if len(evs) < page {
-			return nil
-		}
-		last, _ := event.ParseID(evs[len(evs)-1].ID)
-		if last == event.MinID {
+		if len(evs) < page || last == event.MinID {
 			return nil
 		}
 		hi = last.Prev()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +83,9 @@ func newRedisBackend(seam redisstore.Seam, a *Archive) (*redisBackend, error) {
 		return nil, err
 	}
 	stream := seam.Keys(a.cfg.Source).Archive
+	if a.cfg.Kind != "" {
+		stream = strings.TrimSuffix(stream, "archive") + a.cfg.Kind
+	}
 	b := &redisBackend{
 		seam: seam, client: client, release: release,
 		stream: stream, bodyKey: stream + ":body", maxLen: strconv.Itoa(a.cfg.MaxEvents), a: a,

@@ -142,7 +142,7 @@ func burst(b *testing.B, ib *Inbox, app *lagApp, pace time.Duration, g func(i in
 				}
 				ev := event.Request{Source: ib.Source(), Key: key, StoreKey: "idem:" + ib.Source() + ":" + key,
 					Method: "POST", URI: "/hook", Headers: headers, Body: body, Received: time.Now()}
-				res, err := ib.Accept(context.Background(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
+				res, err := ib.Accept(context.Background(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev)
 				if err != nil || res.State != store.StateClaimed {
 					b.Errorf("accepting %s: %s %v", key, res.State, err)
 				}

@@ -294,11 +294,11 @@ func encode(f map[string]string, set ...string) []byte {
 	return b
 }
 
-func (q *fileQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, rec []byte, ev *event.Request, group string) (store.ClaimResult, string, error) {
+func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, group string) (store.ClaimResult, string, error) {
 	fs := q.src
 	var id string
 	var ready bool
-	res, err := fs.seam.ClaimAndAppend(ctx, key, guard, noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+	res, err := fs.seam.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
 		pairs := fields(ev, "0", "0", group)
 		if suspected != "" {
 			pairs = append(pairs, fieldSuspected, suspected)

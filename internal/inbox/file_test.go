@@ -58,7 +58,7 @@ func accept(t *testing.T, ib *Inbox, key string) store.ClaimResult {
 	hash := sha256.Sum256(body)
 	ev := event.Request{Source: "files", Key: key, StoreKey: "idem:files:" + key, Method: "POST", URI: "/hook",
 		Headers: "Content-Type: application/json\r\n", Body: body, Received: time.Now()}
-	res, err := ib.Accept(t.Context(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
+	res, err := ib.Accept(t.Context(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,19 +194,19 @@ func (ib *Inbox) AcceptTTL() time.Duration { return ib.acceptTTL }
 
 // Accept stores a new event and takes its key in one round trip, or
 // reports the key's state as a claim does; the handler answers at once.
-// guard is the key's guard ("" for none), or with noted its note (see
+// The claim's guard is taken with the key, or its note (see
 // store.GuardedStore): a note that holds another key marks the event as a
 // suspected replay, delivered with Webhook-Replay-Suspected.
-func (ib *Inbox) Accept(ctx context.Context, key, guard string, noted bool, owner string, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
+func (ib *Inbox) Accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
 	var hdr http.Header
 	if ib.cfg.RespondType != "" {
 		hdr = http.Header{"Content-Type": {ib.cfg.RespondType}}
 	}
 	rec := append(record.Encode(make([]byte, 0, record.FixedLen+1+len(ib.cfg.RespondBody)), ib.cfg.Respond, hdr, bodyHash), ib.cfg.RespondBody...)
-	res, id, err := ib.q.accept(ctx, key, guard, noted, owner, rec, ev, ib.groupOf(ev))
+	res, id, err := ib.q.accept(ctx, c, rec, ev, ib.groupOf(ev))
 	if err == nil && res.State == store.StateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
-			ce.Write(zap.String("key", key), zap.String("id", id))
+			ce.Write(zap.String("key", c.Key), zap.String("id", id))
 		}
 	}
 	return res, err

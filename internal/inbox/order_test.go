@@ -107,7 +107,7 @@ func acceptEvent(t testing.TB, ib *Inbox, key, group string) (store.ClaimResult,
 	}
 	ev := event.Request{Source: ib.Source(), Key: key, StoreKey: "idem:" + ib.Source() + ":" + key, Method: "POST", URI: "/hook",
 		Headers: headers, Body: body, Received: time.Now()}
-	return ib.Accept(t.Context(), ev.StoreKey, "", false, store.NewOwner(), &hash, &ev)
+	return ib.Accept(t.Context(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev)
 }
 
 // attempt is one request the application received.

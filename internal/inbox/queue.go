@@ -19,7 +19,7 @@ type queue interface {
 	// its guard, or takes its note, see Inbox.Accept) with record, kept
 	// for the accept ttl, in one round trip; or reports the key's state as
 	// a claim does. It returns the stored event's id.
-	accept(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request, group string) (store.ClaimResult, string, error)
+	accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, group string) (store.ClaimResult, string, error)
 	// lanes returns the lanes that have no reader yet.
 	lanes() []int
 	// retired reports whether a lane is not to be read now.

@@ -249,12 +249,13 @@ func keysOf(parts ...*partition) []string {
 	return keys
 }
 
-func (q *redisQueue) accept(ctx context.Context, key, guard string, noted bool, owner string, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
+func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
 	target, follow := q.route(grp)
 	entry := fields(ev, "0", "0", grp)
 	if q.cluster {
-		return q.acceptCluster(ctx, key, guard, noted, owner, record, entry, grp, target, follow)
+		return q.acceptCluster(ctx, c, record, entry, grp, target, follow)
 	}
+	key, guard, noted, owner := c.Key, c.Guard, c.Noted, c.Owner
 	keys := keysOf(append([]*partition{target}, follow...)...)
 	if q.seam.Replicas() == 0 {
 		res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, []any{grp}, record, q.acceptTTL, q.noteTTL, entry)
@@ -265,10 +266,7 @@ func (q *redisQueue) accept(ctx context.Context, key, guard string, noted bool, 
 	if res.State != store.StateClaimed {
 		return res, "", err
 	}
-	completeGuard := guard
-	if noted {
-		completeGuard = ""
-	}
+	completeGuard := c.CompletionGuard()
 	if err != nil {
 		q.refuse(key, completeGuard, owner, a.ID, grp, keys)
 		return store.ClaimResult{}, "", err
@@ -315,13 +313,13 @@ func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
 // acceptCluster accepts on Redis Cluster, where the key and the stream
 // live on different nodes: the key is claimed, the event stored, and the
 // key then completed.
-func (q *redisQueue) acceptCluster(ctx context.Context, key, guard string, noted bool, owner string, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
+func (q *redisQueue) acceptCluster(ctx context.Context, c store.Claim, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
 	s := q.seam.Store()
 	var res store.ClaimResult
 	var err error
-	completeGuard := guard
-	if noted {
-		completeGuard = ""
+	key, guard, owner := c.Key, c.Guard, c.Owner
+	completeGuard := c.CompletionGuard()
+	if c.Noted {
 		var prev string
 		res, prev, err = s.ClaimNoted(ctx, key, guard, owner, q.accepting, q.noteTTL)
 		if prev != "" && prev != key {

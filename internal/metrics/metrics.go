@@ -41,6 +41,17 @@ var (
 		"Times a Redis node was found to be another server process than before (a restart or a failover): what it held may be lost.",
 		"address")
 
+	StoreFileHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "store_file_healthy",
+		Help:      "1 while the file store's file and its log are the files Caddy opened, 0 once either was deleted or replaced under the running Caddy (what is recorded since is lost at the next restart), by path.",
+	}, []string{"path"})
+
+	StoreFileLost = newCounter("store_file_lost_total",
+		"Times the file store's file or its log was found deleted or replaced under the running Caddy, by path.",
+		"path")
+
 	StoreReplicasShort = newCounter("store_replicas_short_total",
 		"Writes that fewer Redis replicas than `replicas` acknowledged within its timeout, by master and operation: an inbox acceptance (accept), refused with 503, or a completion (complete), recorded on the master only.",
 		"address", "op")
@@ -79,6 +90,12 @@ var (
 		"Events that could not be appended to the archive (a store error), by source.",
 		"source")
 
+	RefusalsListed = newCounter("refusals_listed_total",
+		"Refused requests added to their source's list of refusals.", "source")
+	RefusalsUnlisted = newCounter("refusals_unlisted_total",
+		"Refused requests left out of their source's list of refusals: past the rate at which the list is written (a flood of forgeries), or its queue full.", "source")
+	RefusalsErrors = newCounter("refusals_errors_total",
+		"Refused requests the store failed to add to their source's list of refusals.", "source")
 	ArchiveDropped = newCounter("archive_dropped_total",
 		"Events not archived because the archive's background queue was full, by source.",
 		"source")
@@ -93,6 +110,26 @@ var (
 	AllowListRefreshes = newCounter("allow_list_refreshes_total",
 		"Fetches and reads of allow_ips lists, by list and outcome (ok, failed: unreachable or malformed, the last good list kept).",
 		"list", "outcome")
+
+	Reconciled = newCounter("reconciled_total",
+		"Events reconciliation recovered, by source: entered into the route as if delivered (stripe), or redelivered by the provider at the route's request (github).",
+		"source")
+
+	ReconcilePasses = newCounter("reconcile_passes_total",
+		"Reconciliation passes this instance ran, by source and result (ok, failed: stopped part-way, resumed by the next pass).",
+		"source", "result")
+
+	ReconcileLastSuccess = newGauge("reconcile_last_success_timestamp_seconds",
+		"Unix time the last reconciliation pass of the source completed, by any instance sharing the store; 0 until one has.",
+		"source")
+
+	ReconcileStarted = newGauge("reconcile_started_timestamp_seconds",
+		"Unix time reconciliation of the source started on this instance (its configuration was loaded): the alert on reconcile_last_success_timestamp_seconds counts from here until a first pass succeeds.",
+		"source")
+
+	ReconcileInterval = newGauge("reconcile_interval_seconds",
+		"The configured time between reconciliation passes of the source (every), for alerting rules.",
+		"source")
 )
 
 // BufferedBodies is the number of bytes the request bodies being read or
@@ -110,10 +147,11 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
-	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort,
-	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped,
+	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort, StoreFileHealthy, StoreFileLost,
+	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
+	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,
 }
 
 // Register registers every collector in reg (a configuration's registry,
@@ -131,6 +169,17 @@ func Register(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// newGauge builds a gauge of the module's namespace
+// (caddy_webhook_idempotency_<name>).
+func newGauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      name,
+		Help:      help,
+	}, labels)
 }
 
 // newCounter builds a counter of the module's namespace

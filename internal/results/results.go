@@ -24,6 +24,16 @@ const (
 	Forbidden        = "forbidden"         // an address or client certificate refused: 403
 )
 
+// Results of events that are no request of a provider's: an event a
+// reconciliation pass recovered (docs/reconcile.md). The archive keeps
+// them; caddy_webhook_idempotency_requests_total does not count them.
+const (
+	Reconciled = "reconciled"
+)
+
+// Known reports whether r is a result an archived event may have.
+func Known(r string) bool { return Index(r) >= 0 || r == Reconciled }
+
 // All lists every result, in the order the handler resolves its counters.
 var All = [...]string{
 	New, Replayed, Conflict, Mismatch, InvalidSignature,

@@ -422,3 +422,10 @@ func StartReplica(t testing.TB, master *Redis, extra ...string) *Redis {
 	}
 	return r
 }
+
+// FieldString is the value of a field of a Redis stream entry (go-redis
+// gives each as an any) as a string; "" when the entry has no such field.
+func FieldString(v any) string {
+	s, _ := v.(string)
+	return s
+}

@@ -80,7 +80,7 @@ func benchComplete(b *testing.B, syncMode string, conc int) {
 				}
 				key := prefix + strconv.FormatInt(i, 10)
 				owner := store.NewOwner()
-				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain); err != nil || res.State != store.StateClaimed {
+				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
 					b.Errorf("claim %s: %v %v", key, res.State, err)
 					return
 				}
@@ -197,7 +197,7 @@ func benchFileSize(b *testing.B, n int, ttl time.Duration) {
 				mu.Unlock()
 				key := "idem:bench-ff:ffill-" + strconv.FormatInt(i, 10)
 				owner := store.NewOwner()
-				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain); err != nil || res.State != store.StateClaimed {
+				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
 					b.Errorf("claim %s: %v %v", key, res.State, err)
 					return
 				}

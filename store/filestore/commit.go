@@ -164,6 +164,7 @@ func (d *db) take(batch []*write) {
 		}
 	}
 	items := make([]applyItem, 0, len(batch))
+	answered := d.answered[:0] // the completions the log holds, answered here
 	for _, w := range batch {
 		switch {
 		case w.fn != nil || logged == nil:
@@ -171,20 +172,24 @@ func (d *db) take(batch []*write) {
 		case logErr == nil:
 			items = append(items, applyItem{puts: w.puts, seq: seq})
 		}
+		if w.fn == nil && logged != nil {
+			answered = append(answered, w)
+		}
 	}
 	if logged != nil && logErr == nil {
 		d.keepPending(logged, seq)
 	}
 	clear(d.logged)
+	// once added, a write of items belongs to the applier, which answers
+	// it: its submitter may have put it back in the pool for another
+	// write, so it is not read again here
 	d.ap.add(items)
-	if logged != nil {
-		for _, w := range batch {
-			if w.fn == nil {
-				w.err = logErr
-				w.done <- struct{}{}
-			}
-		}
+	for _, w := range answered {
+		w.err = logErr
+		w.done <- struct{}{}
 	}
+	clear(answered)
+	d.answered = answered
 }
 
 // appendLog writes puts to the log as its next record and returns the
@@ -458,6 +463,11 @@ func (d *db) putAll(tx *bolt.Tx, puts []put) error {
 			return err
 		}
 		d.txKeys = append(d.txKeys, p.key)
+		if len(p.payload) > cacheMaxValue {
+			// and its leaf's neighbours, about as much again, are read
+			// as it is written
+			d.touched(2 * len(p.payload))
+		}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -64,6 +65,16 @@ var (
 const (
 	shards        = 64
 	cachePerShard = 1024 // records cached per shard (65,536 in all)
+	// cacheBytesPerShard bounds the bytes cached per shard (64 MiB in
+	// all, as the redis store's copy of recent records): recorded answers
+	// can be large, and 65,536 of them unbounded in size held gigabytes
+	// (docs/stores.md, "Fast duplicates").
+	cacheBytesPerShard = 1 << 20
+	// cacheMaxValue is the largest value cached: a larger one is read
+	// from the file each time it is asked for, so that a shard holds at
+	// least 64 values however large the answers, and large answers never
+	// push out the small ones.
+	cacheMaxValue = 16 << 10
 	batchMax      = 1024 // writes per commit at most
 	sweepBatch    = 4096 // expired records deleted per commit at most
 )
@@ -82,6 +93,8 @@ type db struct {
 	writes chan *write // the committer's queue
 	log    *wal        // the committer's (nil: none)
 	logged []put       // the committer's, reused
+	// answered are the completions of a batch the committer answers, reused
+	answered []*write
 
 	filter   keysFilter     // the keys the tree holds (filter.go)
 	txKeys   []string       // the applier's: keys put in its transaction
@@ -90,13 +103,16 @@ type db struct {
 	stop     chan struct{}
 	done     sync.WaitGroup
 
+	mapped mapped     // the file's pages made resident by large values (mapped.go)
+	health fileHealth // the files under the running Caddy (health.go)
+
 	// what the disk was asked for so far: records written to the log
 	// (one fdatasync each) and commits of the tree (two each, when synced)
 	logWrites, treeCommits atomic.Uint64
 
 	syncMu    sync.Mutex
-	syncs     map[*Store]time.Duration // the sync setting of every store in use
-	syncEvery atomic.Int64             // the strictest (0: always)
+	syncs     map[*use]time.Duration // the sync setting of every configuration using the file
+	syncEvery atomic.Int64           // the strictest (0: always)
 	syncKick  chan struct{}
 }
 
@@ -105,6 +121,7 @@ type shard struct {
 	mu      sync.Mutex
 	claims  map[string]*claim
 	cache   map[string]cached
+	cached  int                // bytes of cache (cachedSize)
 	pending map[string]pending // in the log, not in the tree yet (commit.go)
 	_       [32]byte           // keep shards on separate cache lines
 }
@@ -120,6 +137,10 @@ type claim struct {
 	// the key's completion.
 	note    string
 	noteTTL time.Duration
+	// by is the configuration's use of the file the claim was taken
+	// through: a use cleaned up by a reload keeps the file until its
+	// claims are done (use.go).
+	by *use
 }
 
 // cached is a value read from or written to the file lately.
@@ -201,8 +222,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	d := &db{
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
-		syncs: make(map[*Store]time.Duration), syncKick: make(chan struct{}, 1),
+		syncs: make(map[*use]time.Duration), syncKick: make(chan struct{}, 1),
 	}
+	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
 	d.filter.seed = maphash.MakeSeed()
 	if err := d.filter.build(d, nil); err != nil {
@@ -214,13 +236,20 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		d.shards[i].cache = make(map[string]cached)
 		d.shards[i].pending = make(map[string]pending)
 	}
+	if err := d.watch(); err != nil {
+		_ = b.Close()
+		if log != nil {
+			_ = log.f.Close()
+		}
+		return nil, fmt.Errorf("file store: %s: %v", path, err)
+	}
 	// what the log holds and the tree does not: answered before the
 	// process ended, so kept as if just written
 	for _, r := range recovered {
 		d.keepPending(r.puts, r.seq)
 		d.ap.add([]applyItem{{puts: r.puts, seq: r.seq}})
 	}
-	d.done.Add(4)
+	d.done.Add(6)
 	go d.commitLoop()
 	go func() {
 		defer d.done.Done()
@@ -228,6 +257,8 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	}()
 	go d.sweepLoop()
 	go d.syncLoop()
+	go d.mappedLoop()
+	go d.healthLoop()
 	return d, nil
 }
 
@@ -252,6 +283,8 @@ func (d *db) Destruct() error {
 		}
 		_ = d.log.f.Close()
 	}
+	d.health.close()
+	metrics.StoreFileHealthy.DeleteLabelValues(d.path)
 	return d.bolt.Close()
 }
 
@@ -268,19 +301,19 @@ func (d *db) writeFreelist() {
 	}
 }
 
-// setSync records a store's sync setting and applies the strictest in use.
-func (d *db) setSync(s *Store, every time.Duration) {
+// setSync records a use's sync setting and applies the strictest in use.
+func (d *db) setSync(u *use, every time.Duration) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	d.syncs[s] = every
+	d.syncs[u] = every
 	d.applySync()
 }
 
-// dropSync forgets the setting of a store no longer in use.
-func (d *db) dropSync(s *Store) {
+// dropSync forgets the setting of a use that ended.
+func (d *db) dropSync(u *use) {
 	d.syncMu.Lock()
 	defer d.syncMu.Unlock()
-	delete(d.syncs, s)
+	delete(d.syncs, u)
 	d.applySync()
 }
 
@@ -369,28 +402,13 @@ func (d *db) lockShards(a, b string) func() {
 // lookup returns key's live value, from the cache or the file. Called with
 // the key's shard locked.
 func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
-	if p, ok := s.pending[key]; ok {
-		// newer than what the cache or the tree may hold
-		return p.c, p.c.expires > nowNano, nil
-	}
-	if c, ok := s.cache[key]; ok {
-		if c.expires > nowNano {
-			return c, true, nil
-		}
-		delete(s.cache, key)
-	}
-	if !d.filter.mayHave(key) {
-		return cached{}, false, nil
+	if c, found, known := d.recall(s, key, nowNano); known {
+		return c, found, nil
 	}
 	var c cached
 	found := false
 	err := d.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRecords).Get([]byte(key))
-		if len(v) < 9 {
-			return nil
-		}
-		c = cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
-		found = c.expires > nowNano
+		c, found = d.fetch(tx, key, nowNano)
 		return nil
 	})
 	if err != nil || !found {
@@ -400,17 +418,66 @@ func (d *db) lookup(s *shard, key string, nowNano int64) (cached, bool, error) {
 	return c, true, nil
 }
 
-// remember caches a value, making room by dropping another when the shard
-// is full (the file keeps every value: the cache loses nothing).
+// recall returns key's live value as memory knows it: known is false when
+// only the file can tell (the keys' filter says it may hold the key).
+// Called with the key's shard locked.
+func (d *db) recall(s *shard, key string, nowNano int64) (c cached, found, known bool) {
+	if p, ok := s.pending[key]; ok {
+		// newer than what the cache or the tree may hold
+		return p.c, p.c.expires > nowNano, true
+	}
+	if c, ok := s.cache[key]; ok {
+		if c.expires > nowNano {
+			return c, true, true
+		}
+		s.drop(key)
+	}
+	return cached{}, false, !d.filter.mayHave(key)
+}
+
+// fetch reads key's live value from the file, in the read transaction tx.
+func (d *db) fetch(tx *bolt.Tx, key string, nowNano int64) (cached, bool) {
+	v := tx.Bucket(bucketRecords).Get([]byte(key))
+	if len(v) < 9 {
+		return cached{}, false
+	}
+	c := cached{expires: int64(binary.BigEndian.Uint64(v)), kind: v[8], payload: string(v[9:])}
+	if len(v) > cacheMaxValue {
+		d.touched(len(v))
+	}
+	return c, c.expires > nowNano
+}
+
+// remember caches a value, making room by dropping others when the shard
+// is full, in records or in bytes (the file keeps every value: the cache
+// loses nothing). A value over cacheMaxValue is not cached.
 func (s *shard) remember(key string, c cached) {
-	if _, ok := s.cache[key]; !ok && len(s.cache) >= cachePerShard {
+	s.drop(key)
+	size := cachedSize(key, c)
+	if size > cacheMaxValue {
+		return
+	}
+	for len(s.cache) > 0 && (len(s.cache) >= cachePerShard || s.cached+size > cacheBytesPerShard) {
 		for k := range s.cache {
-			delete(s.cache, k)
+			s.drop(k)
 			break
 		}
 	}
 	s.cache[key] = c
+	s.cached += size
 }
+
+// drop forgets key's cached value, if any.
+func (s *shard) drop(key string) {
+	if c, ok := s.cache[key]; ok {
+		s.cached -= cachedSize(key, c)
+		delete(s.cache, key)
+	}
+}
+
+// cachedSize is what a cached value costs: its key, its payload, and
+// about what the map and the value's fields take.
+func cachedSize(key string, c cached) int { return len(key) + len(c.payload) + 64 }
 
 // view runs fn in a read transaction; a panic (a damaged page) is an
 // error.
@@ -431,8 +498,9 @@ const (
 	claimNoted          // the key, and its note read and taken when free
 )
 
-// claim claims key (and second, its guard or note, by mode) for owner.
-func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int) (store.ClaimResult, string, error) {
+// claim claims key (and second, its guard or note, by mode) for owner,
+// through the use by (nil in tests).
+func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode int, by *use) (store.ClaimResult, string, error) {
 	if mode != claimPlain && second == "" {
 		mode = claimPlain
 	}
@@ -461,9 +529,9 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 		if err != nil || gres.State != store.StateClaimed {
 			return gres, "", err
 		}
-		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease)}
+		gs.claims[second] = &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	}
-	c := &claim{owner: owner, expires: nowNano + int64(lease)}
+	c := &claim{owner: owner, expires: nowNano + int64(lease), by: by}
 	if mode == claimNoted && prev == "" {
 		// the note is this key's from now on: kept in memory at once and
 		// written with the key's completion
@@ -478,20 +546,71 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 // state is what a claim of key finds: claimed (free), in flight or
 // completed. Called with the key's shard locked.
 func (d *db) state(s *shard, key string, nowNano int64) (store.ClaimResult, error) {
-	if c, ok := s.claims[key]; ok {
-		if c.pinned || c.expires > nowNano {
-			return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(max(c.expires-nowNano, 1))}, nil
-		}
-		delete(s.claims, key)
+	if c, live := held(s, key, nowNano); live {
+		return c.inFlight(nowNano), nil
 	}
 	v, ok, err := d.lookup(s, key, nowNano)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	if ok && v.kind == kindRecord {
-		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}, nil
+	return valueState(v, ok), nil
+}
+
+// held returns key's claim while it is live, and drops one whose lease
+// ended. Called with the key's shard locked.
+func held(s *shard, key string, nowNano int64) (*claim, bool) {
+	c, ok := s.claims[key]
+	if !ok {
+		return nil, false
 	}
-	return store.ClaimResult{State: store.StateClaimed}, nil
+	if c.pinned || c.expires > nowNano {
+		return c, true
+	}
+	delete(s.claims, key)
+	return nil, false
+}
+
+// inFlight is what a claim of a key c holds finds.
+func (c *claim) inFlight(nowNano int64) store.ClaimResult {
+	return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(max(c.expires-nowNano, 1))}
+}
+
+// valueState is what a claim of a key that no request holds finds, with
+// its value v (found false: none): completed, or free to claim.
+func valueState(v cached, found bool) store.ClaimResult {
+	if found && v.kind == kindRecord {
+		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(v.payload)}
+	}
+	return store.ClaimResult{State: store.StateClaimed}
+}
+
+// holds reports whether key, claimed by no one, holds exactly record: a
+// retried completion, whose first answer was lost. Called with the key's
+// shard locked.
+func (d *db) holds(s *shard, key string, record []byte, nowNano int64) bool {
+	if _, inFlight := s.claims[key]; inFlight {
+		return false
+	}
+	v, found, err := d.lookup(s, key, nowNano)
+	return err == nil && found && v.kind == kindRecord && v.payload == string(record)
+}
+
+// claimsOf reports whether a claim taken through u is in flight: being
+// completed, or within its lease.
+func (d *db) claimsOf(u *use) bool {
+	nowNano := now().UnixNano()
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		for _, c := range sh.claims {
+			if c.by == u && (c.pinned || c.expires > nowNano) {
+				sh.mu.Unlock()
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
 }
 
 // owned returns key's claim if owner holds it live and unpinned. Called
@@ -521,11 +640,7 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 	ks := d.shardOf(key)
 	c, ok := owned(ks, key, owner, nowNano)
 	if !ok {
-		retried := false
-		if _, inFlight := ks.claims[key]; !inFlight {
-			v, found, err := d.lookup(ks, key, nowNano)
-			retried = err == nil && found && v.kind == kindRecord && v.payload == string(record)
-		}
+		retried := d.holds(ks, key, record, nowNano)
 		unlock()
 		if retried {
 			return nil
@@ -576,20 +691,25 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 
 	unlock = d.lockShards(key, guard)
 	defer unlock()
-	finish := func(k string, cl *claim) {
-		s := d.shardOf(k)
-		if s.claims[k] == cl {
-			delete(s.claims, k)
-		}
-		if _, inLog := s.pending[k]; err == nil && !inLog {
-			s.remember(k, cached{kind: kindRecord, payload: rec, expires: expires})
-		}
-	}
-	finish(key, c)
+	d.finish(key, c, rec, expires, err)
 	if gc != nil {
-		finish(guard, gc)
+		d.finish(guard, gc, rec, expires, err)
 	}
 	return err
+}
+
+// finish ends the claim cl of key once its completion's commit returned
+// err: the claim goes, and the record, when it is written, is cached
+// (unless the log's pending values hold it: they are newer). Called with
+// the key's shard locked.
+func (d *db) finish(key string, cl *claim, rec string, expires int64, err error) {
+	s := d.shardOf(key)
+	if s.claims[key] == cl {
+		delete(s.claims, key)
+	}
+	if _, inLog := s.pending[key]; err == nil && !inLog {
+		s.remember(key, cached{kind: kindRecord, payload: rec, expires: expires})
+	}
 }
 
 // release deletes owner's claims of key and guard.
@@ -672,7 +792,7 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 		return store.KeyInfo{}, err
 	}
 	unlock := d.lockShards(key, "")
-	delete(d.shardOf(key).cache, key)
+	d.shardOf(key).drop(key)
 	unlock()
 	return info, nil
 }
@@ -798,7 +918,7 @@ func (d *db) sweepClaims() {
 		}
 		for k, c := range s.cache {
 			if c.expires <= nowNano {
-				delete(s.cache, k)
+				s.drop(k)
 			}
 		}
 		s.mu.Unlock()

@@ -145,14 +145,17 @@ func TestRecordsSurviveCloseAndReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// a key in flight at close is not kept: in-flight claims belong to the process
-	if _, err := s.Claim(t.Context(), "reopen:in-flight", store.NewOwner(), time.Minute); err != nil {
+	// a key in flight at close is not kept: in-flight claims belong to the
+	// process. The file stays open for it until its lease ends (a request
+	// still running when its configuration is cleaned up completes in it)
+	if _, err := s.Claim(t.Context(), "reopen:in-flight", store.NewOwner(), 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
+	testkit.Eventually(t, 10*time.Second, "the file closed once the claim's lease ended", func() bool { return !fileHeld(t, path) })
 
 	s2 := open(t, path, "")
 	for _, key := range keys {
@@ -300,7 +303,7 @@ func TestUnwritableDirectory(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		// root writes anywhere: a read-only mount stands in
-		mountTmpfs(t, filepath.Join(dir, "ro"), "ro,size=64k")
+		testkit.MountTmpfs(t, filepath.Join(dir, "ro"), "ro,size=64k")
 	}
 	ctx, cancel := testkit.NewContext(t)
 	defer cancel()
@@ -309,20 +312,6 @@ func TestUnwritableDirectory(t *testing.T) {
 		t.Fatal("provisioning in a directory that cannot be written succeeded")
 	}
 	testkit.MustContain(t, err.Error(), path)
-}
-
-// mountTmpfs mounts a tmpfs of opts at dir until the test ends.
-func mountTmpfs(t *testing.T, dir, opts string) {
-	t.Helper()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mounting a small tmpfs at %s (needs root, as make test in CI runs): %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("unmounting %s: %v: %s", dir, err, out)
-		}
-	})
 }
 
 // TestDiskFull: once the disk is full a completion fails with an error
@@ -334,7 +323,7 @@ func TestDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("TestDiskFull mounts a 512KiB tmpfs and needs root (make test in CI runs as root)")
 	}
-	mountTmpfs(t, dir, "size=512k")
+	testkit.MountTmpfs(t, dir, "size=512k")
 	s := open(t, filepath.Join(dir, "store.db"), "")
 	big := make([]byte, 64<<10)
 	var failed error
@@ -355,8 +344,14 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal("64 completions of 64KiB each fit a 512KiB disk")
 	}
 	testkit.MustContain(t, failed.Error(), "no space left on device")
-	res, err := s.Claim(t.Context(), failedKey, store.NewOwner(), time.Minute)
+	owner := store.NewOwner()
+	res, err := s.Claim(t.Context(), failedKey, owner, time.Minute)
 	if err != nil || res.State != store.StateClaimed {
 		t.Fatalf("the key whose completion failed: %s, %v; want it released and claimed again", res.State, err)
+	}
+	// released, as its request would: the file closes with the store, and
+	// the disk can be unmounted
+	if err := s.Release(t.Context(), failedKey, owner); err != nil {
+		t.Fatal(err)
 	}
 }

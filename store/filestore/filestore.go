@@ -29,7 +29,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/usage"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -54,8 +53,7 @@ type Store struct {
 	// Default: `always`.
 	Sync string `json:"sync,omitempty"`
 
-	db  *db
-	ref usage.Ref // on db
+	use *use // this configuration's use of the open file (use.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -93,9 +91,7 @@ func (s *Store) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	s.db = val.(*db)
-	s.ref = usage.NewRef(pool, abs)
-	s.db.setSync(s, every)
+	s.use = newUse(val.(*db), every)
 	return nil
 }
 
@@ -107,13 +103,14 @@ func (s *Store) Validate() error {
 	return nil
 }
 
-// Cleanup releases this configuration's use of the file; it is closed when
-// no configuration uses it any more.
+// Cleanup releases this configuration's use of the file once the last
+// request that claimed in it is done; the file is closed when no
+// configuration uses it any more (use.go).
 func (s *Store) Cleanup() error {
-	if s.db != nil && s.ref.Held() {
-		s.db.dropSync(s)
+	if s.use == nil {
+		return nil
 	}
-	return s.ref.Release()
+	return s.use.cleanup()
 }
 
 // parseSync parses `always` or an interval ("" is always; zero is
@@ -133,27 +130,27 @@ func parseSync(v string) (time.Duration, error) {
 func (s *Store) KeyPrefix() string { return store.DefaultKeyPrefix }
 
 // Path returns the path of the open file.
-func (s *Store) FilePath() string { return s.db.path }
+func (s *Store) FilePath() string { return s.use.file().path }
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, key, owner string, lease time.Duration) (store.ClaimResult, error) {
-	res, _, err := s.db.claim(key, "", owner, lease, 0, claimPlain)
+	res, _, err := s.use.claim(key, "", owner, lease, 0, claimPlain)
 	return res, err
 }
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) error {
-	return s.db.complete(ctx, key, "", owner, record, ttl, nil)
+	return s.use.file().complete(ctx, key, "", owner, record, ttl, nil)
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key, owner string) error {
-	return s.db.release(key, "", owner)
+	return s.use.file().release(key, "", owner)
 }
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.db.renew(key, "", owner, lease)
+	return s.use.file().renew(key, "", owner, lease)
 }
 
 // ClaimGuarded implements store.GuardedStore.
@@ -162,43 +159,43 @@ func (s *Store) ClaimGuarded(ctx context.Context, key, guard, owner string, leas
 	if guard == "" {
 		mode = claimPlain
 	}
-	res, _, err := s.db.claim(key, guard, owner, lease, 0, mode)
+	res, _, err := s.use.claim(key, guard, owner, lease, 0, mode)
 	return res, err
 }
 
 // ClaimNoted implements store.GuardedStore.
 func (s *Store) ClaimNoted(ctx context.Context, key, note, owner string, lease, noteTTL time.Duration) (store.ClaimResult, string, error) {
-	return s.db.claim(key, note, owner, lease, noteTTL, claimNoted)
+	return s.use.claim(key, note, owner, lease, noteTTL, claimNoted)
 }
 
 // CompleteGuarded implements store.GuardedStore.
 func (s *Store) CompleteGuarded(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration) error {
-	return s.db.complete(ctx, key, guard, owner, record, ttl, nil)
+	return s.use.file().complete(ctx, key, guard, owner, record, ttl, nil)
 }
 
 // ReleaseGuarded implements store.GuardedStore.
 func (s *Store) ReleaseGuarded(ctx context.Context, key, guard, owner string) error {
-	return s.db.release(key, guard, owner)
+	return s.use.file().release(key, guard, owner)
 }
 
 // RenewGuarded implements store.GuardedStore.
 func (s *Store) RenewGuarded(ctx context.Context, key, guard, owner string, lease time.Duration) error {
-	return s.db.renew(key, guard, owner, lease)
+	return s.use.file().renew(key, guard, owner, lease)
 }
 
 // Inspect implements store.KeyAdmin.
 func (s *Store) Inspect(ctx context.Context, key string) (store.KeyInfo, error) {
-	return s.db.inspect(key)
+	return s.use.file().inspect(key)
 }
 
 // Forget implements store.KeyAdmin.
 func (s *Store) Forget(ctx context.Context, key string) (store.KeyInfo, error) {
-	return s.db.forget(ctx, key, nil)
+	return s.use.file().forget(ctx, key, nil)
 }
 
 // ForgetIf implements store.KeyAdmin.
 func (s *Store) ForgetIf(ctx context.Context, key string, record []byte) (bool, error) {
-	info, err := s.db.forget(ctx, key, record)
+	info, err := s.use.file().forget(ctx, key, record)
 	return err == nil && info.State == store.KeyCompleted, err
 }
 
@@ -237,6 +234,7 @@ var (
 	_ store.GuardedStore    = (*Store)(nil)
 	_ store.KeyAdmin        = (*Store)(nil)
 	_ store.Prefixer        = (*Store)(nil)
+	_ store.HealthReporter  = (*Store)(nil)
 	_ caddy.Provisioner     = (*Store)(nil)
 	_ caddy.Validator       = (*Store)(nil)
 	_ caddy.CleanerUpper    = (*Store)(nil)

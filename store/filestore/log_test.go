@@ -65,7 +65,7 @@ func completeKeys(t *testing.T, d *db, prefix string, n, goroutines, size int) m
 				key := fmt.Sprintf("%s:%05d", prefix, i)
 				rec := "\x01" + key + strings.Repeat("x", size)
 				owner := store.NewOwner()
-				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain); err != nil || res.State != store.StateClaimed {
+				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
 					t.Errorf("claim %s: %v %v", key, res.State, err)
 					return
 				}
@@ -109,7 +109,7 @@ func copyFiles(t *testing.T, from string) string {
 func checkCompleted(t *testing.T, d *db, want map[string]string) {
 	t.Helper()
 	for key, rec := range want {
-		res, _, err := d.claim(key, "", store.NewOwner(), time.Minute, 0, claimPlain)
+		res, _, err := d.claim(key, "", store.NewOwner(), time.Minute, 0, claimPlain, nil)
 		if err != nil || res.State != store.StateCompleted || string(res.Record) != rec {
 			t.Fatalf("%s: %s %v, want it completed with its record", key, res.State, err)
 		}
@@ -179,7 +179,7 @@ func TestLogTornRecord(t *testing.T) {
 	delete(want, lost)
 	d2 := openTest(t, path)
 	checkCompleted(t, d2, want)
-	if res, _, err := d2.claim(lost, "", store.NewOwner(), time.Minute, 0, claimPlain); err != nil || res.State != store.StateClaimed {
+	if res, _, err := d2.claim(lost, "", store.NewOwner(), time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
 		t.Fatalf("%s, whose record was torn: %s %v, want it absent", lost, res.State, err)
 	}
 }
@@ -271,6 +271,7 @@ func TestFilterHasEveryKeyOfTheTree(t *testing.T) {
 		s := &d.shards[i]
 		s.mu.Lock()
 		clear(s.cache)
+		s.cached = 0
 		s.mu.Unlock()
 	}
 	for key := range want {

@@ -103,3 +103,118 @@ func TestReloadSharesTheFileAndAChangedPathClosesTheOld(t *testing.T) {
 		t.Fatalf("the first file reopened: %s, %v; want its record", res.State, err)
 	}
 }
+
+// A reload that changes the path cleans the old configuration up while its
+// requests still run: a request that claimed in the old file completes in
+// it (the file is closed once its last claim is done), and one that claims
+// only after that (it was reading its body) takes the file again. Before,
+// the completion failed: "file store: … is closed".
+func TestReloadKeepsTheOldFileForItsRequests(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.db"), filepath.Join(dir, "second.db")
+	old := provisionAt(t, first)
+	running := store.NewOwner()
+	if res, err := old.Claim(t.Context(), "moved:running", running, time.Minute); err != nil || res.State != store.StateClaimed {
+		t.Fatalf("claim: %s %v", res.State, err)
+	}
+	// the reload: the new configuration on another file, then the old
+	// one's cleanup, with its request still running
+	moved := provisionAt(t, second)
+	t.Cleanup(func() { _ = moved.Cleanup() })
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("the old file was closed under a request that claimed in it")
+	}
+	if err := old.Renew(t.Context(), "moved:running", running, time.Minute); err != nil {
+		t.Fatalf("renewing the running request's lease: %v", err)
+	}
+	if err := old.Complete(t.Context(), "moved:running", running, recordOf("moved:running"), time.Hour); err != nil {
+		t.Fatalf("the running request's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after its last request", func() bool { return !fileHeld(t, first) })
+
+	// a request of the old configuration that claims only now
+	late := store.NewOwner()
+	if res, err := old.Claim(t.Context(), "moved:late", late, time.Minute); err != nil || res.State != store.StateClaimed {
+		t.Fatalf("a late claim: %s %v", res.State, err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("a late claim did not take the old file again")
+	}
+	if err := old.Complete(t.Context(), "moved:late", late, recordOf("moved:late"), time.Hour); err != nil {
+		t.Fatalf("the late request's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after the late request", func() bool { return !fileHeld(t, first) })
+
+	reopened := provisionAt(t, first)
+	t.Cleanup(func() { _ = reopened.Cleanup() })
+	for _, key := range []string{"moved:running", "moved:late"} {
+		res, err := reopened.Claim(t.Context(), key, store.NewOwner(), time.Minute)
+		if err != nil || res.State != store.StateCompleted || string(res.Record) != string(recordOf(key)) {
+			t.Fatalf("%s in the old file: %s %v", key, res.State, err)
+		}
+	}
+}
+
+// The same for a batch's items: claimed in the old file, they keep it open
+// until they are completed there, and a late batch claim takes it again.
+func TestReloadKeepsTheOldFileForItsBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.db"), filepath.Join(dir, "second.db")
+	old := provisionAt(t, first)
+	running, late := []string{"batch:r0", "batch:r1", "batch:r2"}, []string{"batch:l0", "batch:l1"}
+	records := func(keys []string) [][]byte {
+		out := make([][]byte, len(keys))
+		for i, k := range keys {
+			out[i] = recordOf(k)
+		}
+		return out
+	}
+	owner := store.NewOwner()
+	if res, err := old.ClaimBatch(t.Context(), running, owner, time.Minute, store.BatchUnlessInFlight); err != nil || res.Claimed != len(running) {
+		t.Fatalf("batch claim: %d claimed, %v", res.Claimed, err)
+	}
+	moved := provisionAt(t, second)
+	t.Cleanup(func() { _ = moved.Cleanup() })
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("the old file was closed under a batch claimed in it")
+	}
+	if err := old.RenewBatch(t.Context(), running, owner, time.Minute); err != nil {
+		t.Fatalf("renewing the running batch: %v", err)
+	}
+	if err := old.CompleteBatch(t.Context(), running, owner, records(running), time.Hour); err != nil {
+		t.Fatalf("the running batch's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after its last batch", func() bool { return !fileHeld(t, first) })
+
+	if res, err := old.ClaimBatch(t.Context(), late, owner, time.Minute, store.BatchUnlessInFlight); err != nil || res.Claimed != len(late) {
+		t.Fatalf("a late batch claim: %d claimed, %v", res.Claimed, err)
+	}
+	if !fileHeld(t, first) {
+		t.Fatal("a late batch claim did not take the old file again")
+	}
+	if err := old.CompleteBatch(t.Context(), late, owner, records(late), time.Hour); err != nil {
+		t.Fatalf("the late batch's completion: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old file closed after the late batch", func() bool { return !fileHeld(t, first) })
+
+	reopened := provisionAt(t, first)
+	t.Cleanup(func() { _ = reopened.Cleanup() })
+	all := append(append([]string(nil), running...), late...)
+	res, err := reopened.ClaimBatch(t.Context(), all, store.NewOwner(), time.Minute, store.BatchUnlessInFlight)
+	if err != nil || res.Completed != len(all) {
+		t.Fatalf("the batches in the old file: %d of %d completed, %v", res.Completed, len(all), err)
+	}
+	for i, k := range all {
+		if string(res.Items[i].Record) != string(recordOf(k)) {
+			t.Fatalf("%s in the old file: record %q", k, res.Items[i].Record)
+		}
+	}
+}

@@ -24,13 +24,13 @@ func (s *Store) Seam() Seam { return Seam{s} }
 
 // Path returns the path of the file; it names the file in errors and
 // identifies it among the files of the process.
-func (sm Seam) Path() string { return sm.s.db.path }
+func (sm Seam) Path() string { return sm.s.use.file().path }
 
 // Hold takes a reference of the caller's own on the open file, which
 // release gives back: the store may be cleaned up before the caller is done
 // with the file (a reload while an inbox finishes its deliveries).
 func (sm Seam) Hold() (release func(), err error) {
-	path := sm.s.db.path
+	path := sm.s.use.file().path
 	if _, _, err := pool.LoadOrNew(path, func() (caddy.Destructor, error) {
 		return nil, fmt.Errorf("file store: %s is closed", path)
 	}); err != nil {
@@ -40,14 +40,14 @@ func (sm Seam) Hold() (release func(), err error) {
 }
 
 // View runs fn in a read transaction.
-func (sm Seam) View(fn func(tx *bolt.Tx) error) error { return sm.s.db.view(fn) }
+func (sm Seam) View(fn func(tx *bolt.Tx) error) error { return sm.s.use.file().view(fn) }
 
 // Update runs fn in the next commit (group commit, durable as the store's
 // sync setting says) and returns its error or the commit's. fn must check
 // what it needs before it writes: a failing fn does not roll back the
 // writes of others in its commit.
 func (sm Seam) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	return sm.s.db.commit(ctx, fn)
+	return sm.s.use.file().commit(ctx, fn)
 }
 
 // ClaimAndAppend claims an absent key (with its guard, or noted its note,
@@ -57,16 +57,16 @@ func (sm Seam) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 // key's state as Claim does. appendFn gets the key the note held before,
 // when that is another key (a suspected replay), else "".
 func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, record []byte, ttl, noteTTL time.Duration, appendFn func(tx *bolt.Tx, suspected string) error) (store.ClaimResult, error) {
-	d := sm.s.db
 	owner := store.NewOwner()
 	mode := claimGuarded
 	if noted {
 		mode = claimNoted
 	}
-	res, prev, err := d.claim(key, guard, owner, time.Minute, noteTTL, mode)
+	res, prev, err := sm.s.use.claim(key, guard, owner, time.Minute, noteTTL, mode)
 	if err != nil || res.State != store.StateClaimed {
 		return res, err
 	}
+	d := sm.s.use.file() // the file claimed in: held until the claim is done
 	suspected := ""
 	if noted && prev != "" && prev != key {
 		suspected = prev
@@ -87,7 +87,7 @@ func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool
 // then's.
 func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then func(tx *bolt.Tx) error) (thenErr, err error) {
 	more := &also{after: then}
-	err = sm.s.db.complete(ctx, key, guard, owner, record, ttl, more)
+	err = sm.s.use.file().complete(ctx, key, guard, owner, record, ttl, more)
 	if err != nil {
 		return err, err
 	}
@@ -107,8 +107,8 @@ func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 // DropCached forgets the process's copy of key's value, after its value
 // changed on the file.
 func (sm Seam) DropCached(key string) {
-	d := sm.s.db
+	d := sm.s.use.file()
 	unlock := d.lockShards(key, "")
-	delete(d.shardOf(key).cache, key)
+	d.shardOf(key).drop(key)
 	unlock()
 }

@@ -26,7 +26,7 @@ func fill(t *testing.T, d *db, round, n int, ttl time.Duration) {
 			for i := g; i < n; i += 16 {
 				key := fmt.Sprintf("sweep:%d:%d", round, i)
 				owner := store.NewOwner()
-				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain); err != nil || res.State != store.StateClaimed {
+				if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
 					errs <- fmt.Errorf("claim %s: %v %v", key, res.State, err)
 					return
 				}
@@ -78,7 +78,7 @@ func TestSweepDeletesWhatExpired(t *testing.T) {
 	}
 	// a record rewritten with a later expiry is not swept by its old entry
 	owner := store.NewOwner()
-	if _, _, err := d.claim("sweep:rewritten", "", owner, time.Minute, 0, claimPlain); err != nil {
+	if _, _, err := d.claim("sweep:rewritten", "", owner, time.Minute, 0, claimPlain, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.complete(context.Background(), "sweep:rewritten", "", owner, []byte("\x01first"), 30*time.Millisecond, nil); err != nil {
@@ -88,7 +88,7 @@ func TestSweepDeletesWhatExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner = store.NewOwner()
-	if _, _, err := d.claim("sweep:rewritten", "", owner, time.Minute, 0, claimPlain); err != nil {
+	if _, _, err := d.claim("sweep:rewritten", "", owner, time.Minute, 0, claimPlain, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.complete(context.Background(), "sweep:rewritten", "", owner, []byte("\x01second"), time.Hour, nil); err != nil {

@@ -59,13 +59,9 @@ func (t *memoryTable) claimGuarded(key, guard, owner string, lease time.Duration
 	keys := [2]string{key, guard}
 	shards := [2]*memoryShard{&t.shards[i], &t.shards[j]}
 	for n, k := range keys {
-		s := shards[n]
-		if e, ok := s.m[k]; ok && e.expires > nowNano {
+		if res, live, _ := shards[n].found(k, nowNano); live {
 			unlock()
-			if !s.inFlight(k, e) {
-				return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(e.record)}
-			}
-			return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
+			return res
 		}
 	}
 	added := int64(0)
@@ -112,15 +108,9 @@ func (t *memoryTable) claimNoted(key, note, owner string, lease, noteTTL time.Du
 		packed, rec := packRecord(note, []byte(key))
 		ns.m[packed] = memoryEntry{record: rec, expires: nowNano + int64(noteTTL)}
 	}
-	var res store.ClaimResult
-	if e, ok := ks.m[key]; ok && e.expires > nowNano {
-		if !ks.inFlight(key, e) {
-			res = store.ClaimResult{State: store.StateCompleted, Record: recordBytes(e.record)}
-		} else {
-			res = store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
-		}
-	} else {
-		if !ok {
+	res, live, held := ks.found(key, nowNano)
+	if !live {
+		if !held {
 			added++
 		}
 		ks.m[key] = memoryEntry{expires: nowNano + int64(lease)}

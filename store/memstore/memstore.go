@@ -248,13 +248,10 @@ func (t *memoryTable) claim(key, owner string, lease time.Duration) store.ClaimR
 	s := &t.shards[i]
 	s.mu.Lock()
 	rounds := 0 // evictions still to make for this key
-	if e, ok := s.m[key]; ok && e.expires > nowNano {
-		defer s.mu.Unlock()
-		if !s.inFlight(key, e) {
-			return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(e.record)}
-		}
-		return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}
-	} else if !ok && t.count.Add(1) > t.maxEntries.Load() {
+	if res, live, held := s.found(key, nowNano); live {
+		s.mu.Unlock()
+		return res
+	} else if !held && t.count.Add(1) > t.maxEntries.Load() {
 		// the table is full: make room in this shard first, under the
 		// lock already held (see store_memory_bound.go)
 		rounds = t.evict(s, nowNano, evictRounds)
@@ -266,6 +263,20 @@ func (t *memoryTable) claim(key, owner string, lease time.Duration) store.ClaimR
 		t.evictElsewhere(i, nowNano, rounds)
 	}
 	return store.ClaimResult{State: store.StateClaimed}
+}
+
+// found returns the state of key when it is live: completed, with its
+// record, or in flight, with the time left on its lease; and whether the
+// map holds key at all (live or expired). Called with s.mu held.
+func (s *memoryShard) found(key string, nowNano int64) (res store.ClaimResult, live, held bool) {
+	e, ok := s.m[key]
+	if !ok || e.expires <= nowNano {
+		return store.ClaimResult{}, false, ok
+	}
+	if !s.inFlight(key, e) {
+		return store.ClaimResult{State: store.StateCompleted, Record: recordBytes(e.record)}, true, true
+	}
+	return store.ClaimResult{State: store.StateInFlight, LeaseLeft: time.Duration(e.expires - nowNano)}, true, true
 }
 
 // owned returns the key's entry if owner still holds a live claim on it.
@@ -289,10 +300,14 @@ func (t *memoryTable) remove(s *memoryShard, key string, e memoryEntry) {
 }
 
 func (t *memoryTable) complete(key, owner string, record []byte, ttl time.Duration) error {
-	nowNano := now().UnixNano()
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.complete(key, owner, record, ttl, now().UnixNano())
+}
+
+// complete is the completion of key, called with s.mu held.
+func (s *memoryShard) complete(key, owner string, record []byte, ttl time.Duration, nowNano int64) error {
 	if _, ok := s.owned(key, owner, nowNano); !ok {
 		if e, ok := s.m[key]; ok && e.expires > nowNano && !s.inFlight(key, e) && e.record == string(record) {
 			return nil // a retried call: the record is there
@@ -312,7 +327,12 @@ func (t *memoryTable) release(key, owner string) error {
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.owned(key, owner, now().UnixNano())
+	return t.releaseLocked(s, key, owner, now().UnixNano())
+}
+
+// releaseLocked is the release of key, called with s.mu held.
+func (t *memoryTable) releaseLocked(s *memoryShard, key, owner string, nowNano int64) error {
+	e, ok := s.owned(key, owner, nowNano)
 	if !ok {
 		return store.ErrNotOwner
 	}
@@ -321,10 +341,14 @@ func (t *memoryTable) release(key, owner string) error {
 }
 
 func (t *memoryTable) renew(key, owner string, lease time.Duration) error {
-	nowNano := now().UnixNano()
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.renew(key, owner, lease, now().UnixNano())
+}
+
+// renew is the renewal of key's lease, called with s.mu held.
+func (s *memoryShard) renew(key, owner string, lease time.Duration, nowNano int64) error {
 	e, ok := s.owned(key, owner, nowNano)
 	if !ok {
 		return store.ErrNotOwner

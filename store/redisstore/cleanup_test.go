@@ -12,7 +12,7 @@ import (
 // TestRedisStoreCleanupLeavesNothingBehind: a store that Caddy loads and
 // cleans up with its configuration, as `caddy validate` does five times
 // over, leaves no goroutine, no connection and no shared client behind.
-// (The root's TestReloadValidateLeavesNothingBehindRedis validates whole
+// (e2e/redis's TestReloadValidateLeavesNothingBehindRedis validates whole
 // configurations.)
 func TestRedisStoreCleanupLeavesNothingBehind(t *testing.T) {
 	srv := testkit.StartRedis(t)

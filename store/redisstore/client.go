@@ -317,8 +317,11 @@ func (c *redisClient) Destruct() error {
 }
 
 // claimDone records the end of a claim: completed or released.
-func (c *redisClient) claimDone() {
-	if c.claims.Add(-1) <= 0 && c.closing.Load() {
+func (c *redisClient) claimDone() { c.claimsDone(1) }
+
+// claimsDone records the end of n claims.
+func (c *redisClient) claimsDone(n int64) {
+	if c.claims.Add(-n) <= 0 && c.closing.Load() {
 		c.close()
 	}
 }

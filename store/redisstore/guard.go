@@ -111,13 +111,13 @@ func (s *Store) ownerOpGuarded(ctx context.Context, op string, script *redis.Scr
 // returns both replies, and the errors of the calls that failed (the other
 // call's reply is still returned).
 func (s *Store) runApart(ctx context.Context, op string, script *redis.Script, then *redisThen, key, guard string, args ...any) ([2]any, error) {
-	return s.runPair(ctx, op, then, [2]scriptCall{{script, key, args}, {script, guard, args}})
+	return s.runPair(ctx, op, then, [2]scriptCall{{script, []string{key}, args}, {script, []string{guard}, args}})
 }
 
-// scriptCall is a script to run on one key.
+// scriptCall is a script to run with its keys, on the node of the first.
 type scriptCall struct {
 	script *redis.Script
-	key    string
+	keys   []string
 	args   []any
 }
 
@@ -125,37 +125,53 @@ type scriptCall struct {
 // keep them on different slots), in one pipeline, as runApart does.
 func (s *Store) runPair(ctx context.Context, op string, then *redisThen, pair [2]scriptCall) ([2]any, error) {
 	var vals [2]any
+	var errs [2]error
 	var nodes [2]*redisNode
 	for i, p := range pair {
-		n, err := s.callable(ctx, op, p.key, then)
+		n, err := s.callable(ctx, op, p.keys[0], then)
 		if err != nil {
 			return vals, err
 		}
 		nodes[i] = n
 	}
+	s.sendApart(ctx, op, then, nodes[:], pair[:], vals[:], errs[:])
+	return vals, errors.Join(errs[0], errs[1])
+}
+
+// sendApart sends calls, calls[i] to nodes[i], in one pipeline through the
+// cluster client, which sends each node its part at once (one round trip
+// of latency, however many nodes), within the store's timeout; then, when
+// not nil, rides right after the first call. It sets each call's reply
+// and error in vals and errs, and tells each node's breaker how its call
+// went.
+func (s *Store) sendApart(ctx context.Context, op string, then *redisThen, nodes []*redisNode, calls []scriptCall, vals []any, errs []error) {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var calls [2]*redisCall
-	for i, p := range pair {
-		calls[i] = redisCallPool.Get().(*redisCall)
-		calls[i].ctx, calls[i].script, calls[i].keys, calls[i].args = cctx, p.script, []string{p.key}, p.args
+	var pairBuf [2]*redisCall
+	rcs := pairBuf[:0]
+	for _, c := range calls {
+		rc := redisCallPool.Get().(*redisCall)
+		rc.ctx, rc.script, rc.keys, rc.args = cctx, c.script, c.keys, c.args
+		rcs = append(rcs, rc)
 	}
 	if then != nil {
 		then.err = errRedisNotSent
-		calls[0].then = then
+		rcs[0].then = then
 	}
-	// one pipeline through the cluster client, which sends each call to
-	// its node
-	nodes[0].batch.send(calls[:], nil)
-	var errs [2]error
-	for i, call := range calls {
-		<-call.done
-		vals[i], errs[i] = call.val, call.err
-		call.settleThen()
-		call.recycle()
+	nodes[0].batch.send(rcs, nil)
+	for i, rc := range rcs {
+		<-rc.done
+		vals[i], errs[i] = rc.val, rc.err
+		if rc.val != nil {
+			// the node answered: the error is another node's, which
+			// go-redis, retrying that node's part until the pipeline's
+			// time is up, sets on every command of the pipeline
+			errs[i] = nil
+		}
+		rc.settleThen()
+		rc.recycle()
 		errs[i] = s.settle(ctx, nodes[i], op, errs[i])
 	}
-	return vals, errors.Join(errs[0], errs[1])
 }
 
 // ClaimNoted implements store.GuardedStore: on a standalone or Sentinel
@@ -178,8 +194,8 @@ func (s *Store) ClaimNoted(ctx context.Context, key, note, owner string, lease, 
 		return res, prev, err
 	}
 	vals, err := s.runPair(ctx, "claim", nil, [2]scriptCall{
-		{redisClaimScript, key, []any{owner, leaseMs}},
-		{redisNoteScript, note, []any{key, noteMs}},
+		{redisClaimScript, []string{key}, []any{owner, leaseMs}},
+		{redisNoteScript, []string{note}, []any{key, noteMs}},
 	})
 	if err != nil {
 		if claimed(vals[0]) {

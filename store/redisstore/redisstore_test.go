@@ -29,7 +29,7 @@ import (
 
 // provisionRedisStore provisions a RedisStore from its JSON config, as
 // Caddy would, and cleans it up when the test ends.
-func provisionRedisStore(t *testing.T, cfg string) *Store {
+func provisionRedisStore(t testing.TB, cfg string) *Store {
 	t.Helper()
 	s := new(Store)
 	if err := json.Unmarshal([]byte(cfg), s); err != nil {

@@ -3,7 +3,7 @@
 // instance of the backend. It tests what the handler relies on: claims,
 // completion, release and renewal with owners, lease and record expiry,
 // concurrent claims of one key, a retried Complete, and, where the store
-// has them, guards, notes and key administration.
+// has them, guards, notes, key administration and batches (batch.go).
 package storetest
 
 import (
@@ -42,6 +42,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Guard", testGuard},
 		{"Note", testNote},
 		{"KeyAdmin", testKeyAdmin},
+		{"BatchMixed", testBatchMixed},
+		{"BatchOwners", testBatchOwners},
+		{"BatchLeaseExpiry", testBatchLeaseExpiry},
+		{"BatchConcurrent", testBatchConcurrent},
+		{"BatchConcurrentHeldBack", testBatchConcurrentHeldBack},
+		{"BatchBounds", testBatchBounds},
+		{"BatchEmpty", testBatchEmpty},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package restart
+
+const raceEnabled = false
