@@ -280,6 +280,12 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		Duration: time.Since(rs.start),
 		BodyHash: rs.bodyHash,
 	}
+	if bs := rs.batch; bs != nil {
+		e.Items = make([]archive.Item, len(bs.values))
+		for i, v := range bs.values {
+			e.Items[i] = archive.Item{Key: v, New: bs.isNew[i]}
+		}
+	}
 	if cfg.Bodies && result != results.Replayed {
 		body, changed, err := cfg.Redact.Body(rs.body.buf)
 		switch {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,7 +209,7 @@ func growBody(buf []byte, size int64) []byte {
 func (rs *requestState) handOn() {
 	rs.handOnForward()
 	pb := rs.body
-	if pb == nil || rs.handOnEvent() {
+	if pb == nil || rs.handOnReplaced() {
 		return
 	}
 	rs.r.Body = pb.reader()
@@ -262,25 +263,41 @@ func (rs *requestState) content() []byte {
 	return rs.body.buf
 }
 
-// forwarded is the body the next handler (or the inbox) gets: the opened
-// content with `decrypt`, else the raw body.
+// forwarded is the body the next handler (or the inbox) gets: another
+// than the raw body (replacement), else the raw body.
 func (rs *requestState) forwarded() []byte {
-	if rs.event != nil && rs.h.verification.Decrypt() {
-		return rs.event
+	if b := rs.replacement(); b != nil {
+		return b
 	}
 	return rs.body.buf
 }
 
-// handOnEvent gives the next handler the opened content as the body, when
-// `decrypt` asks for it, and reports whether it did.
-func (rs *requestState) handOnEvent() bool {
-	if rs.event == nil || !rs.h.verification.Decrypt() {
+// replacement is the body the application gets instead of the raw one: a
+// batch's envelope of its new items, or the opened content with
+// `decrypt`; nil for none.
+func (rs *requestState) replacement() []byte {
+	if rs.batch != nil && rs.batch.body != nil {
+		return rs.batch.body
+	}
+	if rs.event != nil && rs.h.verification.Decrypt() {
+		return rs.event
+	}
+	return nil
+}
+
+// handOnReplaced gives the next handler the replacement body, when there
+// is one, and reports whether it did.
+func (rs *requestState) handOnReplaced() bool {
+	body := rs.replacement()
+	if body == nil {
 		return false
 	}
-	event := rs.event
-	rs.r.Body = io.NopCloser(bytes.NewReader(event))
-	rs.r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(event)), nil }
-	rs.r.ContentLength = int64(len(event))
+	rs.r.Body = io.NopCloser(bytes.NewReader(body))
+	rs.r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	rs.r.ContentLength = int64(len(body))
 	rs.r.TransferEncoding = nil
+	if rs.batch != nil {
+		rs.r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	return true
 }

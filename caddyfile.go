@@ -167,6 +167,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Reconcile = new(ReconcileConfig)
 			err = h.Reconcile.unmarshalCaddyfile(d)
+		case "batch":
+			if h.Batch != nil {
+				return d.Err("batch given twice")
+			}
+			h.Batch = new(BatchConfig)
+			err = h.Batch.unmarshalCaddyfile(d)
 		case "forward":
 			if h.Forward != nil {
 				return d.Err("forward given twice")
@@ -217,7 +223,7 @@ var lineOptions = map[string]cfparse.Arity{
 // blockOptions are the subdirectives of the handler's block: the line
 // options, store, verify, inbox, archive, allow_ips and client_cert.
 var blockOptions = func() map[string]bool {
-	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true, "reconcile": true}
+	m := map[string]bool{"store": true, "verify": true, "inbox": true, "archive": true, "allow_ips": true, "client_cert": true, "forward": true, "reconcile": true, "batch": true}
 	for name := range lineOptions {
 		m[name] = true
 	}

@@ -35,7 +35,9 @@ type ForwardConfig struct {
 	// on a scheme that verifies with a public key or a token is an error
 	// that suggests `edge`. Default: `resign` for inbox deliveries and
 	// redeliveries when the scheme can be re-signed, else `keep`; `keep`
-	// for the next handler.
+	// for the next handler; with a batch, `resign` where the scheme
+	// allows it, else `strip` (and `keep` is refused: the envelope of the
+	// new items is not what the provider signed).
 	Signature string `json:"signature,omitempty"`
 
 	// The Standard Webhooks secrets (`whsec_` and base64) `edge` signs
@@ -176,6 +178,20 @@ func (h *Handler) provisionForward() error {
 		}
 		h.fwd.later = h.fwd.now
 		return nil
+	}
+	if h.batch != nil {
+		// the application gets envelopes the provider did not sign
+		mode := forward.Resign
+		if resign == nil {
+			mode = forward.Strip
+			if len(base.Credentials) > 0 || len(base.CredentialQuery) > 0 {
+				h.logger.Warn("batch: the application gets the envelope of the new items with the provider's signature removed, as the scheme cannot be re-signed; set 'forward { signature edge <secret> }' for a signature it can check",
+					zap.String("scheme", cfg.Scheme))
+			}
+		}
+		h.fwd.now, err = build(mode)
+		h.fwd.later = h.fwd.now
+		return err
 	}
 	if h.fwd.now, err = build(forward.Keep); err != nil {
 		return err

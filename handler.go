@@ -164,6 +164,12 @@ type Handler struct {
 	// next handler.
 	Forward *ForwardConfig `json:"forward,omitempty"`
 
+	// Batches (docs/caddyfile.md: Batches): a request that holds many
+	// events is split into its items, each deduplicated by its own key.
+	// Default: the preset's batch (sendgrid, adyen, graph, eventgrid, pix
+	// and others: docs/providers.md), else none.
+	Batch *BatchConfig `json:"batch,omitempty"`
+
 	// Reconciliation (docs/reconcile.md): with the `stripe` or `github`
 	// preset, what the provider failed to deliver is recovered on a
 	// schedule through the route's dedup. Default: off.
@@ -186,6 +192,7 @@ type Handler struct {
 	handshake    *providers.HandshakeState // nil: none answered
 	edge         *edgeChecks               // allow_ips and client_cert; nil: neither (edge.go)
 	keys         []keySource
+	batch        *batchRule // nil: whole requests are deduplicated (batch.go)
 	nonce        *keySource // the preset's nonce, claimed as the guard (guard.go)
 	keyPrefix    string     // "<key_prefix>:<source>:"
 	methods      []string
@@ -247,6 +254,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionHandshake(); err != nil {
 		return err
 	}
+	if err := h.provisionBatch(); err != nil {
+		return err
+	}
 	if err := h.provisionForward(); err != nil {
 		return err
 	}
@@ -267,6 +277,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	if err := h.provisionStore(ctx, app); err != nil {
+		return err
+	}
+	if err := h.checkBatchStore(); err != nil {
 		return err
 	}
 	if h.refusals, err = h.newRefusals(); err != nil {
@@ -470,10 +483,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := rs.resolveKey(); err != nil {
 		return rs.ambiguous(err)
 	}
+	if h.batch != nil {
+		if answered, err := rs.splitBatch(); answered {
+			return err
+		}
+	}
 	if h.archive != nil {
 		// every outcome from here on is archived
 		rs.trackStatus()
 		defer rs.archive()
+	}
+	if rs.batch != nil {
+		return rs.serveBatch()
 	}
 	res, err := rs.claimKey()
 	if err != nil {

@@ -144,18 +144,8 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 				v = strings.TrimSpace(vs[0])
 			}
 		case keyJSON:
-			res, ambiguous := jsonMember(body, ks.arg)
-			if ambiguous != "" {
-				return "", ks, &ambiguousError{path: ks.arg, member: ambiguous}
-			}
-			switch res.Type {
-			case gjson.String:
-				v = res.Str
-			case gjson.Number, gjson.True, gjson.False:
-				v = res.Raw
-			case gjson.JSON:
-				// an object or array as the id is unusual but stable
-				v = res.Raw
+			if v, err = jsonKeyValue(body, ks.arg); err != nil {
+				return "", ks, err
 			}
 			if v != "" {
 				// v may be a view of the body, whose buffer is reused
@@ -175,6 +165,25 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 		}
 	}
 	return hashKey(bodyHash), bodySource, nil
+}
+
+// jsonKeyValue returns the value of the JSON member at path as a key
+// reads it: a string's text, a number's or literal's bytes, an object's
+// or array's JSON (unusual as an id, but stable); "" when there is none.
+// The value may be a view of body. A member given twice on the path is
+// an *ambiguousError.
+func jsonKeyValue(body []byte, path string) (string, error) {
+	res, ambiguous := jsonMember(body, path)
+	if ambiguous != "" {
+		return "", &ambiguousError{path: path, member: ambiguous}
+	}
+	switch res.Type {
+	case gjson.String:
+		return res.Str, nil
+	case gjson.Number, gjson.True, gjson.False, gjson.JSON:
+		return res.Raw, nil
+	}
+	return "", nil
 }
 
 // isBodyKey reports whether a resolved key value is the body's hash: no

@@ -12,18 +12,20 @@ import (
 )
 
 // renewal keeps a claim's lease alive while the request is handled: it
-// renews the lease every third of it, until stopped.
+// renews the lease every third of it, until stopped. A batch's renewal
+// renews every key it claimed (batch.go).
 type renewal struct {
 	h       *Handler
-	claim   store.Claim
+	c       claimed // what is renewed (request.go)
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
 	held    time.Time // when the lease last started: the claim, or a renewal that succeeded
 }
 
-func (h *Handler) startRenewal(c store.Claim) *renewal {
-	rn := &renewal{h: h, claim: c, held: time.Now()}
+// startRenewal starts renewing c's lease.
+func (h *Handler) startRenewal(c claimed) *renewal {
+	rn := &renewal{h: h, c: c, held: time.Now()}
 	rn.mu.Lock()
 	rn.timer = time.AfterFunc(time.Duration(h.Lease)/3, rn.fire)
 	rn.mu.Unlock()
@@ -33,7 +35,7 @@ func (h *Handler) startRenewal(c store.Claim) *renewal {
 func (rn *renewal) fire() {
 	lease := time.Duration(rn.h.Lease)
 	start := time.Now()
-	err := rn.h.store.renew(context.Background(), rn.claim, lease)
+	err := rn.c.renew(context.Background(), lease)
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if err == nil {
@@ -44,11 +46,11 @@ func (rn *renewal) fire() {
 	}
 	if errors.Is(err, store.ErrNotOwner) {
 		rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
-			zap.String("key", rn.claim.Key))
+			zap.String("key", rn.c.name()))
 		return
 	}
 	if err != nil {
-		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.claim.Key), zap.Error(err))
+		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.c.name()), zap.Error(err))
 	}
 	rn.timer.Reset(lease / 3)
 }
@@ -69,15 +71,13 @@ func (rn *renewal) complete(complete func() error) error {
 	rn.mu.Lock()
 	held := rn.held
 	rn.mu.Unlock()
-	renew := func() error {
-		return rn.h.store.renew(context.Background(), rn.claim, lease)
-	}
+	renew := func() error { return rn.c.renew(context.Background(), lease) }
 	calls, err := retryCompletion(complete, renew, lease, held)
 	if err != nil {
 		rn.h.metrics.unrecorded.Inc()
 	} else if calls > 1 {
 		rn.h.logger.Info("recorded the answer after the store failed",
-			zap.String("key", rn.claim.Key), zap.Int("attempts", calls))
+			zap.String("key", rn.c.name()), zap.Int("attempts", calls))
 	}
 	return err
 }

@@ -138,8 +138,15 @@ func (rs *requestState) refused(status int, reason string) {
 // every ten seconds with the number left out since: a provider that
 // never retries a 413 (GitHub) loses that event for good.
 func (rs *requestState) tooLarge(size int64) {
+	reason := fmt.Sprintf("too large: %s > %s", sizeText(size), humanize.IBytes(uint64(rs.h.MaxBody)))
+	rs.warnTooLarge(reason, "refused a body over max_body (413): a provider that does not retry it loses the event; raise max_body if the provider sends larger events",
+		zap.Int64("max_body", rs.h.MaxBody))
+}
+
+// warnTooLarge lists a request refused with 413 for reason, and logs msg
+// at WARN as tooLarge says.
+func (rs *requestState) warnTooLarge(reason, msg string, fields ...zap.Field) {
 	h := rs.h
-	reason := fmt.Sprintf("too large: %s > %s", sizeText(size), humanize.IBytes(uint64(h.MaxBody)))
 	rs.refused(http.StatusRequestEntityTooLarge, reason)
 	rf := h.refusals
 	if rf == nil {
@@ -151,9 +158,8 @@ func (rs *requestState) tooLarge(size int64) {
 		rf.quiet.Add(1)
 		return
 	}
-	h.logger.Warn("refused a body over max_body (413): a provider that does not retry it loses the event; raise max_body if the provider sends larger events",
-		zap.String("delivery_id", rf.deliveryID(rs.r)), zap.String("reason", reason),
-		zap.Int64("max_body", h.MaxBody), zap.Int64("not_logged_since", rf.quiet.Swap(0)))
+	h.logger.Warn(msg, append(fields, zap.String("delivery_id", rf.deliveryID(rs.r)), zap.String("reason", reason),
+		zap.Int64("not_logged_since", rf.quiet.Swap(0)))...)
 }
 
 // sizeText writes a body's size for a reason: `26.1 MB`, or `more` when

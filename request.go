@@ -42,6 +42,7 @@ type requestState struct {
 	keyFromBody bool        // the key is the body hash
 	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
 	received    http.Header // the headers as received, when the next handler gets others (forward.go)
+	batch       *batchState // the items of a batch (batch.go); nil for one delivery
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
@@ -319,29 +320,37 @@ func (rs *requestState) inboxEvent() event.Request {
 // wait polls the store until an in-flight key is completed or released (it
 // then claims it), or until wait_timeout.
 func (rs *requestState) wait(res store.ClaimResult) (store.ClaimResult, error) {
-	h := rs.h
-	deadline := time.Now().Add(time.Duration(h.WaitTimeout))
+	err := rs.poll(func() (bool, error) {
+		var err error
+		res, err = rs.claimOnce()
+		return err == nil && res.State == store.StateInFlight, err
+	})
+	return res, err
+}
+
+// poll calls claim again, backing off, while it reports a key in flight,
+// until wait_timeout or the client goes away: `in_flight wait`.
+func (rs *requestState) poll(claim func() (inFlight bool, err error)) error {
+	deadline := time.Now().Add(time.Duration(rs.h.WaitTimeout))
 	interval := 10 * time.Millisecond
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	for res.State == store.StateInFlight {
+	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return res, nil
+			return nil
 		}
 		timer.Reset(min(interval, left))
 		select {
 		case <-rs.r.Context().Done():
-			return res, nil
+			return nil
 		case <-timer.C:
 		}
 		interval = min(interval*3/2, 250*time.Millisecond)
-		var err error
-		if res, err = rs.claimOnce(); err != nil {
-			return res, err
+		if inFlight, err := claim(); err != nil || !inFlight {
+			return err
 		}
 	}
-	return res, nil
 }
 
 // dispatch answers according to what the claim found: a replay, a
@@ -424,9 +433,34 @@ func (rs *requestState) accepted() error {
 // and completes the key, or releases the key when the answer must not be
 // replayed.
 func (rs *requestState) process() error {
-	h := rs.h
 	rs.setResult(results.New)
-	rn := h.startRenewal(rs.claim)
+	return rs.serve(rs)
+}
+
+// claimed is a claim serve hands on: one key's (the requestState itself),
+// or a batch's (batch.go).
+type claimed interface {
+	name() string                                         // the claim in the log: its key, or a batch's first
+	renew(ctx context.Context, lease time.Duration) error // renews its lease
+	completes(status int) bool                            // whether an answer with this status is recorded
+	complete(record []byte, status int) error             // records the answer
+	release()                                             // gives the claim back
+}
+
+func (rs *requestState) name() string { return rs.claim.Key }
+
+func (rs *requestState) renew(ctx context.Context, lease time.Duration) error {
+	return rs.h.store.renew(ctx, rs.claim, lease)
+}
+
+func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(status) }
+
+// serve hands a claimed delivery to the next handler, renewing the claim
+// meanwhile, then completes it with the answer's record, or releases it
+// when the answer must not be replayed.
+func (rs *requestState) serve(c claimed) error {
+	h := rs.h
+	rn := h.startRenewal(c)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -436,7 +470,7 @@ func (rs *requestState) process() error {
 	defer func() {
 		if !returned {
 			rn.stop()
-			rs.release()
+			c.release()
 		}
 	}()
 	rs.handOn()
@@ -453,13 +487,13 @@ func (rs *requestState) process() error {
 		rec.WriteHeader(http.StatusOK)
 		status = http.StatusOK
 	}
-	if err == nil && rec.writeErr == nil && !gone && h.cacheable.has(status) {
-		if cerr := rn.complete(func() error { return rs.complete(rec.record, status) }); cerr != nil {
+	if err == nil && rec.writeErr == nil && !gone && c.completes(status) {
+		if cerr := rn.complete(func() error { return c.complete(rec.record, status) }); cerr != nil {
 			h.logger.Warn("recording response failed; duplicates will be processed again",
-				zap.String("key", rs.claim.Key), zap.Int("status", status), zap.Error(cerr))
+				zap.String("key", c.name()), zap.Int("status", status), zap.Error(cerr))
 		}
 	} else {
-		rs.release()
+		c.release()
 	}
 	// the answer goes out only now that the store knows its fate, so a
 	// duplicate sent after the client has it finds the key completed

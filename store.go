@@ -102,6 +102,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, app *App) error {
 	h.store = &meteredStore{backend: s, m: h.metrics}
 	h.store.guarded, _ = s.(store.GuardedStore)
 	h.store.recent, _ = s.(store.RecentRecords)
+	h.store.batch, _ = s.(store.BatchStore)
 	if h.store.guarded == nil {
 		// a store that holds no guard: every key is claimed alone
 		h.guardMode, h.nonce = guardOff, nil
@@ -121,6 +122,7 @@ type meteredStore struct {
 	backend store.Store
 	guarded store.GuardedStore  // the same store, when it holds guards
 	recent  store.RecentRecords // the same store, when it keeps recent records
+	batch   store.BatchStore    // the same store, when it claims many keys at once
 	m       *handlerMetrics
 }
 
@@ -192,6 +194,38 @@ func (s *meteredStore) renew(ctx context.Context, c store.Claim, lease time.Dura
 	} else {
 		err = s.guarded.RenewGuarded(ctx, c.Key, guard, c.Owner, lease)
 	}
+	s.observe(opRenew, start, err)
+	return err
+}
+
+// claimBatch claims a batch's keys for owner in one round trip (batch.go).
+func (s *meteredStore) claimBatch(ctx context.Context, keys []string, owner string, lease time.Duration) (store.BatchResult, error) {
+	start := time.Now()
+	res, err := s.batch.ClaimBatch(ctx, keys, owner, lease, store.BatchUnlessInFlight)
+	s.observe(opClaim, start, err)
+	return res, err
+}
+
+// completeBatch completes a batch's keys with one record.
+func (s *meteredStore) completeBatch(ctx context.Context, keys []string, owner string, record []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := s.batch.CompleteBatch(ctx, keys, owner, [][]byte{record}, ttl)
+	s.observe(opComplete, start, err)
+	return err
+}
+
+// releaseBatch releases a batch's keys.
+func (s *meteredStore) releaseBatch(ctx context.Context, keys []string, owner string) error {
+	start := time.Now()
+	err := s.batch.ReleaseBatch(ctx, keys, owner)
+	s.observe(opRelease, start, err)
+	return err
+}
+
+// renewBatch renews a batch's keys.
+func (s *meteredStore) renewBatch(ctx context.Context, keys []string, owner string, lease time.Duration) error {
+	start := time.Now()
+	err := s.batch.RenewBatch(ctx, keys, owner, lease)
 	s.observe(opRenew, start, err)
 	return err
 }

@@ -124,6 +124,13 @@ func routeFor(t *testing.T, dir, preset string) presetRoute {
 		der, _ := x509.MarshalPKCS8PrivateKey(priv)
 		key := writeFile(t, dir, "discord.pem", pemBlock("PRIVATE KEY", der))
 		return presetRoute{fmt.Sprintf("webhook_idempotency discord {\n\tpublic_key %s\n}", hex.EncodeToString(pub)), []string{"--private-key", key}}
+	case "telnyx":
+		// Telnyx's Ed25519 key: the route verifies with its public half in
+		// base64, as Telnyx's portal shows it
+		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+		der, _ := x509.MarshalPKCS8PrivateKey(priv)
+		key := writeFile(t, dir, "telnyx.pem", pemBlock("PRIVATE KEY", der))
+		return presetRoute{fmt.Sprintf("webhook_idempotency telnyx {\n\tpublic_key %s\n}", base64.StdEncoding.EncodeToString(pub)), []string{"--private-key", key}}
 	case "woovi", "wise":
 		// the provider's RSA key: the route verifies with its public half
 		k, _ := rsa.GenerateKey(rand.Reader, 2048)

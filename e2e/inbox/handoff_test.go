@@ -36,6 +36,13 @@ func stripeEvent(id string) []byte {
 // time at, and returns the answer's status.
 func postSignedAt(t *testing.T, url, preset, secret string, body []byte, at time.Time) int {
 	t.Helper()
+	resp, _ := postSigned(t, url, preset, secret, body, at)
+	return resp.StatusCode
+}
+
+// postSigned is postSignedAt with the whole answer.
+func postSigned(t *testing.T, url, preset, secret string, body []byte, at time.Time) (*http.Response, []byte) {
+	t.Helper()
 	signer, err := providers.NewSigner(preset, providers.SignConfig{Secret: secret})
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +55,7 @@ func postSignedAt(t *testing.T, url, preset, secret string, body []byte, at time
 	if body, err = signer.Sign(req, body, at); err != nil {
 		t.Fatal(err)
 	}
-	resp, _ := testkit.Post(t, url, body, flatten(req.Header)...)
-	return resp.StatusCode
+	return testkit.Post(t, url, body, flatten(req.Header)...)
 }
 
 // flatten writes a header as name, value pairs.

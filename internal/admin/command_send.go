@@ -301,7 +301,7 @@ func printPresets(w io.Writer) {
 		if needs == "" {
 			needs = "cannot be signed by this command"
 		}
-		fmt.Fprintf(w, "  %-12s %s\n", name, needs)
+		fmt.Fprintf(w, "  %-18s %s\n", name, needs)
 	}
 }
 

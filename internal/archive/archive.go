@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -267,6 +268,16 @@ type Entry struct {
 	Size   int64
 	// BodyOwned tells that Body is not the request's pooled buffer.
 	BodyOwned bool
+	// Items are the keys of a batch's items, in the request's order
+	// (docs/caddyfile.md: Batches); nil for a request of one event.
+	Items []Item
+}
+
+// Item is one item of an archived batch: its key, and whether the request
+// handed it on (the others were seen before, or were in flight).
+type Item struct {
+	Key string `json:"key"`
+	New bool   `json:"new"`
 }
 
 // OwnBody copies the body out of the request's pooled buffer, for an
@@ -289,10 +300,11 @@ const (
 	fieldOmitted  = "body_omitted" // why the body is not kept
 	fieldReason   = "reason"       // refusals: why it was refused
 	fieldSize     = "size"         // refusals: the body's size, -1 unknown
+	fieldItems    = "items"        // a batch's items: a line each, "1" (new) or "0", a tab, the key
 )
 
 // fieldCount is the most fields and values of an entry.
-const fieldCount = 34
+const fieldCount = 36
 
 // appendFields appends the entry's fields and values to f: everything but
 // the body, which the backends store apart.
@@ -324,7 +336,37 @@ func (e *Entry) appendFields(f []any) []any {
 	if e.Reason != "" {
 		f = append(f, fieldReason, e.Reason, fieldSize, strconv.FormatInt(e.Size, 10))
 	}
+	if len(e.Items) > 0 {
+		f = append(f, fieldItems, encodeItems(e.Items))
+	}
 	return f
+}
+
+// encodeItems writes a batch's items as the items field holds them.
+func encodeItems(items []Item) string {
+	var b strings.Builder
+	for _, it := range items {
+		if it.New {
+			b.WriteString("1\t")
+		} else {
+			b.WriteString("0\t")
+		}
+		b.WriteString(it.Key)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// decodeItems reads the items field.
+func decodeItems(s string) []Item {
+	var out []Item
+	for line := range strings.Lines(s) {
+		flag, key, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		if ok {
+			out = append(out, Item{Key: key, New: flag == "1"})
+		}
+	}
+	return out
 }
 
 // archiveMetrics holds one archive's resolved series.

@@ -41,8 +41,10 @@ type Event struct {
 	BodyOmitted string `json:"body_omitted,omitempty"`
 	// Reason says why a refused request was refused, and Size is its
 	// body's size in bytes (-1 unknown): the list of refusals only.
-	Reason       string              `json:"reason,omitempty"`
-	Size         *int64              `json:"size,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Size   *int64 `json:"size,omitempty"`
+	// Items are a batch's items (docs/caddyfile.md: Batches).
+	Items        []Item              `json:"items,omitempty"`
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
@@ -77,6 +79,9 @@ func eventFromFields(id string, get func(string) (string, bool), withBody bool) 
 		BodyOmitted:  field(fieldOmitted),
 		Reason:       field(fieldReason),
 		headerBlock:  field(event.FieldHeaders),
+	}
+	if s, ok := get(fieldItems); ok {
+		ev.Items = decodeItems(s)
 	}
 	if s, ok := get(fieldSize); ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
@@ -130,6 +135,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		BodyRedacted: e.Redacted,
 		BodyOmitted:  e.Omitted,
 		Reason:       e.Reason,
+		Items:        e.Items,
 		headerBlock:  e.Headers,
 	}
 	if e.Reason != "" {
@@ -175,7 +181,8 @@ func (ev *Event) Request() event.Request {
 
 // Query is a search of the archive: every filter given must match.
 type Query struct {
-	Key, Result  string
+	Key          string // the event's key, or one of its batch's items'
+	Result       string
 	Status       func(int) bool // nil: any
 	Since, Until time.Time      // zero: unbounded
 	Cursor       event.ID       // with HasCursor: events older than this one
@@ -199,9 +206,22 @@ const (
 // match reports whether an event passes the filters that the id range
 // does not already apply.
 func (q Query) match(ev *Event) bool {
-	return (q.Key == "" || ev.Key == q.Key) &&
+	return (q.Key == "" || ev.hasKey(q.Key)) &&
 		(q.Result == "" || ev.Result == q.Result) &&
 		(q.Status == nil || q.Status(ev.Status))
+}
+
+// hasKey reports whether the event's key, or one of its items', is key.
+func (ev *Event) hasKey(key string) bool {
+	if ev.Key == key {
+		return true
+	}
+	for _, it := range ev.Items {
+		if it.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // bounds returns the id range the query covers, retention applied
