@@ -31,9 +31,9 @@ MODULE := github.com/webhookguard/caddy-webhook-idempotency
 MODULE_IDS := http.handlers.webhook_idempotency webhook_idempotency \
 	http.webhook_idempotency.stores.file http.webhook_idempotency.stores.memory \
 	http.webhook_idempotency.stores.redis \
-	admin.api.webhook_idempotency
+	admin.api.webhook_idempotency http.handlers.webhook_idempotency_console
 
-## xcaddy: build ./bin/caddy-xcaddy with xcaddy v0.4.5 from this checkout; check list-modules prints the six ids
+## xcaddy: build ./bin/caddy-xcaddy with xcaddy v0.4.5 from this checkout; check list-modules prints the seven ids
 xcaddy:
 	$(XCADDY) build --output ./bin/caddy-xcaddy --with $(MODULE)@v0.0.0=./
 	@mods=$$(./bin/caddy-xcaddy list-modules) || { echo "./bin/caddy-xcaddy list-modules failed" >&2; exit 1; }; \
@@ -44,7 +44,7 @@ xcaddy:
 	if [ -n "$$missing" ]; then \
 		echo "xcaddy build: ./bin/caddy-xcaddy list-modules does not print:$$missing" >&2; exit 1; \
 	fi; \
-	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all six module ids"
+	echo "xcaddy build: ./bin/caddy-xcaddy list-modules prints all seven module ids"
 
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -13,8 +13,8 @@ import (
 )
 
 // A store file deleted under the running Caddy is noticed within seconds:
-// logged at ERROR, counted, and shown unhealthy in /metrics
-// (docs/stores.md). Before, nothing noticed: duplicates were replayed from
+// logged at ERROR, counted, and shown unhealthy in /metrics and in the
+// admin API's source (docs/stores.md). Before, nothing noticed: duplicates were replayed from
 // memory until a restart, after which every earlier delivery ran again.
 func TestStoreFileDeletedIsNoticed(t *testing.T) {
 	dir := t.TempDir()
@@ -37,6 +37,24 @@ func TestStoreFileDeletedIsNoticed(t *testing.T) {
 	}
 	if v, ok := metric("caddy_webhook_idempotency_store_file_lost_total"); !ok || v != 0 {
 		t.Fatalf("store_file_lost_total %v (present %v), want 0", v, ok)
+	}
+	// the admin API's source shows the store's health (docs/admin.md)
+	type health struct {
+		Healthy *bool   `json:"healthy"`
+		Error   *string `json:"error"`
+	}
+	storeHealth := func() health {
+		var src struct {
+			StoreHealth *health `json:"store_health"`
+		}
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/lostfile", &src)
+		if src.StoreHealth == nil || src.StoreHealth.Healthy == nil || src.StoreHealth.Error == nil {
+			t.Fatalf("GET /webhook_idempotency/lostfile: store_health %+v, want healthy and error", src.StoreHealth)
+		}
+		return *src.StoreHealth
+	}
+	if h := storeHealth(); !*h.Healthy || *h.Error != "" {
+		t.Fatalf("store_health before the loss: healthy %v, error %q", *h.Healthy, *h.Error)
 	}
 
 	if err := os.Remove(path); err != nil {
@@ -62,6 +80,9 @@ func TestStoreFileDeletedIsNoticed(t *testing.T) {
 		t.Fatalf("no ERROR line for the deleted file in:\n%s", logs)
 	}
 	testkit.MustContain(t, line, path, `"open_file":"/proc/`)
+	if h := storeHealth(); *h.Healthy || !strings.Contains(*h.Error, "was deleted while Caddy runs") {
+		t.Fatalf("store_health after the loss: healthy %v, error %q", *h.Healthy, *h.Error)
+	}
 	// duplicates are still answered meanwhile
 	resp, b := testkit.Post(t, url, []byte(`{"n":1}`), "Idempotency-Key", "lost-3")
 	if resp.Header.Get(testkit.ReplayedHeader) != "true" {

@@ -62,11 +62,23 @@ func newBrowser(t *testing.T) context.Context {
 // browse runs browser actions with a deadline, failing the test on error.
 func browse(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	within, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
+	if err := chromedp.Do(within, actions...); err != nil {
+		t.Fatalf("%s: %v%s", what, err, pageState(ctx))
 	}
+}
+
+// pageState is what the page says, for a failed browser action: its URL
+// and the console's message.
+func pageState(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + ' says ' + JSON.stringify((document.querySelector('#message') || {}).textContent || '')`))
+	if err != nil {
+		return ""
+	}
+	return " (at " + s + ")"
 }
 
 // browserValue runs one browser action that returns a value.
@@ -88,7 +100,7 @@ func browserValue[T any](t *testing.T, ctx context.Context, what string, action 
 // admin endpoint's own Origin, and refuses everything else.
 func consoleProxySite(port, adminPort int) string {
 	return fmt.Sprintf(`
-http://127.0.0.1:%[1]d {
+http://127.0.0.1:%[1]d, http://localhost:%[1]d {
 	@console {
 		path /webhook_idempotency/*
 		header Sec-Fetch-Site same-origin
@@ -107,7 +119,9 @@ http://127.0.0.1:%[1]d {
 // TestConsole: in a real Chromium, the console shows the sources with
 // their counts, filters the archive, opens an event with its headers and
 // body, redelivers a dead letter (the upstream receives it), and forgets a
-// key (the provider's next retry is processed). With CONSOLE_SCREENSHOT set
+// key once confirmed (the provider's next retry is processed); it is
+// opened through the admin endpoint's loopback proxy site of
+// docs/admin.md at 127.0.0.1 and at localhost. With CONSOLE_SCREENSHOT set
 // to a file name, it saves a screenshot of the page there.
 func TestConsole(t *testing.T) {
 	srv := testkit.StartRedis(t)
@@ -183,12 +197,13 @@ http://127.0.0.1:%d {
 	if text := browserValue(t, ctx, "direct page", chromedp.Text("body")); !strings.Contains(text, "not allowed") {
 		t.Fatalf("Caddy's admin endpoint served a browser's navigation: %q", text)
 	}
-	console := fmt.Sprintf("http://127.0.0.1:%d/webhook_idempotency/console", proxyPort)
-	browse(t, ctx, "open the console",
-		chromedp.Navigate(console),
-		chromedp.WaitVisible(`#sources tbody tr[data-source="payments"]`),
-		chromedp.WaitVisible(`#sources tbody tr[data-source="orders"]`),
-	)
+	for _, host := range []string{"localhost", "127.0.0.1"} { // the last one stays open
+		browse(t, ctx, "open the console at "+host,
+			chromedp.Navigate(fmt.Sprintf("http://%s:%d/webhook_idempotency/console", host, proxyPort)),
+			chromedp.WaitVisible(`#sources tbody tr[data-source="payments"]`),
+			chromedp.WaitVisible(`#sources tbody tr[data-source="orders"]`),
+		)
+	}
 	counts := browserValue(t, ctx, "payments counts", chromedp.Text(`#sources tbody tr[data-source="payments"]`))
 	if !strings.Contains(counts, "payments\tredis\t3\t1") {
 		t.Fatalf("payments row: %q", counts)
@@ -216,13 +231,15 @@ http://127.0.0.1:%d {
 		t.Fatalf("event shown: body %q, headers %q", body, headers)
 	}
 
-	// forget a key: the provider's next retry is processed
+	// forget a key, once confirmed: the provider's next retry is processed
 	browse(t, ctx, "look up a key",
+		chromedp.Click(`#tab-key`),
+		chromedp.WaitVisible(`#key-input`),
 		chromedp.SetValue(`#key-input`, "evt_1001"),
 		chromedp.Click(`#key-lookup`),
 	)
 	browserValue(t, ctx, "key completed", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('completed')`, chromedp.WithPollingTimeout(10*time.Second)))
-	browse(t, ctx, "forget it", chromedp.Click(`#key-forget`))
+	browse(t, ctx, "forget it", chromedp.Click(`#key-forget`), chromedp.WaitVisible(`#confirm`), chromedp.Click(`#confirm-ok`))
 	browserValue(t, ctx, "key absent", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('absent')`, chromedp.WithPollingTimeout(10*time.Second)))
 	calls := app.Calls.Load()
 	resp, _ := testkit.Post(t, site+"/payments/hook", []byte(`{"id":"evt_1001","type":"payment.succeeded","amount":1000}`), "Idempotency-Key", "evt_1001")
@@ -235,6 +252,8 @@ http://127.0.0.1:%d {
 	before := len(app.Requests())
 	browse(t, ctx, "open orders",
 		chromedp.Click(`#sources tbody tr[data-source="orders"]`),
+		chromedp.WaitVisible(`#tab-dead`),
+		chromedp.Click(`#tab-dead`),
 		chromedp.WaitVisible(`#dead tbody tr[data-id] button.redeliver`),
 		chromedp.Click(`#dead tbody tr[data-id] button.redeliver`),
 	)
@@ -276,10 +295,8 @@ http://127.0.0.1:%d {
 		browse(t, ctx, "screenshot setup",
 			chromedp.Click(`#sources tbody tr[data-source="payments"]`),
 			chromedp.WaitVisible(`#events tbody tr[data-id]`),
-			chromedp.Click(`#events tbody tr:nth-child(2)`),
+			chromedp.Click(`#events tbody tr:nth-child(4)`), // evt_1002, new, its card number redacted
 			chromedp.WaitVisible(`#event-detail`),
-			chromedp.SetValue(`#key-input`, "evt_1003"),
-			chromedp.Click(`#key-lookup`),
 			chromedp.Sleep(500*time.Millisecond),
 		)
 		png := browserValue(t, ctx, "screenshot", chromedp.FullScreenshot(100))
@@ -320,6 +337,8 @@ http://127.0.0.1:%d {
 		chromedp.Navigate(fmt.Sprintf("http://127.0.0.1:%d/webhook_idempotency/console", proxyPort)),
 		chromedp.WaitVisible(`#sources tbody tr[data-source="dots"]`),
 		chromedp.Click(`#sources tbody tr[data-source="dots"]`),
+		chromedp.WaitVisible(`#tab-key`),
+		chromedp.Click(`#tab-key`),
 		chromedp.WaitVisible(`#key-input`),
 	)
 	for _, key := range keys {
@@ -331,7 +350,7 @@ http://127.0.0.1:%d {
 			const text = document.querySelector('#key-state').textContent;
 			return text.includes('completed') && text.includes('idem:dots:`+key+`');
 		})()`, chromedp.WithPollingTimeout(10*time.Second)))
-		browse(t, ctx, "forget "+key, chromedp.Click(`#key-forget`))
+		browse(t, ctx, "forget "+key, chromedp.Click(`#key-forget`), chromedp.WaitVisible(`#confirm`), chromedp.Click(`#confirm-ok`))
 		browserValue(t, ctx, key+" absent", chromedp.Poll[bool](`document.querySelector('#key-state').textContent.includes('absent')`, chromedp.WithPollingTimeout(10*time.Second)))
 		if msg := browserValue(t, ctx, "message", chromedp.Text(`#message`)); !strings.Contains(msg, "key "+key+" forgotten") {
 			t.Fatalf("after forgetting %q: %q", key, msg)

@@ -16,8 +16,9 @@ import (
 // TestDemo: the demo, Caddyfile.example, runs as the README says (`caddy
 // run --config Caddyfile.example`) on the ports its environment variables
 // give, listens on 127.0.0.1 only (127.0.0.2, loopback too, is refused),
-// deduplicates its generic endpoint, and its Stripe route answers trigger
-// and send with what it did.
+// serves its console at 127.0.0.1 and at localhost, deduplicates its
+// generic endpoint, and its Stripe route answers trigger and send with
+// what it did.
 func TestDemo(t *testing.T) {
 	port, appPort, consolePort, adminPort := testkit.FreePort(t), testkit.FreePort(t), testkit.FreePort(t), testkit.FreePort(t)
 	cmd := testkit.CaddyCommand("run", "--config", "../../Caddyfile.example")
@@ -57,6 +58,18 @@ func TestDemo(t *testing.T) {
 		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.2:%d", p)); err == nil {
 			c.Close()
 			t.Errorf("port %d answers on 127.0.0.2: the demo listens beyond 127.0.0.1", p)
+		}
+	}
+
+	// the console, at each loopback name: the page, and the sources from
+	// its API (a site for localhost alone left 127.0.0.1 an empty 200)
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		console := fmt.Sprintf("http://%s:%d/", host, consolePort)
+		if resp, b := testkit.Do(t, http.MethodGet, console, nil); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `name="webhook-idempotency-api" content="api/"`) {
+			t.Fatalf("the demo's console at %s: %s %.200q", console, resp.Status, b)
+		}
+		if resp, b := testkit.Do(t, http.MethodGet, console+"api/", nil); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"source":"stripe"`) {
+			t.Fatalf("the demo console's sources at %s: %s %.200q", console, resp.Status, b)
 		}
 	}
 

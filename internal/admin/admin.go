@@ -1,9 +1,10 @@
 // Package admin is the module's operator surface (docs/admin.md,
 // docs/operating.md#commands): the /webhook_idempotency/ endpoints of
-// Caddy's admin API, the console they serve, and the `caddy
-// webhook-idempotency` commands. It reads and acts on the running
-// configuration through the Route view each handler publishes (route.go),
-// and knows nothing else of the handler.
+// Caddy's admin API, the console they serve, the
+// webhook_idempotency_console handler that serves both on a site's route,
+// and the `caddy webhook-idempotency` commands. It reads and acts on the
+// running configuration through the Route view each handler publishes
+// (route.go), and knows nothing else of the handler.
 package admin
 
 import (
@@ -22,6 +23,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
 func init() {
@@ -88,13 +90,33 @@ type adminMethods map[string]adminHandler
 // idHandler serves a route for the key or id in its path (see withID).
 type idHandler func(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error
 
-// handle routes a request by its path. Path segments are unescaped, so a
-// source, key or id may be percent-encoded (a key with a '/' must be).
+// handle routes a request of the admin endpoint by its path: the console
+// at /webhook_idempotency/console and its files below it, the API below
+// /webhook_idempotency/ (a source named console keeps its routes but its
+// summary).
 func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), adminPrefix)
 	if !ok {
 		return errNotFound
 	}
+	if page, asset, ok := strings.Cut(rest, "/"); page == "console" && (!ok || consoleAssets[asset] != "") {
+		if err := allowMethods(w, r, http.MethodGet); err != nil {
+			return err
+		}
+		if !ok {
+			return serveConsolePage(w, adminPageAPI)
+		}
+		return serveConsoleAsset(w, asset)
+	}
+	return serveAPI(w, r, rest)
+}
+
+// serveAPI routes a request of the API by its path below the API's root
+// (escaped, without its leading slash): the same routes on Caddy's admin
+// endpoint (below /webhook_idempotency/) and in the console handler (below
+// api/). Path segments are unescaped, so a source, key or id may be
+// percent-encoded (a key with a '/' must be).
+func serveAPI(w http.ResponseWriter, r *http.Request, rest string) error {
 	if rest == "" {
 		if err := allowMethods(w, r, http.MethodGet); err != nil {
 			return err
@@ -108,12 +130,6 @@ func (a AdminAPI) handle(w http.ResponseWriter, r *http.Request) error {
 			return errNotFound
 		}
 		segs[i] = v
-	}
-	if segs[0] == "console" && len(segs) <= 2 {
-		if err := allowMethods(w, r, http.MethodGet); err != nil {
-			return err
-		}
-		return serveConsole(w, r, segs[1:])
 	}
 	methods := sourceRoute(segs[1:])
 	if methods == nil {
@@ -282,6 +298,10 @@ type sourceStatus struct {
 	// Archive is the number of archived events, when the source has an
 	// archive.
 	Archive *archiveStatus `json:"archive,omitempty"`
+	// StoreHealth is what the source's store reports of its own health,
+	// when it checks it (the file store: its file deleted or replaced
+	// under the running Caddy, docs/stores.md); absent otherwise.
+	StoreHealth *storeHealth `json:"store_health,omitempty"`
 	// Unavailable says why the store did not answer for the source's
 	// inbox or archive counts (in the list of every source, which lists
 	// the others as ever); those counts are then left out.
@@ -302,6 +322,34 @@ type archiveStatus struct {
 	RedeliverTo string `json:"redeliver_to,omitempty"`
 }
 
+// storeHealth is a store's report of its own health (store.HealthReporter).
+type storeHealth struct {
+	// Healthy is false when the store no longer keeps what it is given
+	// although its calls succeed.
+	Healthy bool `json:"healthy"`
+	// Error says why the store is unhealthy; "" when it is healthy.
+	Error string `json:"error"`
+}
+
+// health is what the source's stores report of their health: unhealthy
+// when one of its routes' stores is; nil when none reports it.
+func (s *adminSource) health() *storeHealth {
+	var h *storeHealth
+	for _, rt := range s.routes {
+		hr, ok := rt.Store().(store.HealthReporter)
+		if !ok {
+			continue
+		}
+		if h == nil {
+			h = &storeHealth{Healthy: true}
+		}
+		if err := hr.Health(); err != nil && h.Healthy {
+			*h = storeHealth{Error: err.Error()}
+		}
+	}
+	return h
+}
+
 // status reads a source's counts.
 func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 	first := s.routes[0]
@@ -310,6 +358,8 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 		Store:   first.StoreModule(),
 		Routes:  len(s.routes),
 		Results: first.Results(),
+		// no store call: a file store checks its files every 5 s
+		StoreHealth: s.health(),
 	}
 	var failed error // the first store error; the other counts are still read
 	for _, rt := range s.routes {

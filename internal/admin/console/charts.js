@@ -3,7 +3,8 @@
 // the admin API's /<source>/minutes and drawn as SVG built with DOM calls:
 // no library, no network but the page's own origin, nothing inline.
 
-const api = new URL('.', location.href); // .../webhook_idempotency/
+import { api } from './api.js';
+
 const svgNS = 'http://www.w3.org/2000/svg';
 const series = [
 	['new', 'new'],

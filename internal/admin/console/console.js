@@ -1,14 +1,19 @@
 // The webhook_idempotency console: it calls the admin API of the origin it
-// was loaded from, and writes every value as text, never as HTML. It is a
-// module script and its stylesheet is requested with crossorigin: Caddy's
-// admin endpoint refuses the no-cors requests of plain <script> and <link>
-// tags.
+// was loaded from (api.js), and writes every value as text, never as HTML.
+// It is a module script and its stylesheet is requested with crossorigin:
+// Caddy's admin endpoint refuses the no-cors requests of plain <script>
+// and <link> tags.
+//
+// What it shows is named by the page's URL, so that a reload or a shared
+// link opens the same thing: ?source=<source>&tab=<archive|dead|refused|key>,
+// &event=<id> for an archived event, and the archive's filters (key,
+// result, status, since, until). Moving around pushes a new URL; the
+// browser's back and forward buttons go back to what it named.
 
-const api = new URL('.', location.href); // .../webhook_idempotency/
-let source = null;
-let cursor = '';
+import { api, call } from './api.js';
 
 const $ = (sel) => document.querySelector(sel);
+const enc = encodeURIComponent;
 
 function el(tag, text, cls) {
 	const e = document.createElement(tag);
@@ -23,70 +28,212 @@ function say(text, ok) {
 	m.className = ok ? 'ok' : 'error';
 }
 
-async function call(method, path, query) {
-	const url = new URL(path, api);
-	if (query) url.search = query.toString();
-	const resp = await fetch(url, { method, credentials: 'same-origin', cache: 'no-store' });
-	if (resp.status === 204) return null;
-	const body = await resp.json().catch(() => ({ error: resp.statusText }));
-	if (!resp.ok) throw new Error(body.error || resp.statusText);
-	return body;
+const when = (t) => new Date(t).toLocaleString();
+const count = (n, thing) => n + ' ' + thing + (n === 1 ? '' : 's');
+
+// State: the sources of the last list, and what the URL names.
+
+const sources = new Map();
+const view = { source: '', tab: '', event: '' };
+const tabs = ['archive', 'dead', 'refused', 'key'];
+const filterNames = ['key', 'result', 'status', 'since', 'until'];
+let cursor = '';
+let refusedCursor = '';
+
+// pageQuery is the page's query for the view and the archive's filters:
+// the tab when it is not the source's first (an event's is the archive).
+function pageQuery() {
+	const q = new URLSearchParams();
+	if (view.source) {
+		q.set('source', view.source);
+		const s = sources.get(view.source);
+		if (view.tab && !view.event && !(s && available(s)[0] === view.tab)) q.set('tab', view.tab);
+		if (view.event) q.set('event', view.event);
+		for (const [k, v] of filters()) q.set(k, v);
+	}
+	const s = q.toString();
+	return s ? '?' + s : '';
 }
 
-const enc = encodeURIComponent;
+// go changes the view and records it as a new entry of the history: a
+// URL relative to the document's, which keeps any login typed into it (a
+// history entry differs from the document's URL in its path, query and
+// fragment only). An event opened from the list leaves the list as it is.
+async function go(next) {
+	const eventOnly = Object.keys(next).length === 1 && next.event;
+	Object.assign(view, next);
+	const query = pageQuery();
+	if (query !== location.search) history.pushState(null, '', query || location.pathname);
+	return eventOnly ? showEvent(view.event) : show();
+}
+
+// fromURL takes the view and the filters from the page's URL.
+function fromURL() {
+	const q = new URLSearchParams(location.search);
+	view.source = q.get('source') || '';
+	view.tab = tabs.includes(q.get('tab')) ? q.get('tab') : '';
+	view.event = q.get('event') || '';
+	for (const name of filterNames) $('#filter-' + name).value = q.get(name) || '';
+	if (view.event) view.tab = 'archive';
+}
 
 // Sources
 
+// loadSources lists the sources, updating the rows in place: a row being
+// clicked is never replaced under the pointer.
 async function loadSources() {
 	const list = await call('GET', '');
+	sources.clear();
 	const tbody = $('#sources tbody');
-	tbody.replaceChildren();
+	const rows = new Map([...tbody.children].map((tr) => [tr.dataset.source, tr]));
 	for (const s of list) {
+		sources.set(s.source, s);
+		let tr = rows.get(s.source);
+		rows.delete(s.source);
+		if (!tr) {
+			tr = el('tr');
+			tr.dataset.source = s.source;
+			tr.addEventListener('click', () => openSource(s.source));
+		}
+		tbody.append(tr); // in the list's order
 		const r = s.results || {};
 		const other = Object.entries(r)
 			.filter(([k]) => !['new', 'replayed', 'conflict', 'invalid_signature'].includes(k))
 			.reduce((n, [, v]) => n + v, 0);
-		const tr = el('tr');
-		tr.dataset.source = s.source;
-		if (s.source === source) tr.className = 'selected';
+		tr.className = s.source === view.source ? 'selected' : '';
 		// a source whose store did not answer is listed, marked, without
 		// the counts its store keeps
 		const down = s.unavailable ? 'unavailable' : null;
-		for (const v of [s.source, s.store, r.new, r.replayed, r.conflict, r.invalid_signature, other,
+		const sick = storeTrouble(s);
+		const cells = [s.source, sick ? s.store + ': unhealthy' : s.store, r.new, r.replayed, r.conflict, r.invalid_signature, other,
 			s.inbox ? down || s.pending : '–', s.inbox ? down || s.scheduled : '–', s.inbox ? down || s.dead : '–',
-			s.archive ? (s.archive.events ?? down) : '–']) {
-			tr.append(el('td', v, v === down && down ? 'unavailable' : ''));
-		}
-		if (down) {
-			tr.dataset.unavailable = 'true';
-			tr.title = s.unavailable;
-		}
-		tr.addEventListener('click', () => select(s));
-		tbody.append(tr);
+			s.archive ? (s.archive.events ?? down) : '–'];
+		while (tr.children.length < cells.length) tr.append(el('td'));
+		cells.forEach((v, i) => {
+			const td = tr.children[i];
+			td.textContent = v === undefined || v === null ? '' : String(v);
+			td.className = (v === down && down) || (i === 1 && sick) ? 'unavailable' : '';
+		});
+		if (down) tr.dataset.unavailable = 'true';
+		else delete tr.dataset.unavailable;
+		tr.title = [s.unavailable, sick && 'store unhealthy: ' + sick].filter(Boolean).join('; ');
 	}
+	for (const tr of rows.values()) tr.remove();
+	if (sources.has(view.source)) showStoreHealth(sources.get(view.source));
 	$('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
 }
 
-function select(s) {
-	source = s.source;
-	$('#source-name').textContent = s.source;
-	$('#source-panels').hidden = false;
-	$('#archive-panel').hidden = !s.archive;
-	$('#dead-panel').hidden = !s.inbox;
-	$('#event-detail').hidden = true;
-	$('#key-state').replaceChildren();
+// storeTrouble says why the source's store is unhealthy (a file store
+// whose file was deleted or replaced under Caddy), '' when it is not.
+function storeTrouble(s) {
+	return s.store_health && !s.store_health.healthy ? s.store_health.error || 'unhealthy' : '';
+}
+
+// openSource opens a source's panel, as a click on its row does.
+function openSource(name) {
+	for (const n of filterNames) $('#filter-' + n).value = '';
+	go({ source: name, tab: '', event: '' })
+		.then(() => $('#source-panels').scrollIntoView({ block: 'nearest' }))
+		.catch((e) => say(e.message));
+}
+
+// A source's panel
+
+// available lists the tabs a source has: the archive with an archive, the
+// dead letters with an inbox.
+function available(s) {
+	return tabs.filter((t) => (t !== 'archive' || s.archive) && (t !== 'dead' || s.inbox));
+}
+
+// show renders what the view names.
+async function show() {
+	const s = sources.get(view.source);
 	for (const tr of document.querySelectorAll('#sources tbody tr')) {
-		tr.className = tr.dataset.source === source ? 'selected' : '';
+		tr.className = tr.dataset.source === view.source ? 'selected' : '';
 	}
-	if (s.archive) searchEvents(false).catch((e) => say(e.message));
-	if (s.inbox) loadDead().catch((e) => say(e.message));
+	$('#source-panels').hidden = !s;
+	// another source's reconciliation is not left showing while this
+	// one's is read
+	if ($('#source-name').textContent !== view.source) $('#reconcile-panel').hidden = true;
+	if (!s) {
+		if (view.source) say('no source ' + JSON.stringify(view.source) + ' in the running configuration');
+		return;
+	}
+	const tabsOf = available(s);
+	if (!tabsOf.includes(view.tab)) view.tab = tabsOf[0];
+	$('#source-name').textContent = s.source;
+	showStoreHealth(s);
+	for (const b of document.querySelectorAll('#tabs button')) {
+		b.hidden = !tabsOf.includes(b.dataset.tab);
+		b.setAttribute('aria-selected', String(b.dataset.tab === view.tab));
+	}
+	for (const p of document.querySelectorAll('.tab-panel')) p.hidden = p.dataset.tab !== view.tab;
+	$('#event-detail').hidden = true;
+	loadReconcile().catch((e) => say(e.message));
+	switch (view.tab) {
+	case 'archive':
+		await searchEvents(false);
+		if (view.event) await showEvent(view.event);
+		break;
+	case 'dead':
+		await loadDead();
+		break;
+	case 'refused':
+		await loadRefused(false);
+		break;
+	case 'key':
+		$('#key-state').replaceChildren();
+		break;
+	}
+}
+
+// showStoreHealth says, above the source's tabs, when its store is
+// unhealthy; the live counts refresh it.
+function showStoreHealth(s) {
+	const why = storeTrouble(s);
+	$('#store-health').hidden = !why;
+	$('#store-health').textContent = why ? 'The ' + s.store + ' store is unhealthy: ' + why + '.' : '';
+}
+
+// target tells whether the source has somewhere to redeliver archived
+// events to: its inbox, else its archive's redeliver_to.
+function target(s) {
+	return s.inbox || !!(s.archive && s.archive.redeliver_to);
+}
+
+// Reconciliation: shown when the source has a reconcile block (the API
+// answers 409 when it has none).
+
+async function loadReconcile() {
+	const source = view.source;
+	let st;
+	try {
+		st = await call('GET', enc(source) + '/reconcile');
+	} catch (e) {
+		if (e.status !== 409) throw e;
+		st = null;
+	}
+	if (source !== view.source) return;
+	$('#reconcile-panel').hidden = !st;
+	if (!st) return;
+	const dl = $('#reconcile-state');
+	dl.replaceChildren();
+	const last = st.running ? 'running now' : st.last_end ? when(st.last_end) : 'none yet';
+	const result = st.last_result ? st.last_result + (st.last_error ? ': ' + st.last_error : '') : '–';
+	for (const [k, v, cls] of [['provider', st.provider], ['last pass', last], ['result', result, 'reconcile-' + (st.last_result || 'none')],
+		['recovered', st.recovered], ['next pass', when(st.next_pass) + (st.resuming ? ' (resumes the last)' : '')],
+		['rate limited until', st.rate_limited_until ? when(st.rate_limited_until) : null],
+		['every', st.every + ', looking back ' + st.lookback]]) {
+		if (v === null || v === undefined) continue;
+		dl.append(el('dt', k), el('dd', v, cls));
+	}
 }
 
 // Archive
 
 function filters() {
 	const q = new URLSearchParams();
-	for (const name of ['key', 'result', 'status', 'since', 'until']) {
+	for (const name of filterNames) {
 		const v = $('#filter-' + name).value.trim();
 		if (v) q.set(name, v);
 	}
@@ -94,19 +241,22 @@ function filters() {
 }
 
 async function searchEvents(more) {
+	const source = view.source;
 	const q = filters();
 	q.set('count', '50');
 	if (more && cursor) q.set('cursor', cursor);
 	const list = await call('GET', enc(source) + '/events', q);
+	if (source !== view.source) return;
 	const tbody = $('#events tbody');
 	if (!more) tbody.replaceChildren();
 	for (const ev of list.events) {
 		const tr = el('tr');
 		tr.dataset.id = ev.id;
-		tr.append(el('td', new Date(ev.received).toLocaleString()), el('td', ev.key),
+		if (ev.id === view.event) tr.className = 'selected';
+		tr.append(el('td', when(ev.received)), el('td', ev.key),
 			el('td', ev.result, 'result-' + ev.result), el('td', ev.status, ev.status >= 400 ? 'status-error' : ''),
 			el('td', ev.method), el('td', ev.uri), el('td', ev.duration_ms));
-		tr.addEventListener('click', () => showEvent(ev.id).catch((e) => say(e.message)));
+		tr.addEventListener('click', () => go({ event: ev.id }).catch((e) => say(e.message)));
 		tbody.append(tr);
 	}
 	cursor = list.cursor;
@@ -114,11 +264,37 @@ async function searchEvents(more) {
 	const ex = new URL(enc(source) + '/events/export', api);
 	ex.search = filters().toString();
 	$('#export').href = ex.toString();
+	$('#redeliver-matching').hidden = !target(sources.get(source) || {}) || [...filters()].length === 0;
+}
+
+// notRedeliverable says why an archived event cannot be redelivered, as
+// the API would answer 409; '' when it can.
+function notRedeliverable(s, ev) {
+	if (!target(s)) return 'the route has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to';
+	if (!ev.body_stored || ev.body === undefined) {
+		if (ev.result === 'replayed') return 'a replay\'s body is not archived: redeliver the original delivery of this key';
+		if (ev.body_omitted) return 'its body is not archived: ' + ev.body_omitted;
+		return 'its body is not archived (bodies off)';
+	}
+	if (ev.body_redacted) return 'its body was redacted: redelivering it would send the application "[redacted]" values';
+	return '';
 }
 
 async function showEvent(id) {
-	const ev = await call('GET', enc(source) + '/events/' + enc(id));
+	const source = view.source;
+	let ev;
+	try {
+		ev = await call('GET', enc(source) + '/events/' + enc(id));
+	} catch (e) {
+		$('#event-detail').hidden = true;
+		throw new Error('event ' + id + ': ' + e.message);
+	}
+	if (source !== view.source || id !== view.event) return;
+	for (const tr of document.querySelectorAll('#events tbody tr')) {
+		tr.className = tr.dataset.id === id ? 'selected' : '';
+	}
 	$('#event-id').textContent = ev.id;
+	$('#event-link').href = location.pathname + pageQuery();
 	const meta = $('#event-meta');
 	meta.replaceChildren();
 	for (const [k, v] of [['received', ev.received], ['key', ev.key], ['result', ev.result], ['status', ev.status],
@@ -142,24 +318,42 @@ async function showEvent(id) {
 		else try { body = JSON.stringify(JSON.parse(body), null, 2); } catch (e) { /* not JSON */ }
 	}
 	$('#event-body').textContent = body;
-	// the API refuses to redeliver an event whose body is not archived (a
-	// replay's, or bodies off) or was redacted: not offered
-	$('#event-redeliver').hidden = ev.body === undefined || !!ev.body_redacted;
+	// Redeliver is offered only where the API would do it
+	const why = notRedeliverable(sources.get(source) || {}, ev);
+	$('#event-redeliver').hidden = !!why;
 	$('#event-redeliver').dataset.id = ev.id;
+	$('#event-redeliver-note').hidden = !why;
+	$('#event-redeliver-note').textContent = why ? 'Not redeliverable: ' + why + '.' : '';
 	$('#event-detail').hidden = false;
 }
 
 async function redeliverEvent() {
 	const id = $('#event-redeliver').dataset.id;
-	const out = await call('POST', enc(source) + '/events/' + enc(id) + '/redeliver');
+	const out = await call('POST', enc(view.source) + '/events/' + enc(id) + '/redeliver');
 	if (out.delivered) say('event ' + id + ' redelivered' + (out.inbox_id ? ' through the inbox' : ' (' + out.status + ')'), true);
 	else say('event ' + id + ' not redelivered: ' + out.error);
+}
+
+async function redeliverMatching() {
+	const source = view.source;
+	const q = filters();
+	const what = [...q].map(([k, v]) => k + ' ' + v).join(', ');
+	if (!await confirmAction('Redeliver the archived events of ' + source + ' matching ' + what +
+		' (up to 50, the newest of each key) to the application?', 'Redeliver')) return;
+	q.set('count', '50');
+	const out = await call('POST', enc(source) + '/events/redeliver', q);
+	const failed = out.redelivered.filter((r) => !r.delivered);
+	say(count(out.redelivered.length - failed.length, 'event') + ' redelivered, ' + failed.length + ' failed, ' +
+		out.skipped.length + ' skipped' + (failed.length ? ': ' + failed[0].error : '') +
+		(out.cursor ? '; more events match than were read: narrow the filters to redeliver them' : ''), failed.length === 0);
 }
 
 // Dead letters
 
 async function loadDead() {
+	const source = view.source;
 	const list = await call('GET', enc(source) + '/dead');
+	if (source !== view.source) return;
 	const tbody = $('#dead tbody');
 	tbody.replaceChildren();
 	for (const d of list) {
@@ -167,26 +361,59 @@ async function loadDead() {
 		tr.dataset.id = d.id;
 		const redeliver = el('button', 'Redeliver', 'redeliver');
 		redeliver.type = 'button';
-		redeliver.addEventListener('click', () => deadAction('POST', d.id + '/redeliver', 'redelivered'));
-		const discard = el('button', 'Discard', 'discard');
+		redeliver.addEventListener('click', guard(() => deadAction('POST', d.id + '/redeliver', 'redelivered')));
+		const discard = el('button', 'Discard…', 'discard');
 		discard.type = 'button';
-		discard.addEventListener('click', () => deadAction('DELETE', d.id, 'discarded'));
+		discard.addEventListener('click', guard(async () => {
+			if (!await confirmAction('Discard dead letter ' + d.id + ' (key ' + d.key + ') of ' + source +
+				'? Its event is deleted and never delivered.', 'Discard')) return;
+			await deadAction('DELETE', d.id, 'discarded');
+		}));
 		const actions = el('td');
 		actions.append(redeliver, ' ', discard);
 		tr.append(el('td', d.id), el('td', d.key), el('td', d.uri), el('td', d.attempts), el('td', d.last_status),
-			el('td', d.last_error), el('td', new Date(d.failed).toLocaleString()), actions);
+			el('td', d.last_error), el('td', when(d.failed)), actions);
 		tbody.append(tr);
 	}
+	$('#dead-empty').hidden = list.length > 0;
+	$('#dead-redeliver-all').hidden = list.length === 0;
 }
 
 async function deadAction(method, path, done) {
-	try {
-		await call(method, enc(source) + '/dead/' + path);
-		say('dead letter ' + path.split('/')[0] + ' ' + done, true);
-		await loadDead();
-	} catch (e) {
-		say(e.message);
+	await call(method, enc(view.source) + '/dead/' + path);
+	say('dead letter ' + path.split('/')[0] + ' ' + done, true);
+	await loadDead();
+}
+
+async function redeliverAllDead() {
+	const source = view.source;
+	const n = document.querySelectorAll('#dead tbody tr').length;
+	if (!await confirmAction('Redeliver every dead letter of ' + source + ' (' + n + ' listed) to the application, each with a fresh retry schedule?', 'Redeliver all')) return;
+	const out = await call('POST', enc(source) + '/dead/redeliver');
+	say(count(out.redelivered, 'dead letter') + ' redelivered', true);
+	await loadDead();
+}
+
+// Refused requests
+
+async function loadRefused(more) {
+	const source = view.source;
+	const q = new URLSearchParams({ count: '50' });
+	if (more && refusedCursor) q.set('cursor', refusedCursor);
+	const list = await call('GET', enc(source) + '/refused', q);
+	if (source !== view.source) return;
+	const tbody = $('#refused tbody');
+	if (!more) tbody.replaceChildren();
+	for (const ev of list.refused) {
+		const tr = el('tr');
+		tr.dataset.id = ev.id;
+		tr.append(el('td', when(ev.received)), el('td', ev.result, 'result-' + ev.result), el('td', ev.status, 'status-error'),
+			el('td', ev.reason), el('td', ev.remote), el('td', ev.method + ' ' + ev.uri), el('td', ev.key));
+		tbody.append(tr);
 	}
+	refusedCursor = list.cursor || '';
+	$('#refused-more').hidden = !refusedCursor;
+	$('#refused-empty').hidden = tbody.children.length > 0;
 }
 
 // Keys
@@ -197,7 +424,7 @@ const keyQuery = (key) => new URLSearchParams({ key });
 
 async function lookUpKey() {
 	const key = $('#key-input').value;
-	const st = await call('GET', enc(source) + '/keys', keyQuery(key));
+	const st = await call('GET', enc(view.source) + '/keys', keyQuery(key));
 	const dl = $('#key-state');
 	dl.replaceChildren();
 	for (const k of ['state', 'store_key', 'lease_left_ms', 'status', 'recorded_at', 'expires_at']) {
@@ -207,9 +434,24 @@ async function lookUpKey() {
 
 async function forgetKey() {
 	const key = $('#key-input').value;
-	await call('DELETE', enc(source) + '/keys', keyQuery(key));
+	if (!await confirmAction('Forget key ' + JSON.stringify(key) + ' of ' + view.source +
+		'? The provider\'s next delivery of it is processed again by the application.', 'Forget')) return;
+	await call('DELETE', enc(view.source) + '/keys', keyQuery(key));
 	say('key ' + key + ' forgotten: the next delivery is processed', true);
 	await lookUpKey();
+}
+
+// Confirmation: a modal dialog; Cancel, Escape or closing it answers no.
+
+function confirmAction(text, ok) {
+	const d = $('#confirm');
+	$('#confirm-text').textContent = text;
+	$('#confirm-ok').textContent = ok;
+	d.returnValue = '';
+	d.showModal();
+	return new Promise((resolve) => {
+		d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true });
+	});
 }
 
 function guard(fn) {
@@ -220,17 +462,27 @@ function guard(fn) {
 }
 
 {
-	$('#filters').addEventListener('submit', guard(() => searchEvents(false)));
+	$('#confirm-ok').addEventListener('click', () => $('#confirm').close('ok'));
+	$('#confirm-cancel').addEventListener('click', () => $('#confirm').close('cancel'));
+	for (const b of document.querySelectorAll('#tabs button')) {
+		b.addEventListener('click', guard(() => go({ tab: b.dataset.tab, event: '' })));
+	}
+	$('#filters').addEventListener('submit', guard(() => go({ event: '' })));
 	$('#more').addEventListener('click', guard(() => searchEvents(true)));
+	$('#redeliver-matching').addEventListener('click', guard(redeliverMatching));
 	$('#event-redeliver').addEventListener('click', guard(redeliverEvent));
-	$('#dead-redeliver-all').addEventListener('click', guard(async () => {
-		const out = await call('POST', enc(source) + '/dead/redeliver');
-		say(out.redelivered + ' dead letters redelivered', true);
-		await loadDead();
-	}));
+	$('#dead-redeliver-all').addEventListener('click', guard(redeliverAllDead));
+	$('#refused-more').addEventListener('click', guard(() => loadRefused(true)));
 	$('#key-form').addEventListener('submit', guard(lookUpKey));
 	$('#key-forget').addEventListener('click', guard(forgetKey));
+	window.addEventListener('popstate', guard(() => { fromURL(); return show(); }));
 	const tick = () => loadSources().catch((e) => say(e.message));
-	tick();
-	setInterval(() => { if ($('#live').checked) tick(); }, 2000);
+	// the first list, then what the URL names
+	fromURL();
+	loadSources().then(show).catch((e) => say(e.message));
+	setInterval(() => {
+		if (!$('#live').checked) return;
+		tick();
+		if (view.source && sources.has(view.source)) loadReconcile().catch((e) => say(e.message));
+	}, 2000);
 }
