@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -318,7 +319,7 @@ func declSigner(decl VerifyConfig) presetSigner {
 			return nil, fmt.Errorf("--private-key: %v", err)
 		}
 		if decl.Scheme == "jwt" {
-			return signature.NewJWTKeySigner(signature.JWTKeySignerConfig{Header: decl.Header, Scheme: decl.AuthScheme, Key: key, KeyID: cfg.KeyID, Claims: map[string]any{}})
+			return jwtDeclSigner(decl, cfg, key)
 		}
 		tc, err := decl.templateConfig()
 		if err != nil {
@@ -326,6 +327,55 @@ func declSigner(decl VerifyConfig) presetSigner {
 		}
 		return signature.NewTemplateSigner(tc, key)
 	}}
+}
+
+// jwtDeclSigner signs tokens as the issuer a jwt block trusts: its first
+// issuer, the first value of each claim it checks (`true` and `false` as
+// booleans, as Google writes email_verified), then cfg's claims (the
+// route's own checks: Pub/Sub's service account email), and as audience
+// cfg's public URL, else the URL sent to (Pub/Sub's default audience is
+// the push endpoint's URL), unless cfg's claims give `aud`.
+func jwtDeclSigner(decl VerifyConfig, cfg SignConfig, key crypto.Signer) (signature.Signer, error) {
+	claims := map[string]any{}
+	if len(decl.Issuers) > 0 {
+		claims["iss"] = decl.Issuers[0]
+	}
+	set := func(name, v string) {
+		switch v {
+		case "true", "false":
+			claims[name] = v == "true"
+		default:
+			claims[name] = v
+		}
+	}
+	for name, values := range decl.Claims {
+		if len(values) > 0 {
+			set(name, values[0])
+		}
+	}
+	for name, v := range cfg.Claims {
+		set(name, v)
+	}
+	jc := signature.JWTKeySignerConfig{Header: decl.Header, Scheme: decl.AuthScheme, Key: key, KeyID: cfg.KeyID, Claims: claims}
+	if _, ok := claims["aud"]; ok || cfg.PublicURL != "" {
+		if !ok {
+			claims["aud"] = cfg.PublicURL
+		}
+		return signature.NewJWTKeySigner(jc)
+	}
+	if _, err := signature.NewJWTKeySigner(jc); err != nil {
+		return nil, err
+	}
+	return signature.SignerFunc(func(r *http.Request, body []byte, at time.Time) ([]byte, error) {
+		c := jc
+		c.Claims = maps.Clone(claims)
+		c.Claims["aud"] = r.URL.String()
+		s, err := signature.NewJWTKeySigner(c)
+		if err != nil {
+			return nil, err
+		}
+		return s.Sign(r, body, at)
+	}), nil
 }
 
 // parsePrivateKey parses an ECDSA, RSA or Ed25519 private key.

@@ -40,9 +40,7 @@ func init() {
 		},
 		BodyUnsigned: true,
 		Edge:         pixEdge,
-		signer: presetSigner{needs: "nothing it can sign: a Pix webhook is authenticated by the PSP's TLS client certificate (send it with curl --cert)", build: func(SignConfig) (signature.Signer, error) {
-			return nil, errors.New("a Pix webhook carries no signature: it is authenticated by the PSP's TLS client certificate, which this command does not present")
-		}},
+		signer: presetSigner{none: "a Pix webhook carries no signature: it is authenticated by the PSP's TLS client certificate, which this command does not present (send it with curl --cert)"},
 	})
 }
 

@@ -3,6 +3,8 @@ package providers
 import (
 	"context"
 	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -116,6 +118,29 @@ func TestPubSub(t *testing.T) {
 		r := httptest.NewRequest(http.MethodPost, "/pubsub", nil)
 		r.Header.Set("Authorization", "Bearer "+s)
 		sigtest.WantReason(t, ver.Verify(r, body), signature.ErrInvalid)
+	}
+
+	// the send command's signer: Google's shape, which idtoken takes, the
+	// audience the URL sent to unless given, the account a claim
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+	for _, public := range []string{"", pubsubAudience} {
+		s, err := NewSigner("pubsub", SignConfig{PrivateKey: keyPEM, KeyID: kid, PublicURL: public, Claims: map[string]string{"email": pubsubAccount}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, pubsubAudience, nil)
+		if public != "" {
+			r = httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/pubsub", nil)
+		}
+		if _, err := s.Sign(r, body, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ver.Verify(r, body); err != nil {
+			t.Fatalf("signed by the preset's signer (public URL %q): %v", public, err)
+		}
+		if _, err := oracle.Validate(context.Background(), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), pubsubAudience); err != nil {
+			t.Fatalf("idtoken refuses the signer's token: %v", err)
+		}
 	}
 
 	// the route must name its audience and its service account

@@ -1,13 +1,7 @@
 package providers_test
 
 import (
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"testing"
 	"time"
@@ -32,20 +26,6 @@ func providerHosts(t *testing.T, docs map[string]string, names ...string) chan s
 	return hosts.Requests
 }
 
-// signingCert is a certificate of key's public half named name, valid for
-// the test (SNS's and PayPal's certificates are trusted for where they
-// come from, so it signs itself).
-func signingCert(t *testing.T, key *rsa.PrivateKey, name string) string {
-	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
 // next waits for the stand-in's next request.
 func next(t *testing.T, requests chan string, what string) string {
 	t.Helper()
@@ -68,7 +48,7 @@ func TestSNSThroughCaddy(t *testing.T) {
 	const topic = "arn:aws:sns:us-east-1:123456789012:orders"
 	const certPath = "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
 	key := sigtest.RSAKey("sns")
-	requests := providerHosts(t, map[string]string{certPath: signingCert(t, key, "sns.amazonaws.com"), "/": "<ConfirmSubscriptionResponse/>"},
+	requests := providerHosts(t, map[string]string{certPath: sigtest.SelfSignedCert(t, key, "sns.amazonaws.com"), "/": "<ConfirmSubscriptionResponse/>"},
 		"sns.us-east-1.amazonaws.com")
 	cert := "https://sns.us-east-1.amazonaws.com" + certPath
 	up := testkit.NewUpstream(t, nil)

@@ -138,6 +138,20 @@ func readSendFlags(fl caddycmd.Flags, preset string) (*sendFlags, error) {
 			}
 		}
 	}
+	claims, err := fl.GetStringArray("claim")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		name, value, ok := strings.Cut(c, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("--claim %q: want name=value", c)
+		}
+		if sf.cfg.Claims == nil {
+			sf.cfg.Claims = map[string]string{}
+		}
+		sf.cfg.Claims[strings.TrimSpace(name)] = value
+	}
 	headers, err := fl.GetStringArray("header")
 	if err != nil {
 		return nil, err
@@ -333,6 +347,10 @@ is configured with. ` + "`send list`" + ` lists the presets and what each needs.
   --token-query   eventgrid: the query parameter of its key
   --webhook-id    paypal: the webhook id PayPal signs (the route's
                   webhook_id)
+  --claim         pubsub: a claim of the token, name=value (repeatable),
+                  beside the issuer and email_verified: the route's
+                  service account, email=<name>@<project>.iam.gserviceaccount.com;
+                  the audience is --public-url, else --url
   --body          the body: @file, or the text itself
   --header        an extra header, "Name: value" (repeatable)
   --id            the delivery id (default: a random evt_…)
@@ -367,6 +385,7 @@ func deliveryFlags(cmd *cobra.Command) {
 	f.String("token-header", "", "evolution, eventgrid: send the secret as a token in this header")
 	f.String("token-query", "", "eventgrid: send the secret in this query parameter")
 	f.String("webhook-id", "", "paypal: the webhook id PayPal signs (the route's webhook_id)")
+	f.StringArray("claim", nil, "pubsub: a claim of the token, name=value (repeatable)")
 	f.StringArray("header", nil, "An extra header, Name: value (repeatable)")
 	f.String("id", "", "The delivery id")
 	f.String("method", http.MethodPost, "The method")

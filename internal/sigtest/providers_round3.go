@@ -2,12 +2,19 @@ package sigtest
 
 import (
 	"crypto"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"strings"
+	"testing"
+	"time"
 )
 
 // SNSMessage is an Amazon SNS message signed with key as AWS signs one,
@@ -64,4 +71,19 @@ func SNSConfirmation(typ, topic, subscribeURL string) map[string]string {
 		"Message": "You have chosen to subscribe to the topic " + topic, "SubscribeURL": subscribeURL,
 		"Timestamp": "2026-12-06T07:36:32.000Z",
 	}
+}
+
+// SelfSignedCert is a PEM certificate of key's public half named name,
+// valid for an hour either side of now. SNS's and PayPal's certificates
+// are trusted for where they come from (cert_url trust origin), so a test
+// standing in for their hosts serves one that signs itself.
+func SelfSignedCert(t testing.TB, key *rsa.PrivateKey, name string) string {
+	t.Helper()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
