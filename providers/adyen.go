@@ -27,15 +27,19 @@ func init() {
 			signature       json:additionalData.hmacSignature encoding base64
 			secret_encoding hex
 		}`,
-		// Standard webhooks have no event id, and Adyen's duplicates share
-		// eventCode and pspReference while eventDate may differ ("Handle
-		// webhook events"): an item is known by pspReference, eventCode
-		// and success together, which one key source cannot say, so the
-		// whole body is the key until batches are split (docs/providers.md:
-		// Adyen)
+		// Standard webhooks carry no event id, and Adyen's duplicates
+		// share eventCode and pspReference while eventDate may differ
+		// ("Handle webhook events",
+		// https://docs.adyen.com/development-resources/webhooks/handle-webhook-events):
+		// an item is known by its pspReference ("globally unique", the
+		// NotificationRequestItem schema) with its eventCode and success
+		// (an AUTHORISATION refused, then one accepted, are two outcomes).
+		// A request is one item in JSON and HTTP POST ("Webhook types"),
+		// each item keyed on its own when split; an item without them is
+		// known by its bytes
 		DefaultKey: []string{"body"},
-		Batch: &Batch{Path: "json:notificationItems", Combined: true, Key: []string{
-			"json:NotificationRequestItem.pspReference", "json:NotificationRequestItem.eventCode", "json:NotificationRequestItem.success",
+		Batch: &Batch{Path: "json:notificationItems", Key: []string{
+			"json:NotificationRequestItem.pspReference+json:NotificationRequestItem.eventCode+json:NotificationRequestItem.success", "body",
 		}},
 		// retried from a queue "for up to 30 days" (Troubleshoot)
 		TTL: 31 * day,

@@ -73,7 +73,8 @@ func TestAdyen(t *testing.T) {
 	sigtest.WantReason(t, v.Verify(r, out), nil)
 
 	p := presets["adyen"]
-	if p.Success == nil || p.Success.Status != 200 || p.Success.Body != "[accepted]" || p.TTL != 31*day || !p.Batch.Combined {
+	if p.Success == nil || p.Success.Status != 200 || p.Success.Body != "[accepted]" || p.TTL != 31*day ||
+		strings.Join(p.Batch.Key, " ") != "json:NotificationRequestItem.pspReference+json:NotificationRequestItem.eventCode+json:NotificationRequestItem.success body" {
 		t.Fatalf("adyen: success %+v ttl %v batch %+v", p.Success, p.TTL, p.Batch)
 	}
 }

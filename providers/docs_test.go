@@ -235,3 +235,50 @@ func TestHandshakesAreInTheDocs(t *testing.T) {
 	}
 	t.Error("no `handshake` row in docs/caddyfile.md")
 }
+
+// TestBatchesAreInTheDocs: the Batches table of docs/providers.md has a
+// row for each preset that splits its requests and for no other, with
+// the path and the key sources the preset declares.
+func TestBatchesAreInTheDocs(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	start := strings.Index(doc, "### Batches\n")
+	end := strings.Index(doc[start+1:], "\n### ")
+	if start < 0 || end < 0 {
+		t.Fatal("no Batches section in docs/providers.md")
+	}
+	span := regexp.MustCompile("`([^`]*)`")
+	rows := map[string]string{}
+	for _, line := range strings.Split(doc[start:start+1+end], "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		var spans [3][]string
+		for i := range min(len(cells), 3) {
+			for _, m := range span.FindAllStringSubmatch(cells[i], -1) {
+				spans[i] = append(spans[i], m[1])
+			}
+		}
+		rows[strings.Join(spans[0], " ")] = strings.Join(spans[1], " ") + " | " + strings.Join(spans[2], " ")
+	}
+	for _, p := range All() {
+		row, ok := rows[p.Name]
+		delete(rows, p.Name)
+		switch {
+		case p.Batch == nil && ok:
+			t.Errorf("the Batches table has %s, which does not split its requests", p.Name)
+		case p.Batch == nil:
+		case !ok:
+			t.Errorf("%s splits its requests: no row in the Batches table", p.Name)
+		case row != p.Batch.Path+" | "+strings.Join(p.Batch.Key, " "):
+			t.Errorf("%s: the Batches table says %q, the preset %q", p.Name, row, p.Batch.Path+" | "+strings.Join(p.Batch.Key, " "))
+		}
+	}
+	for name := range rows {
+		t.Errorf("the Batches table has a row for %s, which is no preset", name)
+	}
+}

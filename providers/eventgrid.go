@@ -33,8 +33,9 @@ func init() {
 		},
 		// the Event Grid schema posts an array (one event unless the
 		// subscription batches, and then up to 5000), each event with an
-		// `id` unique within its topic; until batches are split, a
-		// retried request is the same body
+		// `id` unique within its topic, by which each is deduplicated
+		// (https://learn.microsoft.com/azure/event-grid/event-schema;
+		// docs/providers.md: Batches)
 		DefaultKey:   []string{"body"},
 		Batch:        &Batch{Path: "json:#", Key: []string{"json:id", "body"}},
 		BodyUnsigned: true,

@@ -27,10 +27,10 @@ func init() {
 			items     json:value.#
 			signature json:clientState
 		}`,
-		// one POST may hold notifications of several subscriptions; an
-		// item's `id` is optional and not said to be kept by a retry
-		// (changeNotification), so the whole body is the key until
-		// batches are split
+		// one POST may hold notifications of several subscriptions, each
+		// deduplicated by its `id`, which is optional and not said to be
+		// kept by a retry (changeNotification): one without is known by
+		// its bytes
 		DefaultKey:   []string{"body"},
 		Batch:        &Batch{Path: "json:value", Key: []string{"json:id", "body"}},
 		BodyUnsigned: true,

@@ -22,11 +22,13 @@ func init() {
 		},
 		// a callback is a batch (the PSP "pode agrupar Pix associados a
 		// uma mesma chave"), and a refund reaching DEVOLVIDO or
-		// NAO_REALIZADO calls back with the Pix's endToEndId again: a Pix
-		// is known by its endToEndId and the state of its refunds
-		// (devolucoes: ids and statuses)
+		// NAO_REALIZADO calls back with the Pix's endToEndId again
+		// (bacen/pix-api, openapi.yaml, callback listaPix): a Pix is known
+		// by its endToEndId and its refunds (devolucoes, as sent: ids and
+		// statuses), so a refund's callback is a new item and a retry of
+		// either the same one
 		DefaultKey: []string{"body"},
-		Batch:      &Batch{Path: "json:pix", Key: []string{"json:endToEndId", "json:devolucoes"}, Combined: true},
+		Batch:      &Batch{Path: "json:pix", Key: []string{"json:endToEndId+json:devolucoes", "body"}},
 		// the callback's one documented answer
 		Success: &Answer{Status: 200},
 		scheme: scheme{
@@ -40,7 +42,7 @@ func init() {
 		},
 		BodyUnsigned: true,
 		Edge:         pixEdge,
-		signer: presetSigner{none: "a Pix webhook carries no signature: it is authenticated by the PSP's TLS client certificate, which this command does not present (send it with curl --cert)"},
+		signer:       presetSigner{none: "a Pix webhook carries no signature: it is authenticated by the PSP's TLS client certificate, which this command does not present (send it with curl --cert)"},
 	})
 }
 

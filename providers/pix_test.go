@@ -34,7 +34,7 @@ func TestPix(t *testing.T) {
 		t.Fatal("pix took a secret")
 	}
 	// a Pix is known by its endToEndId and the state of its refunds
-	if b := p.Batch; b.Path != "json:pix" || !b.Combined || strings.Join(b.Key, " ") != "json:endToEndId json:devolucoes" {
+	if b := p.Batch; b.Path != "json:pix" || strings.Join(b.Key, " ") != "json:endToEndId+json:devolucoes body" {
 		t.Fatalf("pix batch %+v", b)
 	}
 	if _, err := NewSigner("pix", SignConfig{Secret: "s"}); err == nil || !strings.Contains(err.Error(), "client certificate") {

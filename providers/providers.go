@@ -139,18 +139,20 @@ type Answer struct {
 	Body        string
 }
 
-// Batch is a provider's batch: the `json:` path of its array of events
-// (`json:#` for a body that is the array), and the key sources of an item
-// within it, tried in order (`body` standing for the item's own bytes).
+// Batch is a provider's batch, which the handler's `batch` option takes
+// as its default (docs/caddyfile.md: Batches).
 type Batch struct {
+	// Path is the array of events: `json:<path>`, `json:#` for a body
+	// that is the array.
 	Path string
-	Key  []string
 
-	// Combined makes Key's sources one key together, each item's values
-	// joined (an absent one empty), rather than alternatives: an item is
-	// known only by them all (Adyen's pspReference, eventCode and
-	// success; Pix's endToEndId and refunds).
-	Combined bool
+	// Key lists an item's key sources, alternatives tried in order: `body`
+	// (the item's own bytes, hashed), or one or more `json:<path within
+	// the item>` joined by `+`, one key made of them all (the values
+	// joined by `+`, a `+` or `\` in a value escaped by `\`; an absent
+	// part empty, and the whole source absent only when every part is),
+	// for an item known only by several members.
+	Key []string
 }
 
 // AddressList is where a provider publishes the addresses it sends from:

@@ -24,8 +24,8 @@ func init() {
 			signature header:X-Twilio-Email-Event-Webhook-Signature encoding base64 format der
 		}`,
 		// a batch: its events each carry sg_event_id, "unique for every
-		// event" (troubleshooting, duplicate events); until batches are
-		// split, a retried batch is the same body
+		// event" (troubleshooting, duplicate events), by which each is
+		// deduplicated
 		DefaultKey: []string{"body"},
 		Batch:      &Batch{Path: "json:#", Key: []string{"json:sg_event_id", "body"}},
 		// retried "for up to 24 hours after the event occurs", duplicates
