@@ -43,6 +43,11 @@ func init() {
 		// checked only at the next attempt, at most 12 hours apart
 		TTL:       2 * day,
 		Handshake: &eventGridValidation,
+		// a validation event's URL carries the token that validates the
+		// subscription by a GET ("Endpoint validation with Event Grid
+		// events schema"); the key itself is in the route's query
+		// parameter or header (providers.TokenPlaces)
+		Redact: []string{"json:#.data.validationUrl"},
 		signer: presetSigner{needs: needsSecret + " with --token-header or --token-query (where the route takes the key)", build: func(cfg SignConfig) (signature.Signer, error) {
 			switch {
 			case cfg.Secret == "":

@@ -265,6 +265,26 @@ func Redactions(scheme string) []string {
 	return nil
 }
 
+// TokenPlaces are the header and the query parameter a route's scheme
+// reads a secret from as it is sent (a token compared as written, a
+// bearer JWT), not a signature over the body: credentials an archive or a
+// log never shows (docs/archive.md: Redaction). The fixed ones
+// (Authorization, X-Gitlab-Token, …) are internal/redact's SecretHeaders.
+func TokenPlaces(cfg VerifyConfig) (headers, query []string) {
+	switch cfg.Scheme {
+	case "token", "jwt", "evolution", "gitlab", "asaas", "eventgrid":
+	default:
+		return nil, nil
+	}
+	if cfg.Header != "" {
+		headers = []string{cfg.Header}
+	}
+	if cfg.Query != "" {
+		query = []string{cfg.Query}
+	}
+	return headers, query
+}
+
 // MaxBody is the default max_body of a scheme: its provider's, zero for a
 // generic scheme or a preset that keeps the handler's.
 func MaxBody(scheme string) int64 {
