@@ -24,6 +24,7 @@ func (h *Handler) provisionHandshake() error {
 		Mode:        h.Handshake,
 		VerifyToken: h.VerifyToken,
 		Verified:    h.verification != nil,
+		Logger:      h.logger,
 	}
 	if h.Verify != nil && len(h.Verify.Secrets) > 0 {
 		cfg.Secret = h.Verify.Secrets[0]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/tidwall/gjson"
+	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
@@ -62,6 +63,7 @@ type HandshakeState struct {
 	*Handshake
 	verifyToken [sha256.Size]byte // Meta's, as a digest
 	secret      []byte            // keyed handshakes
+	logger      *zap.Logger       // the route's
 }
 
 // Signed reports whether the handshake comes as a verified delivery (it
@@ -90,6 +92,10 @@ type HandshakeConfig struct {
 	Verified bool
 	// Secret is the route's first secret, unresolved (keyed handshakes).
 	Secret string
+	// Logger is the route's logger, for what a handshake does after its
+	// answer (SNS's confirmation). Default: Caddy's, named as the
+	// handler's.
+	Logger *zap.Logger
 }
 
 // NewHandshake sets up a preset's handshake with the rules the Caddyfile
@@ -108,7 +114,10 @@ func NewHandshake(preset string, cfg HandshakeConfig) (*HandshakeState, error) {
 		return nil, nil
 	}
 	hs := p.Handshake
-	state := &HandshakeState{Handshake: hs}
+	state := &HandshakeState{Handshake: hs, logger: cfg.Logger}
+	if state.logger == nil {
+		state.logger = caddy.Log().Named("http.handlers.webhook_idempotency")
+	}
 	repl := caddy.NewReplacer()
 	switch {
 	case hs.open:

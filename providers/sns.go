@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
@@ -109,19 +108,24 @@ func snsRefuseRaw(r *http.Request, _ []byte) error {
 // SubscribeURL), made in the background once the delivery is answered.
 var snsSubscriptionConfirmation = Handshake{signed: true, answer: answerSNSConfirmation}
 
-func answerSNSConfirmation(_ *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool) {
+// The confirmations are logged with the route's logger, each with its
+// topic and whether the subscription was confirmed (`confirmed`), never
+// the SubscribeURL nor the token it holds: at INFO once confirmed; at
+// WARN when it was not, which leaves the topic's messages undelivered
+// until someone confirms it.
+func answerSNSConfirmation(hs *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool) {
 	u, ok := eventString(body, "ubscriptionConfirmation", "Type", "SubscriptionConfirmation", "SubscribeURL")
 	if !ok {
 		return HandshakeAnswer{}, false
 	}
-	topic := gjson.GetBytes(body, "TopicArn").Str
+	log := hs.logger.With(zap.String("provider", "sns"), zap.String("topic_arn", gjson.GetBytes(body, "TopicArn").Str))
 	if !snsConfirmURL(u) {
 		// passed on: the application may confirm it (or not) itself
-		snsLogger().Warn("SNS subscription confirmation passed on: its SubscribeURL is not an SNS ConfirmSubscription URL over https, and is never visited",
-			zap.String("topic_arn", topic))
+		log.Warn("SNS subscription confirmation passed on: its SubscribeURL is not an SNS ConfirmSubscription URL over https, and is never visited",
+			zap.Bool("confirmed", false))
 		return HandshakeAnswer{}, false
 	}
-	if !snsConfirmations.start(r.Context(), u, topic) {
+	if !snsConfirmations.start(r.Context(), u, log) {
 		return HandshakeAnswer{}, false
 	}
 	return HandshakeAnswer{Status: http.StatusOK}, true
@@ -158,7 +162,7 @@ var snsConfirmations = &snsConfirmer{seen: map[string]time.Time{}}
 
 // start confirms u in the background once answered is done (the delivery
 // has been answered); it reports false when it cannot (too many at once).
-func (c *snsConfirmer) start(answered context.Context, u, topic string) bool {
+func (c *snsConfirmer) start(answered context.Context, u string, log *zap.Logger) bool {
 	c.mu.Lock()
 	now := time.Now()
 	if at, ok := c.seen[u]; ok && now.Sub(at) < snsConfirmedWithin {
@@ -167,7 +171,7 @@ func (c *snsConfirmer) start(answered context.Context, u, topic string) bool {
 	}
 	if c.running >= snsConfirmsAtOnce {
 		c.mu.Unlock()
-		snsLogger().Warn("SNS subscription confirmation passed on: too many confirmations at once", zap.String("topic_arn", topic))
+		log.Warn("SNS subscription confirmation passed on: too many confirmations at once", zap.Bool("confirmed", false))
 		return false
 	}
 	if len(c.seen) >= snsConfirmedKept {
@@ -196,11 +200,11 @@ func (c *snsConfirmer) start(answered context.Context, u, topic string) bool {
 		}
 		c.mu.Unlock()
 		if err != nil {
-			snsLogger().Warn("confirming the SNS subscription failed; confirm it in the SNS console, or answer SNS's next confirmation",
-				zap.String("topic_arn", topic), zap.Error(err))
+			log.Warn("confirming the SNS subscription failed; confirm it in the SNS console, or answer SNS's next confirmation",
+				zap.Bool("confirmed", false), zap.Error(err))
 			return
 		}
-		snsLogger().Info("SNS subscription confirmed", zap.String("topic_arn", topic))
+		log.Info("SNS subscription confirmed", zap.Bool("confirmed", true))
 	}()
 	return true
 }
@@ -234,9 +238,4 @@ func snsConfirm(u string) error {
 		return errors.New("SNS answered " + resp.Status)
 	}
 	return nil
-}
-
-// snsLogger is the log of the confirmations.
-func snsLogger() *zap.Logger {
-	return caddy.Log().Named("http.handlers.webhook_idempotency").With(zap.String("provider", "sns"))
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
@@ -142,9 +147,28 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 	hosts := snsHosts(t, key, certPath)
 	hosts.Serve("/", "<ConfirmSubscriptionResponse/>")
 	cert := "https://sns.us-east-1.amazonaws.com" + certPath
-	hs, err := NewHandshake("sns", HandshakeConfig{Verified: true})
+	core, logs := observer.New(zap.InfoLevel)
+	hs, err := NewHandshake("sns", HandshakeConfig{Verified: true, Logger: zap.New(core)})
 	if err != nil || hs == nil || !hs.Signed() {
 		t.Fatalf("the sns handshake: %v %v", hs, err)
+	}
+	// logged waits for the entry of a confirmation's end, and checks it
+	// names the topic and the outcome, and never the token
+	logged := func(msg string, level zapcore.Level, confirmed bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); logs.FilterMessage(msg).Len() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q logged: %v", msg, logs.All())
+			}
+		}
+		e := logs.FilterMessage(msg).TakeAll()[0]
+		fields := e.ContextMap()
+		if e.Level != level || fields["topic_arn"] != snsTopic || fields["confirmed"] != confirmed {
+			t.Fatalf("%q logged at %s with %v", msg, e.Level, fields)
+		}
+		if text := fmt.Sprint(e.Message, fields); strings.Contains(text, "2336412f37fb687f5d51e6e2425a") || strings.Contains(text, "Token=") {
+			t.Fatalf("the log holds the subscription's token: %s", text)
+		}
 	}
 	confirmation := func(typ, subscribeURL string) []byte {
 		return sigtest.SNSMessage(key, "1", cert, sigtest.SNSConfirmation(typ, snsTopic, subscribeURL))
@@ -176,16 +200,30 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 		t.Fatal("the SubscribeURL was not visited")
 	}
 
+	logged("SNS subscription confirmed", zap.InfoLevel, true)
 	running := func() int {
 		snsConfirmations.mu.Lock()
 		defer snsConfirmations.mu.Unlock()
 		return snsConfirmations.running
 	}
-	for deadline := time.Now().Add(30 * time.Second); running() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the confirmation did not end")
-		}
+	if n := running(); n != 0 {
+		t.Fatalf("%d confirmations running once logged", n)
 	}
+
+	// SNS refuses the confirmation: logged, not confirmed, the URL (and
+	// its token) out of the error
+	refused := "https://sns.us-east-1.amazonaws.com/refused?Action=ConfirmSubscription&TopicArn=" + snsTopic + "&Token=2336412f37fb687f5d51e6e2425a"
+	body = confirmation("SubscriptionConfirmation", refused)
+	sigtest.WantReason(t, v.Verify(snsPost(body), body), nil)
+	ctx, answered = context.WithCancel(context.Background())
+	if _, ok := hs.Answer(snsPost(body).WithContext(ctx), body); !ok {
+		t.Fatal("the second confirmation was not answered")
+	}
+	answered()
+	if got := <-hosts.Requests; got != refused {
+		t.Fatalf("visited %s, want %s", got, refused)
+	}
+	logged("confirming the SNS subscription failed; confirm it in the SNS console, or answer SNS's next confirmation", zap.WarnLevel, false)
 
 	// never visited: another host, http, another action, an unsubscribe
 	hits := hosts.Hits.Load()
@@ -200,6 +238,9 @@ func TestSNSSubscriptionConfirmation(t *testing.T) {
 		sigtest.WantReason(t, v.Verify(snsPost(body), body), nil)
 		if a, ok := hs.Answer(snsPost(body), body); ok {
 			t.Errorf("%s %s answered %+v, want passed on", c.typ, c.url, a)
+		}
+		if c.typ == "SubscriptionConfirmation" {
+			logged("SNS subscription confirmation passed on: its SubscribeURL is not an SNS ConfirmSubscription URL over https, and is never visited", zap.WarnLevel, false)
 		}
 	}
 	// a notification is no handshake
