@@ -22,6 +22,7 @@ func init() {
 			"https://learn.microsoft.com/azure/event-grid/security-authentication",
 			"https://learn.microsoft.com/azure/event-grid/end-point-validation-event-grid-events-schema",
 			"https://learn.microsoft.com/azure/event-grid/end-point-validation-cloud-events-schema",
+			"https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/http-webhook.md",
 			"https://learn.microsoft.com/azure/event-grid/delivery-and-retry",
 			"https://learn.microsoft.com/azure/event-grid/delivery-properties",
 		},
@@ -67,7 +68,7 @@ func init() {
 // `{"validationResponse": <its validationCode>}` ("Endpoint validation
 // with Event Grid events schema": 200 OK within 30 seconds; 202 is not
 // taken).
-var eventGridValidation = Handshake{signed: true, answer: answerEventGridValidation}
+var eventGridValidation = Handshake{signed: true, answer: answerEventGridValidation, preflight: answerCloudEventsPreflight}
 
 func answerEventGridValidation(_ *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool) {
 	if r.Header.Get("Aeg-Event-Type") != "SubscriptionValidation" {
@@ -80,4 +81,44 @@ func answerEventGridValidation(_ *HandshakeState, r *http.Request, body []byte) 
 	return jsonAnswer(struct {
 		ValidationResponse string `json:"validationResponse"`
 	}{code})
+}
+
+// answerCloudEventsPreflight answers the abuse protection of CloudEvents'
+// webhooks, with which Event Grid validates a subscription of the
+// CloudEvents schema instead of its validation event ("Endpoint validation
+// with CloudEvents schema"; cloudevents/spec, http-webhook.md, 4): an
+// OPTIONS with WebHook-Request-Origin, granted by a 200 with
+// WebHook-Allowed-Origin, the origin as sent, WebHook-Allowed-Rate, `*`
+// (no limit: the rate is the provider's to keep), and Allow: POST. It
+// carries nothing to check and grants no access: the deliveries that
+// follow are verified as any other.
+func answerCloudEventsPreflight(r *http.Request) (HandshakeAnswer, bool) {
+	if r.Method != http.MethodOptions {
+		return HandshakeAnswer{}, false
+	}
+	origin := r.Header.Get("WebHook-Request-Origin")
+	if !dnsName(origin) {
+		return HandshakeAnswer{}, false
+	}
+	return HandshakeAnswer{Status: http.StatusOK, Header: http.Header{
+		"Webhook-Allowed-Origin": {origin},
+		"Webhook-Allowed-Rate":   {"*"},
+		"Allow":                  {http.MethodPost},
+	}}, true
+}
+
+// dnsName reports whether s is a DNS expression as WebHook-Request-Origin
+// holds one (eventgrid.azure.net): letters, digits, '-' and '.', at most
+// 253 bytes.
+func dnsName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -111,3 +111,35 @@ func TestEventGrid(t *testing.T) {
 		t.Fatal("a signer without where the key goes")
 	}
 }
+
+// TestCloudEventsPreflight: Event Grid's CloudEvents validation is an
+// OPTIONS with a DNS name in WebHook-Request-Origin, granted with it; any
+// other request, or an origin that is no DNS name, is no handshake.
+func TestCloudEventsPreflight(t *testing.T) {
+	hs, err := NewHandshake("eventgrid", HandshakeConfig{Verified: true})
+	if err != nil || hs == nil {
+		t.Fatalf("the eventgrid handshake: %v %v", hs, err)
+	}
+	req := func(method, origin string) *http.Request {
+		r := httptest.NewRequest(method, "/eg", nil)
+		if origin != "" {
+			r.Header.Set("WebHook-Request-Origin", origin)
+		}
+		return r
+	}
+	a, ok := hs.AnswerBeforeBody(req(http.MethodOptions, "eventgrid.azure.net"))
+	if !ok || a.Status != http.StatusOK || a.Header.Get("WebHook-Allowed-Origin") != "eventgrid.azure.net" ||
+		a.Header.Get("WebHook-Allowed-Rate") != "*" || a.Header.Get("Allow") != http.MethodPost || a.Body != "" {
+		t.Fatalf("the preflight: %+v %v", a, ok)
+	}
+	for _, r := range []*http.Request{
+		req(http.MethodOptions, ""),
+		req(http.MethodOptions, "evil.example\"><script>"),
+		req(http.MethodOptions, strings.Repeat("a", 254)),
+		req(http.MethodPost, "eventgrid.azure.net"),
+	} {
+		if a, ok := hs.AnswerBeforeBody(r); ok {
+			t.Errorf("%s %q answered %+v", r.Method, r.Header.Get("WebHook-Request-Origin"), a)
+		}
+	}
+}

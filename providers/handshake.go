@@ -44,6 +44,12 @@ type Handshake struct {
 	// answer returns the answer when the request is this handshake; body
 	// is the verified body, nil for unsigned handshakes.
 	answer func(hs *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool)
+
+	// preflight, beside a signed handshake, is an open one the same
+	// provider sends instead, answered before the body is read
+	// (CloudEvents' OPTIONS abuse protection beside Event Grid's
+	// validation event).
+	preflight func(r *http.Request) (HandshakeAnswer, bool)
 }
 
 // HandshakeAnswer is what the handler answers a handshake with.
@@ -56,6 +62,10 @@ type HandshakeAnswer struct {
 	// Refused answers a handshake whose token is wrong: Status with Body
 	// as the error.
 	Refused bool
+
+	// Header holds headers the answer carries beside its content type
+	// (CloudEvents' WebHook-Allowed-Origin); nil for none.
+	Header http.Header
 }
 
 // HandshakeState is a route's provisioned handshake.
@@ -75,6 +85,19 @@ func (hs *HandshakeState) Signed() bool { return hs.signed }
 // verified body, nil for a handshake that is not signed.
 func (hs *HandshakeState) Answer(r *http.Request, body []byte) (HandshakeAnswer, bool) {
 	return hs.answer(hs, r, body)
+}
+
+// AnswerBeforeBody returns the answer when the request is a handshake
+// answered before its body is read: the preset's unsigned handshake, or
+// the open one that comes beside a signed handshake.
+func (hs *HandshakeState) AnswerBeforeBody(r *http.Request) (HandshakeAnswer, bool) {
+	switch {
+	case !hs.signed:
+		return hs.answer(hs, r, nil)
+	case hs.preflight != nil:
+		return hs.preflight(r)
+	}
+	return HandshakeAnswer{}, false
 }
 
 // HandshakeOff is the `handshake` value (on | off) that turns the

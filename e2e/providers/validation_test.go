@@ -44,7 +44,8 @@ func TestGraphThroughCaddy(t *testing.T) {
 
 // Azure Event Grid's subscription validation, through a real Caddy: with
 // the endpoint's key it is answered with the validation code, without it
-// refused; events reach the application once.
+// refused; the CloudEvents schema's OPTIONS is granted at the edge; events
+// reach the application once.
 func TestEventGridThroughCaddy(t *testing.T) {
 	up := testkit.NewUpstream(t, nil)
 	c, base := proxy(t, "webhook_idempotency eventgrid {\n\t\tverify eventgrid {\n\t\t\tquery key\n\t\t\tsecret eg-key-1\n\t\t}\n\t}", up)
@@ -58,10 +59,23 @@ func TestEventGridThroughCaddy(t *testing.T) {
 		t.Fatalf("the validation: %d %s", resp.StatusCode, got)
 	}
 	wantMetric(t, c, 1, "caddy_webhook_idempotency_requests_total", "source", "eventgrid", "result", "handshake")
+	// the CloudEvents schema's validation: an OPTIONS granted with the
+	// origin it asks for, before any key (it carries none)
+	resp, got = testkit.Do(t, http.MethodOptions, base+"/eg", nil, "WebHook-Request-Origin", "eventgrid.azure.net", "WebHook-Request-Rate", "120")
+	if resp.StatusCode != 200 || resp.Header.Get("WebHook-Allowed-Origin") != "eventgrid.azure.net" || resp.Header.Get("WebHook-Allowed-Rate") != "*" ||
+		resp.Header.Get("Allow") != "POST" || len(got) != 0 {
+		t.Fatalf("the CloudEvents validation: %d %v %q", resp.StatusCode, resp.Header, got)
+	}
+	wantMetric(t, c, 2, "caddy_webhook_idempotency_requests_total", "source", "eventgrid", "result", "handshake")
+	// an OPTIONS without an origin is no handshake: passed on
+	if resp, _ := testkit.Do(t, http.MethodOptions, base+"/eg", nil); resp.Header.Get("WebHook-Allowed-Origin") != "" {
+		t.Fatalf("an OPTIONS without WebHook-Request-Origin granted: %v", resp.Header)
+	}
+	up.WantCalls(t, 1)
 	event := []byte(`[{"topic":"/subscriptions/xx","subject":"/blobs/b.txt","eventType":"Microsoft.Storage.BlobCreated","eventTime":"2026-12-06T10:00:00Z","id":"831e1650-001e-001b-66ab-eeb76e069631","data":{},"dataVersion":"","metadataVersion":"1"}]`)
 	resp, first := testkit.Post(t, base+"/eg?key=eg-key-1", event, "Aeg-Event-Type", "Notification")
 	testkit.WantNew(t, resp, first, http.StatusOK)
 	resp, got = testkit.Post(t, base+"/eg?key=eg-key-1", event, "Aeg-Event-Type", "Notification")
 	testkit.WantReplay(t, resp, got, http.StatusOK, "")
-	up.WantCalls(t, 1)
+	up.WantCalls(t, 2)
 }
