@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
@@ -163,6 +164,9 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 		}
 		cfg.Claims[args[0]] = append(cfg.Claims[args[0]], args[1:]...)
 	case "webhook_id":
+		if err := checkWebhookID(scheme, v); err != nil {
+			return err
+		}
 		cfg.WebhookID = v
 	case "query":
 		cfg.Query = v
@@ -335,5 +339,18 @@ func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 		return d.Err("cert_url needs `hosts`: the anchored patterns of the hosts a certificate may be fetched from")
 	}
 	cfg.CertURL = c
+	return nil
+}
+
+// checkWebhookID is the rule of `webhook_id` as it is read: an id (or a
+// placeholder) without spaces, on a scheme whose string signs
+// {webhook_id} (paypal, a template; scheme "" while it is not known).
+func checkWebhookID(scheme, v string) error {
+	if strings.IndexFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("invalid webhook_id %q: a webhook id holds no spaces (PayPal's, in the app's webhook settings)", v)
+	}
+	if p, ok := presets[scheme]; ok && !p.takes("webhook_id") {
+		return fmt.Errorf("the %s preset takes no webhook_id: its signature covers no webhook id (paypal's does)", scheme)
+	}
 	return nil
 }

@@ -175,9 +175,10 @@ type VerifyConfig struct {
 
 	// For `paypal`, and a `template` whose string has `{webhook_id}`: the
 	// value signed in its place, PayPal's webhook id (the ID of the
-	// webhook the listener URL is registered as, in the app's settings).
-	// Placeholders such as `{env.X}` are resolved at provision time.
-	// Required by them; refused elsewhere.
+	// webhook the listener URL is registered as, in the app's settings),
+	// without spaces. Placeholders such as `{env.X}` are resolved at
+	// provision time. Default: none; required by those schemes, refused
+	// by any other.
 	WebhookID string `json:"webhook_id,omitempty"`
 
 	// keySet is the key set of jwks_url or jwks_file, loaded by
