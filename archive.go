@@ -279,6 +279,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 			Remote:   remote,
 			Headers:  event.HeaderBlock(rs.receivedHeader(), event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
 			Received: rs.start,
+			Trace:    rs.traceContext(),
 		},
 		Result:   result,
 		Status:   status,

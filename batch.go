@@ -429,7 +429,7 @@ func (rs *requestState) acceptBatch() error {
 	errs := make([]error, len(bs.keys))
 	accept := func(k int) {
 		i := bs.item[k]
-		ev := base
+		ev := *base // a copy per item, each with its own body and key
 		ev.Body = bs.split.Envelope(content, func(j int) bool { return j == i })
 		ev.Key, ev.StoreKey = bs.values[i], bs.keys[k]
 		sum := sha256.Sum256(ev.Body)

@@ -373,7 +373,7 @@ func TestInboxConfigDefaults(t *testing.T) {
 	if !ok {
 		t.Fatalf("store %T, want the redis store", h.store.backend)
 	}
-	keys := rs.Seam().Keys(ic.Source)
+	keys := rs.Streams().Keys(ic.Source)
 	for got, want := range map[string]string{keys.Inbox: "{idem:orders}:inbox", keys.Retry: "{idem:orders}:retry", keys.Dead: "{idem:orders}:dead"} {
 		if got != want {
 			t.Errorf("redis key %q, want %q", got, want)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/edge"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -41,7 +42,7 @@ func TestCaddyfileAllowIPsAndClientCertErrors(t *testing.T) {
 		{"allow_ips bad range", "webhook_idempotency source a {\n\tallow_ips 10.0.0.0/33\n}",
 			`allow_ips: "10.0.0.0/33" is not a CIDR range, at Testfile:2`},
 		{"allow_ips unknown word", "webhook_idempotency source a {\n\tallow_ips gihtub\n}",
-			"allow_ips: 'gihtub' is neither a provider that publishes its addresses (" + strings.Join(listProviders(), ", ") + ") nor an address or CIDR range, at Testfile:2"},
+			"allow_ips: 'gihtub' is neither a provider that publishes its addresses (" + strings.Join(edge.ListProviders(), ", ") + ") nor an address or CIDR range, at Testfile:2"},
 		{"allow_ips provider without list", "webhook_idempotency source a {\n\n\tallow_ips shopify\n}",
 			"allow_ips: shopify publishes no address list that can be fetched (docs/providers.md: Published addresses): write the addresses it documents as ranges, at Testfile:3"},
 		{"allow_ips url without value", "webhook_idempotency source a {\n\tallow_ips github url\n}",

@@ -69,7 +69,7 @@ func TestEfiPresetDefaults(t *testing.T) {
 	post := func(body string, withCert bool) served {
 		r := httptest.NewRequest(http.MethodPost, "/webhook/pix", strings.NewReader(body))
 		if withCert {
-			r.TLS = chainState(leaf, ca)
+			r.TLS = ca.Verified(leaf)
 		}
 		return serveReq(h, r, countingNext(&calls))
 	}

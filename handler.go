@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -184,7 +185,9 @@ type Handler struct {
 	store        *meteredStore
 	archive      *archive.Archive
 	inbox        *inbox.Inbox
-	refusals     *refusals // the list of refused requests (refusals.go)
+	drops        []func(ev *event.Request) bool // the inbox's drop rules
+	answerWithin time.Duration                  // respond app within; 0 for off
+	refusals     *refusals                      // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -474,6 +477,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return rs.bodyFailed(err)
 	}
+	rs.traceStep(spanVerify)
+	defer rs.traceEnd()
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
 	}
@@ -493,6 +498,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rs.trackStatus()
 		defer rs.archive()
 	}
+	if rs.dropped() {
+		return rs.filtered()
+	}
+	rs.traceStep(spanClaim)
 	if rs.batch != nil {
 		return rs.serveBatch()
 	}

@@ -81,6 +81,40 @@ type InboxConfig struct {
 	// always goes to one. 1 to 64; the file store takes 1 only.
 	// Default: 1.
 	Partitions int `json:"partitions,omitempty"`
+
+	// With respond_app, an event's first attempt is made as it is
+	// accepted, and the provider gets the application's own 2xx answer
+	// when it comes within respond_app_within of the request (recorded and
+	// replayed to duplicates); otherwise `respond`, and the event goes on
+	// as usual (docs/inbox.md#the-applications-answer). A
+	// respond_app_within alone sets respond_app. Default: off; the
+	// deadline defaults to the preset's provider's documented timeout less
+	// a fifth (docs/providers.md).
+	RespondApp       bool           `json:"respond_app,omitempty"`
+	RespondAppWithin caddy.Duration `json:"respond_app_within,omitempty"`
+
+	// Destinations besides deliver_to, each for the events that match its
+	// rule: an event goes to every route it matches, each delivering it
+	// with its own attempts, order, rate, breaker and dead letters; to
+	// deliver_to when it matches none (docs/inbox.md#routes). Default:
+	// none.
+	Routes []InboxRouteConfig `json:"routes,omitempty"`
+
+	// Rules, `<key source>=<glob>`, of events that are answered `respond`,
+	// archived with the result `filtered` and never stored nor delivered.
+	// Default: none.
+	Drop []string `json:"drop,omitempty"`
+
+	// A breaker on each destination: deliveries stop while it keeps
+	// failing, and resume once a probe succeeds (docs/inbox.md#breaker).
+	// Default: none.
+	Breaker *InboxBreakerConfig `json:"breaker,omitempty"`
+
+	// A key source whose value grows with each state of an object, such as
+	// `json:updated_at` (a number, or an RFC 3339 time): with order_by, an
+	// event whose value is lower than the largest its group has delivered
+	// is not delivered (result `stale`, archived, counted). Default: none.
+	NewerThan string `json:"newer_than,omitempty"`
 }
 
 // InboxTLSConfig is how the inbox connects to an https deliver_to.
@@ -174,7 +208,7 @@ var defaultInboxRetries = []caddy.Duration{
 //
 //	inbox [<deliver_to>] {
 //		deliver_to  <url>
-//		respond     <status>
+//		respond     <status> | app [within <duration>]
 //		retries     <duration>...
 //		jitter      <percent>
 //		timeout     <duration>
@@ -187,6 +221,10 @@ var defaultInboxRetries = []caddy.Duration{
 //			client_cert <cert file> <key file>
 //			server_name <name>
 //		}
+//		route      <key source>=<glob> <url> [{ retries …; rate …; order_by …; tls { … } }]
+//		drop       <key source>=<glob>
+//		breaker    <p>% of <n> [cooldown <duration>]
+//		newer_than <key source>
 //	}
 func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// made here, so that it names the line of `inbox`, not the end of its block
@@ -208,18 +246,25 @@ func (ib *InboxConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 // inboxOptions are the subdirectives of the inbox block and the values each
-// takes.
+// takes; respond (a status, or `app …`), route and tls are read apart.
 var inboxOptions = map[string]cfparse.Arity{
-	"deliver_to": cfparse.One, "respond": cfparse.One, "retries": cfparse.Some, "jitter": cfparse.One,
+	"deliver_to": cfparse.One, "retries": cfparse.Some, "jitter": cfparse.One,
 	"timeout": cfparse.One, "concurrency": cfparse.One,
 	"order_by": cfparse.Some, "rate": cfparse.One, "partitions": cfparse.One,
+	"drop": cfparse.One, "breaker": cfparse.Some, "newer_than": cfparse.One,
 }
 
-// parseBlock reads the inbox block: its line options, and its tls
-// block.
+// parseBlock reads the inbox block: its line options, its tls block and
+// its routes.
 func (ib *InboxConfig) parseBlock(d *caddyfile.Dispenser) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
+		if name == "route" {
+			if err := ib.parseRoute(d); err != nil {
+				return err
+			}
+			continue
+		}
 		if name == "tls" {
 			if ib.TLS != nil {
 				return d.Err("inbox tls given twice")
@@ -231,6 +276,12 @@ func (ib *InboxConfig) parseBlock(d *caddyfile.Dispenser) error {
 			continue
 		}
 		args := d.RemainingArgs()
+		if name == "respond" {
+			if err := ib.parseRespond(d, args); err != nil {
+				return err
+			}
+			continue
+		}
 		a, ok := inboxOptions[name]
 		if !ok {
 			return d.Errf("unrecognized inbox subdirective '%s'", name)
@@ -252,8 +303,6 @@ func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
 	switch name {
 	case "deliver_to":
 		err = ib.setDeliverTo(v)
-	case "respond":
-		ib.Respond, err = checkInboxRespond(v)
 	case "retries":
 		ib.Retries = ib.Retries[:0]
 		for _, a := range args {
@@ -278,6 +327,17 @@ func (ib *InboxConfig) setOption(name, v string, args []string) (err error) {
 		_, err = parseInboxRate(v)
 	case "partitions":
 		ib.Partitions, err = checkPartitions(v)
+	case "drop":
+		ib.Drop = append(ib.Drop, v)
+		_, _, err = parseRule("drop", v)
+	case "breaker":
+		if ib.Breaker != nil {
+			return fmt.Errorf("inbox breaker given twice")
+		}
+		ib.Breaker, err = parseBreaker(args)
+	case "newer_than":
+		ib.NewerThan = v
+		_, err = parseNewerThan(v)
 	}
 	return err
 }
@@ -302,6 +362,10 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.drops, err = dropRules(h.Inbox.Drop); err != nil {
+		return nil, err
+	}
+	h.answerWithin = ic.AnswerWithin
 	return inbox.New(ic, h.store.backend)
 }
 
@@ -396,6 +460,9 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 		if ic.Partitions, err = checkPartitions(strconv.Itoa(cfg.Partitions)); err != nil {
 			return inbox.Config{}, err
 		}
+	}
+	if err := h.policyConfig(&ic); err != nil {
+		return inbox.Config{}, err
 	}
 	return ic, nil
 }

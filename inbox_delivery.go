@@ -53,33 +53,38 @@ func checkPartitions(v string) (int, error) {
 const maxGroupLen = 200
 
 // groupResolver returns the group of a stored event: the value of the
-// first source that has one (a JSON value as written, a header's first
-// value trimmed, a query parameter), "" when none has.
+// first source that has one (eventValue), "" when none has.
 func groupResolver(sources []keySource) func(ev *event.Request) string {
 	return func(ev *event.Request) string {
 		for _, ks := range sources {
-			var v string
-			switch ks.kind {
-			case keyHeader:
-				v = headerValue(ev.Headers, ks.arg)
-			case keyJSON:
-				switch res := gjson.GetBytes(ev.Body, ks.arg); res.Type {
-				case gjson.String:
-					v = res.Str
-				case gjson.Number, gjson.True, gjson.False, gjson.JSON:
-					v = res.Raw
-				}
-			case keyQuery:
-				if _, raw, ok := strings.Cut(ev.URI, "?"); ok {
-					v = query.Value(raw, ks.arg)
-				}
-			}
-			if v != "" {
+			if v := eventValue(ks, ev); v != "" {
 				return groupValue(v)
 			}
 		}
 		return ""
 	}
+}
+
+// eventValue is the value of a key source in a stored event: a JSON value
+// (a string, or a number, boolean or JSON value as written), a header's
+// first value trimmed, or a query parameter; "" when it has none.
+func eventValue(ks keySource, ev *event.Request) string {
+	switch ks.kind {
+	case keyHeader:
+		return headerValue(ev.Headers, ks.arg)
+	case keyJSON:
+		switch res := gjson.GetBytes(ev.Body, ks.arg); res.Type {
+		case gjson.String:
+			return res.Str
+		case gjson.Number, gjson.True, gjson.False, gjson.JSON:
+			return res.Raw
+		}
+	case keyQuery:
+		if _, raw, ok := strings.Cut(ev.URI, "?"); ok {
+			return query.Value(raw, ks.arg)
+		}
+	}
+	return ""
 }
 
 // headerValue is the first value of a header in a stored header block

@@ -234,7 +234,13 @@ func (h *Handler) prepareRedelivery(r *http.Request, ev *event.Request) error {
 // archiveReconciled archives an event a pass entered, result
 // `reconciled`.
 func (h *Handler) archiveReconciled(ev *event.Request, status int) {
-	e := &archive.Entry{Request: *ev, Result: results.Reconciled, Status: status, BodyHash: sha256.Sum256(ev.Body)}
+	h.archiveEvent(ev, results.Reconciled, status)
+}
+
+// archiveEvent archives an event that is no request of the provider's
+// (results.Events), answered status (0 for none).
+func (h *Handler) archiveEvent(ev *event.Request, result string, status int) {
+	e := &archive.Entry{Request: *ev, Result: result, Status: status, BodyHash: sha256.Sum256(ev.Body)}
 	cfg := h.archive.Config()
 	if cfg.Bodies {
 		body, changed, err := cfg.Redact.Body(ev.Body)

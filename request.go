@@ -38,17 +38,22 @@ type requestState struct {
 	reserved    int64       // what body counts against the body budget (body.go)
 	event       []byte      // the verified content of a sealed delivery (body.go)
 	bodyHash    [32]byte
-	keyValue    string      // the resolved key value, as in the key placeholder
-	keyFromBody bool        // the key is the body hash
-	claim       store.Claim // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
-	received    http.Header // the headers as received, when the next handler gets others (forward.go)
-	batch       *batchState // the items of a batch (batch.go); nil for one delivery
+	keyValue    string         // the resolved key value, as in the key placeholder
+	keyFromBody bool           // the key is the body hash
+	keyKind     keyKind        // the kind of the source the key came from, once resolved
+	claim       store.Claim    // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
+	received    http.Header    // the headers as received, when the next handler gets others (forward.go)
+	stored      *event.Request // the request as the inbox stores it, once built (inboxEvent)
+	answer      *inbox.Answer  // the attempt at acceptance, with respond app within
+	batch       *batchState    // the items of a batch (batch.go); nil for one delivery
 
 	// with an archive (archive.go)
 	start    time.Time     // when the handler got the request
 	result   string        // the result, once set
 	status   *statusWriter // learns the answer's status
 	archived bool          // the event was archived
+
+	trace *requestTrace // nil unless the request is traced (tracing.go)
 }
 
 // Placeholder names.
@@ -80,6 +85,7 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if h.archive != nil {
 		rs.start = now()
 	}
+	rs.startTrace()
 	return rs
 }
 
@@ -97,6 +103,7 @@ func (rs *requestState) set(name, value string) {
 func (rs *requestState) setResult(result string) {
 	rs.result = result
 	rs.set(placeholderResult, result)
+	rs.traceResult(result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
 		ce.Write(zap.String("key", rs.claim.Key), zap.String("result", result))
@@ -225,6 +232,7 @@ func (rs *requestState) resolveKey() error {
 		return err
 	}
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
+	rs.keyKind = from.kind
 	rs.set(placeholderKey, rs.keyValue)
 	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
@@ -265,7 +273,12 @@ func (rs *requestState) claimKey() (store.ClaimResult, error) {
 	h := rs.h
 	if ib := h.inbox; ib != nil {
 		ev := rs.inboxEvent()
-		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, &ev)
+		if h.answerWithin > 0 {
+			res, ans, err := h.store.acceptAnswering(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
+			rs.answer = ans
+			return res, err
+		}
+		return h.store.accept(rs.r.Context(), ib, rs.claim, &rs.bodyHash, ev)
 	}
 	res, err := rs.claimOnce()
 	if err == nil && res.State == store.StateInFlight && h.inFlight == inFlightWait {
@@ -299,8 +312,17 @@ func (rs *requestState) suspect(first string) {
 // inboxEvent is the request as an inbox stores it: without the
 // provider's credentials unless the route forwards them as they came
 // (docs/inbox.md: What the application receives), with the index of the
-// secret that verified it when deliveries are re-signed.
-func (rs *requestState) inboxEvent() event.Request {
+// secret that verified it when deliveries are re-signed. It is built once.
+func (rs *requestState) inboxEvent() *event.Request {
+	if rs.stored == nil {
+		ev := rs.buildInboxEvent()
+		rs.stored = &ev
+	}
+	return rs.stored
+}
+
+// buildInboxEvent builds inboxEvent.
+func (rs *requestState) buildInboxEvent() event.Request {
 	f := rs.h.fwd.later
 	skip := event.SkipInboxHeader
 	if f != nil && f.Mode() != forward.Keep {
@@ -311,6 +333,7 @@ func (rs *requestState) inboxEvent() event.Request {
 		ev.URI = withoutQuery(ev.URI, f.CredentialQuery())
 	}
 	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.claim.Key
+	ev.Trace = rs.traceContext()
 	if f != nil && f.Mode() == forward.Resign {
 		ev.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
 	}
@@ -393,12 +416,21 @@ func (rs *requestState) replay(encoded []byte) error {
 			zap.String("key", rs.claim.Key))
 	}
 	rs.setResult(results.Replayed)
+	return rs.writeRecord(rec, true)
+}
+
+// writeRecord writes a record: a replay, marked Idempotent-Replayed, or
+// the application's answer recorded as it came.
+func (rs *requestState) writeRecord(rec record.Record, replayed bool) error {
 	w := rs.w
 	contentLength := ""
 	if bodyAllowed(rec.Status) {
 		contentLength = strconv.Itoa(len(rec.Body))
 	}
 	rec.WriteReplayHeaders(w.Header(), contentLength)
+	if !replayed {
+		w.Header().Del(record.ReplayedHeader)
+	}
 	w.WriteHeader(rec.Status)
 	if bodyAllowed(rec.Status) && len(rec.Body) > 0 && rs.r.Method != http.MethodHead {
 		_, _ = w.Write(rec.Body)
@@ -412,9 +444,44 @@ func (rs *requestState) conflict(res store.ClaimResult) error {
 	return writeError(rs.w, http.StatusConflict, msgInFlight, retryAfterSeconds(res.LeaseLeft, time.Duration(rs.h.Lease)))
 }
 
-// accepted answers an event the inbox has stored: `respond`, at once.
+// accepted answers an event the inbox has stored: `respond`, at once; or
+// with respond app within, the application's answer to its first attempt
+// when it comes in time, recorded under the key already.
 func (rs *requestState) accepted() error {
 	rs.setResult(results.New)
+	if rs.answer != nil {
+		if encoded := rs.answer.Wait(rs.r.Context(), rs.h.answerWithin); encoded != nil {
+			if rec, err := record.Decode(encoded); err == nil {
+				return rs.writeRecord(rec, false)
+			}
+		}
+	}
+	return rs.respond()
+}
+
+// dropped reports whether a drop rule of the inbox matches the request.
+func (rs *requestState) dropped() bool {
+	if len(rs.h.drops) == 0 {
+		return false
+	}
+	ev := rs.inboxEvent()
+	for _, match := range rs.h.drops {
+		if match(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// filtered answers a request a drop rule matched: `respond`, nothing
+// stored, nothing delivered.
+func (rs *requestState) filtered() error {
+	rs.setResult(results.Filtered)
+	return rs.respond()
+}
+
+// respond writes the inbox's respond.
+func (rs *requestState) respond() error {
 	respond, body, contentType := rs.h.inbox.Respond()
 	if contentType != "" {
 		rs.w.Header().Set("Content-Type", contentType)
@@ -477,6 +544,7 @@ func (rs *requestState) serve(c claimed) error {
 	err := rs.next.ServeHTTP(rec, rs.r)
 	returned = true
 	rn.stop()
+	rs.traceStep(spanComplete)
 
 	// completion and release run even when the client went away
 	// (completionCtx is never cancelled)
@@ -495,6 +563,7 @@ func (rs *requestState) serve(c claimed) error {
 	} else {
 		c.release()
 	}
+	rs.traceEnd()
 	// the answer goes out only now that the store knows its fate, so a
 	// duplicate sent after the client has it finds the key completed
 	if err == nil {

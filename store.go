@@ -159,6 +159,15 @@ func (s *meteredStore) accept(ctx context.Context, ib *inbox.Inbox, c store.Clai
 	return res, err
 }
 
+// acceptAnswering accepts an event into an inbox whose first attempt is
+// made at once (respond app within).
+func (s *meteredStore) acceptAnswering(ctx context.Context, ib *inbox.Inbox, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, *inbox.Answer, error) {
+	start := time.Now()
+	res, ans, err := ib.AcceptAnswering(ctx, c, bodyHash, ev)
+	s.observe(opClaim, start, err)
+	return res, ans, err
+}
+
 // complete completes c's key, with its guard.
 func (s *meteredStore) complete(ctx context.Context, c store.Claim, record []byte, ttl time.Duration) error {
 	start := time.Now()

@@ -264,7 +264,16 @@ func TestAlertRulesSeriesExistAtZero(t *testing.T) {
 		}
 	}
 	reverse_proxy %s
-}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), file, up.Addr(), testkit.FreePort(t), srv.Addr(), up.Addr()))
+}
+:%d {
+	webhook_idempotency {
+		source alerts
+		store redis redis://%s
+		inbox %s {
+			breaker 50%% of 20
+		}
+	}
+}`, testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), file, up.Addr(), testkit.FreePort(t), srv.Addr(), up.Addr(), testkit.FreePort(t), srv.Addr(), up.URL))
 	m := c.Metrics(t)
 	names := regexp.MustCompile(`caddy_webhook_idempotency_[a-z_]+`).FindAllString(testkit.ReadFile(t, "../dashboards/alerts.yml"), -1)
 	slices.Sort(names)

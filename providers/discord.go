@@ -17,7 +17,8 @@ import (
 // interactions and of webhook events are answered at the edge.
 func init() {
 	register(&Preset{
-		Name: "discord",
+		Name:    "discord",
+		Timeout: 3 * time.Second, // interactions and webhook events alike
 		Docs: []string{
 			"https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
 			"https://discord.com/developers/docs/events/webhook-events",

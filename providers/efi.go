@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"time"
+
 	"errors"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -16,7 +18,8 @@ import (
 // parameter, and Efí recommends accepting only its address as well.
 func init() {
 	register(&Preset{
-		Name: "efi",
+		Name:    "efi",
+		Timeout: 60 * time.Second,
 		Docs: []string{
 			"https://dev.efipay.com.br/docs/api-pix/webhooks",
 		},

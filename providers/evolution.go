@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"time"
+
 	"errors"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -12,7 +14,8 @@ import (
 // Evolution API). Neither signs the body.
 func init() {
 	register(&Preset{
-		Name: "evolution",
+		Name:    "evolution",
+		Timeout: 30 * time.Second, // WEBHOOK_REQUEST_TIMEOUT_MS unset (src/config/env.config.ts)
 		Docs: []string{
 			"https://github.com/EvolutionAPI/evolution-api",
 		},

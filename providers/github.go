@@ -1,13 +1,18 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the body;
 // the delivery GUID in `X-GitHub-Delivery` is kept by a redelivery but is
 // not signed (the replay guard covers it).
 func init() {
 	register(&Preset{
-		Name: "github",
+		Name:    "github",
+		Timeout: 10 * time.Second, // github.com records a delivery answered after 10 s as failed
 		Docs: []string{
 			"https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
 			"https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries",

@@ -13,7 +13,8 @@ import (
 // signed by the token.
 func init() {
 	register(&Preset{
-		Name: "gitlab",
+		Name:    "gitlab",
+		Timeout: 10 * time.Second, // GitLab.com; self-managed instances set their own
 		Docs: []string{
 			"https://docs.gitlab.com/user/project/integrations/webhooks/",
 		},

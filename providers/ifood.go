@@ -1,12 +1,17 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // iFood: `X-IFood-Signature`, HMAC-SHA256 hex of the body with the client
 // secret.
 func init() {
 	register(&Preset{
-		Name: "ifood",
+		Name:    "ifood",
+		Timeout: 5 * time.Second,
 		Docs: []string{
 			"https://developer.ifood.com.br/en-US/docs/guides/modules/events/webhook/",
 		},

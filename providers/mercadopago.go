@@ -1,13 +1,18 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // Mercado Pago: `x-signature: ts=…,v1=…` over
 // `id:{data.id};request-id:{x-request-id};ts:{ts};` (docs/providers.md:
 // Mercado Pago); the manifest signs ids, not the body.
 func init() {
 	register(&Preset{
-		Name: "mercadopago",
+		Name:    "mercadopago",
+		Timeout: 22 * time.Second,
 		Docs: []string{
 			"https://www.mercadopago.com.br/developers/en/docs/your-integrations/notifications/webhooks",
 		},

@@ -1,12 +1,17 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // Paddle Billing: `Paddle-Signature: ts=…;h1=…`, HMAC-SHA256 hex of
 // `{ts}:{body}`.
 func init() {
 	register(&Preset{
-		Name: "paddle",
+		Name:    "paddle",
+		Timeout: 5 * time.Second,
 		Docs: []string{
 			"https://developer.paddle.com/webhooks/signature-verification",
 			"https://developer.paddle.com/webhooks/respond-to-webhooks",

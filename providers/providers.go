@@ -44,6 +44,12 @@ type Preset struct {
 	// InFlight is the default in_flight mode; empty keeps the handler's.
 	InFlight string
 
+	// Timeout is how long the provider waits for an answer to a delivery
+	// before it counts the delivery as failed, as it documents it
+	// (docs/providers.md: Timeouts); zero when it documents none. An
+	// inbox's `respond app` takes its deadline from it.
+	Timeout time.Duration
+
 	// MaxBody is the default max_body, from the provider's documented
 	// maximum payload; zero keeps the handler's (5MiB).
 	MaxBody int64

@@ -1,13 +1,18 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // Shopify: `X-Shopify-Hmac-Sha256` (Events deliveries: `Shopify-Hmac-Sha256`),
 // HMAC-SHA256 base64 of the body. Webhooks send X-Shopify-* headers,
 // Events deliveries shopify-* headers (docs/providers.md: Shopify).
 func init() {
 	register(&Preset{
-		Name: "shopify",
+		Name:    "shopify",
+		Timeout: 5 * time.Second,
 		Docs: []string{
 			"https://shopify.dev/docs/apps/build/webhooks/subscribe/https",
 			"https://shopify.dev/docs/apps/build/webhooks/ignore-duplicates",

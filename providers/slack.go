@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"time"
+
 	"net/http"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -11,7 +13,8 @@ import (
 // answered at the edge.
 func init() {
 	register(&Preset{
-		Name: "slack",
+		Name:    "slack",
+		Timeout: 3 * time.Second,
 		Docs: []string{
 			"https://api.slack.com/authentication/verifying-requests-from-slack",
 			"https://api.slack.com/events/url_verification",

@@ -1,12 +1,17 @@
 package providers
 
-import "github.com/webhookguard/caddy-webhook-idempotency/signature"
+import (
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/signature"
+)
 
 // Square: `x-square-hmacsha256-signature`, HMAC-SHA256 base64 of
 // `{notification url}{body}`.
 func init() {
 	register(&Preset{
-		Name: "square",
+		Name:    "square",
+		Timeout: 10 * time.Second,
 		Docs: []string{
 			"https://developer.squareup.com/docs/webhooks/step3validate",
 			"https://developer.squareup.com/docs/webhooks/overview",

@@ -34,7 +34,7 @@ func standardSender(name string, docs []string) *Preset {
 // svixSender is the preset of a sender that delivers through Svix (the
 // svix preset, and providers that send through it under their own name):
 // Standard Webhooks on svix- headers, the message id as the key, Svix's
-// retry window.
+// retry window and its timeout.
 func svixSender(name string, docs []string) *Preset {
 	return &Preset{
 		Name: name,
@@ -45,7 +45,8 @@ func svixSender(name string, docs []string) *Preset {
 		DefaultKey:  []string{"header:svix-id", "body"},
 		scheme:      standardWebhooks("svix-"),
 		Volatile:    []string{"svix-signature", "svix-timestamp"},
-		TTL:         28 * time.Hour, // 8 attempts over 27h35m
+		TTL:         28 * time.Hour,   // 8 attempts over 27h35m
+		Timeout:     15 * time.Second, // an attempt that takes longer fails
 		Signed:      []string{"header:svix-id"},
 		Credentials: []string{"svix-signature", "svix-timestamp"},
 		resigns:     always,

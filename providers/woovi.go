@@ -3,6 +3,7 @@ package providers
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
@@ -12,9 +13,11 @@ import (
 // given.
 func init() {
 	register(&Preset{
-		Name: "woovi",
+		Name:    "woovi",
+		Timeout: 100 * time.Second,
 		Docs: []string{
 			"https://developers.woovi.com/docs/webhook/seguranca/webhook-signature-validation",
+			"https://developers.openpix.com.br/docs/webhook/webhook-timeout",
 		},
 		DefaultKey: []string{"body"},
 		scheme: scheme{

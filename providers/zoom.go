@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"time"
+
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +16,8 @@ import (
 // edge with the secret token.
 func init() {
 	register(&Preset{
-		Name: "zoom",
+		Name:    "zoom",
+		Timeout: 3 * time.Second,
 		Docs: []string{
 			"https://developers.zoom.us/docs/api/webhooks/",
 		},

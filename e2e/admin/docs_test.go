@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -57,7 +58,10 @@ func docShapes(t *testing.T) map[string]docShape {
 var mapFields = map[string]bool{"results": true, "headers": true}
 
 // listShapes are the fields that hold a list of another shape.
-var listShapes = map[string]string{"events": "event", "redelivered": "redelivery", "skipped": "redelivery", "allow_ips": "allow list"}
+var listShapes = map[string]string{"events": "event", "redelivered": "redelivery", "skipped": "redelivery", "allow_ips": "allow list", "destinations": "destination"}
+
+// objectShapes are the fields that hold an object of another shape.
+var objectShapes = map[string]string{"breaker": "breaker"}
 
 // shapeChecker checks answers against the documented shapes and records
 // which documented fields were seen.
@@ -88,6 +92,10 @@ func (c *shapeChecker) check(shape, where string, obj map[string]any) {
 		switch v := v.(type) {
 		case map[string]any:
 			if mapFields[k] {
+				continue
+			}
+			if inner, ok := objectShapes[k]; ok {
+				c.check(inner, where+" "+k, v)
 				continue
 			}
 			for sub := range v {
@@ -135,13 +143,19 @@ func decodeList(t *testing.T, b []byte) []map[string]any {
 
 // TestAdminAnswersAsDocumented: the answers of every admin API route, read
 // from a real Caddy with real traffic (the file store, an archive with
-// redeliver_to, an inbox that dead-letters), have the fields docs/admin.md
-// documents, under the same names, and every documented field but those
-// this setup cannot produce is seen.
+// redeliver_to, an inbox that dead-letters, Caddy's tracing and the
+// global trace_url), have the fields docs/admin.md documents, under the
+// same names, and every documented field but those this setup cannot
+// produce is seen.
 func TestAdminAnswersAsDocumented(t *testing.T) {
+	testkit.Traces(t)
 	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if strings.HasPrefix(r.URL.Path, "/refuse") {
 			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/down" {
+			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
 		if r.URL.Path == "/ips" {
@@ -151,8 +165,12 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		fmt.Fprintf(w, `{"call":%d}`, call)
 	})
 	port := testkit.FreePort(t)
-	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%[1]d {
+	// the inbox has a route, whose destination is down and whose breaker
+	// opens on its first failure
+	sites := func(inboxPolicy string) string {
+		return fmt.Sprintf(`http://127.0.0.1:%[1]d {
 	handle /archive {
+		tracing
 		webhook_idempotency {
 			source docs_archive
 			archive {
@@ -176,6 +194,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		reverse_proxy %[3]s
 	}
 	handle /inbox {
+		tracing
 		webhook_idempotency {
 			source docs_inbox
 			archive
@@ -184,11 +203,16 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 				retries 100ms
 				jitter 0%%
 				timeout 1s
+				breaker 50%% of 1 cooldown 10m
+				%[4]s
 			}
 		}
 	}
 }
-`, port, app.URL, app.Addr()))
+`, port, app.URL, app.Addr(), inboxPolicy)
+	}
+	route := "route json:down=* " + app.URL + "/down"
+	c := testkit.StartCaddy(t, "webhook_idempotency {\n\t\ttrace_url https://traces.example/{trace_id}\n\t}", sites(route))
 	site := testkit.SiteURL(port)
 	for _, d := range []struct{ key, body string }{{"k1", `{"a":1}`}, {"k2", "\xff\xfe not utf-8"}, {"k1", `{"a":1}`}} {
 		if resp, b := testkit.Post(t, site+"/archive", []byte(d.body), "Idempotency-Key", d.key); resp.StatusCode != http.StatusOK {
@@ -198,10 +222,21 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	if resp, b := testkit.Post(t, site+"/inbox", []byte(`{"b":1}`), "Idempotency-Key", "i1"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("inbox: %s %s", resp.Status, b)
 	}
-	testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+	if resp, b := testkit.Post(t, site+"/inbox", []byte(`{"down":1}`), "Idempotency-Key", "i2"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("inbox: %s %s", resp.Status, b)
+	}
+	testkit.Eventually(t, 10*time.Second, "the dead letter, and the route's breaker open", func() bool {
 		var dead []map[string]any
 		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_inbox/dead", &dead)
-		return len(dead) == 1
+		var src struct {
+			Destinations []struct {
+				Breaker struct {
+					State string `json:"state"`
+				} `json:"breaker"`
+			} `json:"destinations"`
+		}
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/docs_inbox", &src)
+		return len(dead) == 1 && len(src.Destinations) == 2 && src.Destinations[1].Breaker.State == "open"
 	})
 
 	// a refusal: a delivery without its signature
@@ -217,6 +252,13 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 
 	sc := &shapeChecker{t: t, shapes: docShapes(t), seen: map[string]map[string]bool{}}
 	sc.check("refusal list", "GET refused", decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_signed/refused", 200)))
+	dest := url.Values{"destination": {app.URL + "/down"}}.Encode()
+	pause := decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/pause?"+dest, 200))
+	sc.check("pause", "POST pause?destination=", pause)
+	if pause["paused"] != true || pause["destination"] != app.URL+"/down" {
+		t.Errorf("POST pause?destination=: %v", pause)
+	}
+	sc.check("pause", "POST resume", decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/resume", 200)))
 	for _, s := range decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/", 200)) {
 		sc.check("source", "GET /", s)
 	}
@@ -264,13 +306,34 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	if m := decodeObject(t, sc.get(c, http.MethodGet, "/webhook_idempotency/nosuch", 404)); len(m) != 1 || m["error"] == nil {
 		t.Errorf("an error: %v, docs say {\"error\":…}", m)
 	}
+	// a reload without the route: its destination, whose queue still
+	// holds the event, is orphaned
+	if err := c.Reload(sites("")); err != nil {
+		t.Fatal(err)
+	}
+	// the reload replaced the admin server: a connection to the old one
+	// gets no answer, a new one does
+	var src map[string]any
+	testkit.Eventually(t, 5*time.Second, "the admin API after the reload", func() bool {
+		resp, err := testkit.NewConnectionClient.Get(c.AdminURL("/webhook_idempotency/docs_inbox"))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return err == nil && resp.StatusCode == http.StatusOK && json.Unmarshal(b, &src) == nil
+	})
+	sc.check("source", "GET /docs_inbox after a reload", src)
+	if d, _ := src["destinations"].([]any); len(d) != 2 || d[1].(map[string]any)["orphaned"] != true {
+		t.Errorf("after a reload without the route: %v, want its destination orphaned", src["destinations"])
+	}
 
 	// every documented field this setup can produce was seen
 	cannot := map[string][]string{
 		"source": {"unavailable"}, // a store that does not answer
 		"key":    {"lease_left_ms", "corrupt"},
 		"event":  {"body_omitted", "body_size", "body_redacted"},
-		// a list that failed to load (e2e/edge and allowips_test.go)
+		// a list that failed to load (e2e/edge, internal/edge/list_test.go)
 		"allow list": {"last_error"},
 	}
 	for shape, doc := range sc.shapes {

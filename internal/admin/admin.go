@@ -51,6 +51,8 @@ func init() {
 //	POST   /webhook_idempotency/<source>/events/<id>/redeliver  redeliver it
 //	POST   /webhook_idempotency/<source>/events/redeliver?…     redeliver a filtered set
 //	GET    /webhook_idempotency/<source>/inbox[?groups=N]       inbox delivery control
+//	POST   /webhook_idempotency/<source>/pause[?destination=]   pause its deliveries
+//	POST   /webhook_idempotency/<source>/resume[?destination=]  resume them
 //	GET    /webhook_idempotency/<source>/refused[?…]            refused requests
 //	GET    /webhook_idempotency/<source>/reconcile              reconciliation status
 //	POST   /webhook_idempotency/<source>/reconcile[?wait=true]  a pass now
@@ -181,6 +183,10 @@ func sourceRoute(p []string) adminMethods {
 		return adminMethods{http.MethodGet: handleReconcileStatus, http.MethodPost: handleReconcileRun}
 	case n == 1 && p[0] == "inbox":
 		return adminMethods{http.MethodGet: handleInbox}
+	case n == 1 && p[0] == "pause":
+		return adminMethods{http.MethodPost: handlePause}
+	case n == 1 && p[0] == "resume":
+		return adminMethods{http.MethodPost: handleResume}
 	}
 	return nil
 }
@@ -295,6 +301,12 @@ type sourceStatus struct {
 	// (pending, scheduled, dead) follow when it has.
 	Inbox bool `json:"inbox"`
 	*inbox.Counts
+	// Paused tells, for a source with an inbox, whether its deliveries are
+	// paused (all of them: each destination says whether it is).
+	Paused *bool `json:"paused,omitempty"`
+	// Destinations are the inbox's destinations, deliver_to's first: each
+	// one's URL, route, pause, breaker and counts.
+	Destinations []inbox.Destination `json:"destinations,omitempty"`
 	// Archive is the number of archived events, when the source has an
 	// archive.
 	Archive *archiveStatus `json:"archive,omitempty"`
@@ -371,6 +383,16 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 			failed = err
 		} else {
 			st.Counts = &c
+		}
+		if paused, err := ib.Paused(r.Context()); err != nil {
+			failed = cmp.Or(failed, err)
+		} else {
+			st.Paused = &paused
+		}
+		if d, err := ib.Destinations(r.Context()); err != nil {
+			failed = cmp.Or(failed, err)
+		} else {
+			st.Destinations = d
 		}
 	}
 	if a, err := s.archive(); err == nil {

@@ -32,6 +32,8 @@ Commands of the webhook_idempotency module:
   key       show a key's state through the admin API
   forget    forget a key, so that the provider's next retry is processed
   tail      print a source's newest archived events, and follow new ones
+  pause     pause a source's inbox deliveries, or one destination's
+  resume    resume them
   reconcile run a reconciliation pass of a source now (docs/reconcile.md)
   migrate   copy the live records of a file store into Redis, to move
             from one Caddy instance to several without reopening the

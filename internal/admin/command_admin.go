@@ -120,6 +120,37 @@ func cmdForget(fl caddycmd.Flags) (int, error) {
 	return caddy.ExitCodeSuccess, nil
 }
 
+// cmdPause pauses a source's deliveries, or one destination's.
+func cmdPause(fl caddycmd.Flags) (int, error) { return pauseCommand(fl, "pause") }
+
+// cmdResume resumes them.
+func cmdResume(fl caddycmd.Flags) (int, error) { return pauseCommand(fl, "resume") }
+
+// pauseCommand runs pause or resume through the admin API.
+func pauseCommand(fl caddycmd.Flags, op string) (int, error) {
+	if fl.NArg() != 1 || fl.Arg(0) == "" {
+		return caddy.ExitCodeFailedStartup, errors.New("want <source>: the route's source")
+	}
+	source, dest := fl.Arg(0), fl.String("destination")
+	path := sourcePath(source, op)
+	if dest != "" {
+		path += "?" + url.Values{"destination": {dest}}.Encode()
+	}
+	if _, err := adminRequest(fl, http.MethodPost, path); err != nil {
+		return caddy.ExitCodeFailedStartup, err
+	}
+	what := "deliveries of source " + source
+	if dest != "" {
+		what = "deliveries of source " + source + " to " + dest
+	}
+	if op == "pause" {
+		fmt.Printf("paused %s: events are still accepted, and wait\n", what)
+	} else {
+		fmt.Printf("resumed %s\n", what)
+	}
+	return caddy.ExitCodeSuccess, nil
+}
+
 // tailEvent is what tail reads of an archived event.
 type tailEvent struct {
 	ID         string    `json:"id"`
@@ -224,7 +255,7 @@ func cmdTail(fl caddycmd.Flags) (int, error) {
 	}
 }
 
-// newAdminCommands are the key, forget and tail commands.
+// newAdminCommands are the key, forget, tail, pause and resume commands.
 func newAdminCommands() []*cobra.Command {
 	key := &cobra.Command{
 		Use:   "key <source> <key>",
@@ -276,8 +307,35 @@ provider's delivery id.
 	f.String("key", "", "Only events of this key")
 	f.Bool("json", false, "Print the events as JSON, one per line")
 	f.Bool("refused", false, "Print the source's refused requests (why each was refused) instead of its archive")
-	for _, c := range []*cobra.Command{key, forget, tail} {
+	pause := &cobra.Command{
+		Use:   "pause <source> [--destination <url>]",
+		Short: "Pauses the inbox deliveries of a source, or of one destination",
+		Long: `
+Pauses the inbox deliveries of a source through the admin API
+(POST /webhook_idempotency/<source>/pause), or with --destination those to
+one destination (its URL, or its id as GET /webhook_idempotency/<source>/inbox
+lists it). Events are still accepted (202) and wait; the pause is kept in
+the route's store, across restarts and reloads, and every instance on one
+Redis follows it within a second. Deliveries in progress finish.
+`,
+		RunE: commandFunc(cmdPause),
+	}
+	resume := &cobra.Command{
+		Use:   "resume <source> [--destination <url>]",
+		Short: "Resumes the inbox deliveries of a source, or of one destination",
+		Long: `
+Resumes the inbox deliveries of a source through the admin API
+(POST /webhook_idempotency/<source>/resume), or with --destination those to
+one destination. A destination paused by itself stays paused when its source
+is resumed, and the other way round.
+`,
+		RunE: commandFunc(cmdResume),
+	}
+	for _, c := range []*cobra.Command{pause, resume} {
+		c.Flags().String("destination", "", "One destination: its URL or its id")
+	}
+	for _, c := range []*cobra.Command{key, forget, tail, pause, resume} {
 		adminFlags(c)
 	}
-	return []*cobra.Command{key, forget, tail}
+	return []*cobra.Command{key, forget, tail, pause, resume}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // The dead letters of a source's inbox (docs/inbox.md#watching-and-redelivering):
-// list, redeliver one, redeliver all, discard one.
+// list, redeliver one, redeliver all, discard one; of every destination,
+// or with `?destination=<url or id>` of one (docs/inbox.md#routes).
 
 // Paging of the dead-letter list.
 const (
@@ -49,9 +50,9 @@ func handleDead(w http.ResponseWriter, r *http.Request, src *adminSource) error 
 		}
 		start = v
 	}
-	events, err := ib.DeadLetters(r.Context(), start, count)
+	events, err := ib.DeadLetters(r.Context(), q.Get("destination"), start, count)
 	if err != nil {
-		return storeError(ib.Source(), err)
+		return inboxError(ib, err)
 	}
 	if events == nil {
 		events = []inbox.DeadLetter{}
@@ -84,12 +85,12 @@ func handleRedeliverDead(w http.ResponseWriter, r *http.Request, src *adminSourc
 	if err != nil {
 		return err
 	}
-	newID, err := ib.Redeliver(r.Context(), id)
+	newID, err := ib.Redeliver(r.Context(), r.URL.Query().Get("destination"), id)
 	if errors.Is(err, inbox.ErrNoDeadEvent) {
 		return errNoDead(ib, id)
 	}
 	if err != nil {
-		return storeError(ib.Source(), err)
+		return inboxError(ib, err)
 	}
 	return writeJSON(w, redelivered{ID: newID})
 }
@@ -101,9 +102,9 @@ func handleRedeliverAllDead(w http.ResponseWriter, r *http.Request, src *adminSo
 	if err != nil {
 		return err
 	}
-	n, err := ib.RedeliverAll(r.Context())
+	n, err := ib.RedeliverAll(r.Context(), r.URL.Query().Get("destination"))
 	if err != nil {
-		return storeError(ib.Source(), err)
+		return inboxError(ib, err)
 	}
 	return writeJSON(w, struct {
 		Redelivered int `json:"redelivered"`
@@ -117,13 +118,26 @@ func handleDiscardDead(w http.ResponseWriter, r *http.Request, src *adminSource,
 	if err != nil {
 		return err
 	}
-	deleted, err := ib.Discard(r.Context(), id)
+	deleted, err := ib.Discard(r.Context(), r.URL.Query().Get("destination"), id)
 	if err != nil {
-		return storeError(ib.Source(), err)
+		return inboxError(ib, err)
 	}
 	if !deleted {
 		return errNoDead(ib, id)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// inboxError is the error of an inbox call: 404 for a destination the
+// source does not have, 409 for a dead letter id several destinations
+// have, else the store's 503.
+func inboxError(ib *inbox.Inbox, err error) error {
+	switch {
+	case errors.Is(err, inbox.ErrNoDestination):
+		return apiError(http.StatusNotFound, fmt.Errorf("source %q has no such destination: give its URL or its id, as GET /webhook_idempotency/%s/inbox lists them", ib.Source(), ib.Source()))
+	case errors.Is(err, inbox.ErrAmbiguousDeadEvent):
+		return apiError(http.StatusConflict, fmt.Errorf("dead letters of several destinations of source %q have this id: give ?destination=<url or id>", ib.Source()))
+	}
+	return storeError(ib.Source(), err)
 }

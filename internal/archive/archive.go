@@ -122,12 +122,12 @@ func New(cfg Config, s store.Store) (*Archive, error) {
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsRedis
 		}
-		a.backend, err = newRedisBackend(s.Seam(), a)
+		a.backend, err = newRedisBackend(s.Streams(), a)
 	case *filestore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsFile
 		}
-		a.backend, err = newFileBackend(s.Seam(), a)
+		a.backend, err = newFileBackend(s.File(), a)
 	case *memstore.Store:
 		if a.cfg.MaxEvents == 0 {
 			a.cfg.MaxEvents = DefaultMaxEventsMemory
@@ -304,7 +304,7 @@ const (
 )
 
 // fieldCount is the most fields and values of an entry.
-const fieldCount = 36
+const fieldCount = 42
 
 // appendFields appends the entry's fields and values to f: everything but
 // the body, which the backends store apart.
@@ -338,6 +338,12 @@ func (e *Entry) appendFields(f []any) []any {
 	}
 	if len(e.Items) > 0 {
 		f = append(f, fieldItems, encodeItems(e.Items))
+	}
+	if e.Trace.Parent != "" {
+		f = append(f, event.FieldTraceParent, e.Trace.Parent)
+		if e.Trace.State != "" {
+			f = append(f, event.FieldTraceState, e.Trace.State)
+		}
 	}
 	return f
 }

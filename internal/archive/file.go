@@ -2,7 +2,6 @@ package archive
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
@@ -28,7 +27,7 @@ var fileArchives = caddy.NewUsagePool()
 
 // fileArchive is the archive of one source in one file.
 type fileArchive struct {
-	seam    filestore.Seam
+	file    filestore.File
 	bucket  []byte // the events without their bodies
 	bodies  []byte // the bodies, by the same ids
 	release func() // gives back the hold on the file
@@ -47,40 +46,40 @@ func (fa *fileArchive) Destruct() error {
 // fileBackend is one handler's archive on the file store.
 type fileBackend struct {
 	fa *fileArchive
-	// seam is the handler's store's: a key's completion goes to the file
+	// file is the handler's store's: a key's completion goes to the file
 	// the key was claimed in, which holds it open until then, even after
 	// a reload stopped the archive (fa's may be another configuration's)
-	seam      filestore.Seam
+	file      filestore.File
 	key       string // in fileArchives
 	a         *Archive
 	closeOnce sync.Once
 }
 
-func newFileBackend(seam filestore.Seam, a *Archive) (*fileBackend, error) {
-	key := seam.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
+func newFileBackend(file filestore.File, a *Archive) (*fileBackend, error) {
+	key := file.Path() + "\x00" + a.cfg.name() + "\x00" + a.cfg.Source
 	val, _, err := fileArchives.LoadOrNew(key, func() (caddy.Destructor, error) {
-		release, err := seam.Hold()
+		release, err := file.Hold()
 		if err != nil {
 			return nil, err
 		}
 		fa := &fileArchive{
-			seam: seam, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
+			file: file, bucket: []byte(a.cfg.name() + ":" + a.cfg.Source), bodies: []byte(a.cfg.name() + "-body:" + a.cfg.Source),
 			release: release, count: -1,
 		}
-		if err := seam.Update(context.Background(), fa.buckets); err != nil {
+		if err := file.Update(context.Background(), fa.buckets); err != nil {
 			// a full disk, say: the archive is degraded, never a reason
 			// to refuse the sites; its buckets are made by the first
 			// append that can write
 			a.metrics.errors.Inc()
 			a.logger.Error("the archive cannot write to the store's file: its events are not kept, and counted in caddy_webhook_idempotency_archive_errors_total, until it can; deliveries are handled as usual",
-				zap.String("path", seam.Path()), zap.Error(err))
+				zap.String("path", file.Path()), zap.Error(err))
 		}
 		return fa, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fileBackend{fa: val.(*fileArchive), seam: seam, key: key, a: a}, nil
+	return &fileBackend{fa: val.(*fileArchive), file: file, key: key, a: a}, nil
 }
 
 // buckets makes the archive's buckets, in a write transaction, and
@@ -100,21 +99,6 @@ func (fa *fileArchive) make(tx *bolt.Tx) (events, bodies *bolt.Bucket, err error
 	return events, bodies, err
 }
 
-// fileID encodes an id as a bucket key.
-func fileID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func fromFileID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // append writes e in tx and trims the bucket. Called in a commit.
 func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	fa := b.fa
@@ -127,20 +111,17 @@ func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	if fa.count < 0 {
 		fa.count = int64(bk.Stats().KeyN)
 		if k, _ := bk.Cursor().Last(); k != nil {
-			fa.lastID = fromFileID(k)
+			fa.lastID = event.IDFromKey(k)
 		}
 	}
 	// numbered by the time of the append, as a Redis stream numbers its
 	// entries, and trimmed by it
-	id := event.ID{MS: uint64(max(now().UnixMilli(), 0))}
-	if !fa.lastID.Less(id) {
-		id = event.ID{MS: fa.lastID.MS, Seq: fa.lastID.Seq + 1}
-	}
-	if err := bk.Put(fileID(id), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
+	id := fa.lastID.Next(uint64(max(now().UnixMilli(), 0)))
+	if err := bk.Put(id.Key(), event.AppendFields(nil, e.appendFields(make([]any, 0, fieldCount)))); err != nil {
 		return err
 	}
 	if e.HasBody {
-		if err := bodies.Put(fileID(id), e.Body); err != nil {
+		if err := bodies.Put(id.Key(), e.Body); err != nil {
 			return err
 		}
 	}
@@ -157,7 +138,7 @@ func (b *fileBackend) trim(bk, bodies *bolt.Bucket, cutoff event.ID, maxEvents i
 	fa := b.fa
 	c := bk.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if fa.count <= maxEvents && !fromFileID(k).Less(cutoff) {
+		if fa.count <= maxEvents && !event.IDFromKey(k).Less(cutoff) {
 			break
 		}
 		if err := bodies.Delete(k); err != nil {
@@ -179,7 +160,7 @@ func (b *fileBackend) failed() {
 }
 
 func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
-	appendErr, err = b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
+	appendErr, err = b.file.CompleteThen(ctx, key, guard, owner, record, ttl, func(tx *bolt.Tx) error { return b.append(tx, e) })
 	if appendErr != nil {
 		b.failed()
 	}
@@ -187,7 +168,7 @@ func (b *fileBackend) completeAndAppend(ctx context.Context, key, guard, owner s
 }
 
 func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
-	err := b.fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := b.fa.file.Update(ctx, func(tx *bolt.Tx) error {
 		for _, e := range es {
 			if err := b.append(tx, e); err != nil {
 				return err
@@ -203,20 +184,20 @@ func (b *fileBackend) appendBatch(ctx context.Context, es []*Entry) error {
 
 func (b *fileBackend) page(_ context.Context, hi, lo event.ID, count int) ([]Event, error) {
 	var out []Event
-	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+	err := b.fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(b.fa.bucket)
 		if bk == nil {
 			return nil // never written
 		}
 		c := bk.Cursor()
-		k, v := c.Seek(fileID(hi))
+		k, v := c.Seek(hi.Key())
 		if k == nil {
 			k, v = c.Last()
-		} else if hi.Less(fromFileID(k)) {
+		} else if hi.Less(event.IDFromKey(k)) {
 			k, v = c.Prev()
 		}
 		for ; k != nil && len(out) < count; k, v = c.Prev() {
-			id := fromFileID(k)
+			id := event.IDFromKey(k)
 			if id.Less(lo) {
 				break
 			}
@@ -250,7 +231,7 @@ func fileEvent(id event.ID, v []byte, bodies *bolt.Bucket) (Event, error) {
 	}, bodies != nil)
 	if bodies != nil && ev.BodyStored && !ev.bodyRead {
 		// bbolt's value lives as long as the transaction: copy it
-		body := bodies.Get(fileID(id))
+		body := bodies.Get(id.Key())
 		if body != nil {
 			body = append(make([]byte, 0, len(body)), body...)
 		}
@@ -262,12 +243,12 @@ func fileEvent(id event.ID, v []byte, bodies *bolt.Bucket) (Event, error) {
 func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error) {
 	var ev Event
 	found := false
-	err := b.fa.seam.View(func(tx *bolt.Tx) error {
+	err := b.fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(b.fa.bucket)
 		if bk == nil {
 			return nil
 		}
-		v := bk.Get(fileID(id))
+		v := bk.Get(id.Key())
 		if v == nil {
 			return nil
 		}
@@ -280,7 +261,7 @@ func (b *fileBackend) event(_ context.Context, id event.ID) (Event, bool, error)
 }
 
 func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
-	return b.fa.seam.View(func(tx *bolt.Tx) error {
+	return b.fa.file.View(func(tx *bolt.Tx) error {
 		bk, bodies := tx.Bucket(b.fa.bucket), tx.Bucket(b.fa.bodies)
 		if bk == nil || bodies == nil {
 			for _, ev := range evs {
@@ -293,7 +274,7 @@ func (b *fileBackend) bodies(_ context.Context, evs []*Event) error {
 				continue
 			}
 			id, _ := event.ParseID(ev.ID)
-			v := bk.Get(fileID(id))
+			v := bk.Get(id.Key())
 			if v == nil {
 				ev.setBody(nil)
 				continue
@@ -313,20 +294,20 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	fa.mu.Lock()
 	count, expired := fa.count, false
 	fa.mu.Unlock()
-	err := fa.seam.View(func(tx *bolt.Tx) error {
+	err := fa.file.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(fa.bucket)
 		if bk == nil {
 			count = 0 // never written
 			return nil
 		}
 		k, _ := bk.Cursor().First()
-		expired = k != nil && fromFileID(k).Less(cutoff)
+		expired = k != nil && event.IDFromKey(k).Less(cutoff)
 		if count < 0 {
 			fa.mu.Lock()
 			defer fa.mu.Unlock()
 			fa.count = int64(bk.Stats().KeyN)
 			if k, _ := bk.Cursor().Last(); k != nil {
-				fa.lastID = fromFileID(k)
+				fa.lastID = event.IDFromKey(k)
 			}
 			count = fa.count
 		}
@@ -337,7 +318,7 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 	}
 	// events older than retention on an idle source: retention holds for
 	// reads too, so they go now rather than with the next append
-	err = fa.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err = fa.file.Update(ctx, func(tx *bolt.Tx) error {
 		fa.mu.Lock()
 		defer fa.mu.Unlock()
 		bk, bodies := tx.Bucket(fa.bucket), tx.Bucket(fa.bodies)

@@ -61,11 +61,7 @@ func (r *archiveRing) setMax(n int) {
 func (r *archiveRing) add(e *Entry, retention time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ms := uint64(max(e.Received.UnixMilli(), 0))
-	id := event.ID{MS: ms}
-	if !r.last.Less(id) {
-		id = event.ID{MS: r.last.MS, Seq: r.last.Seq + 1}
-	}
+	id := r.last.Next(uint64(max(e.Received.UnixMilli(), 0)))
 	r.last = id
 	r.trim(retention)
 	switch {

@@ -62,7 +62,7 @@ const redisBodyField = "b"
 
 // redisBackend is the archive of a handler on the redis store.
 type redisBackend struct {
-	seam    redisstore.Seam
+	streams redisstore.Streams
 	client  redis.UniversalClient // a reference of our own, held until close
 	release func()
 	stream  string // the events
@@ -75,19 +75,19 @@ type redisBackend struct {
 	reader     *redis.Client // standalone and Sentinel: the client with the read timeout
 }
 
-func newRedisBackend(seam redisstore.Seam, a *Archive) (*redisBackend, error) {
+func newRedisBackend(streams redisstore.Streams, a *Archive) (*redisBackend, error) {
 	// a reference of our own: the store may be cleaned up before the queue
 	// has appended its last events
-	client, release, err := seam.Client()
+	client, release, err := streams.Client()
 	if err != nil {
 		return nil, err
 	}
-	stream := seam.Keys(a.cfg.Source).Archive
+	stream := streams.Keys(a.cfg.Source).Archive
 	if a.cfg.Kind != "" {
 		stream = strings.TrimSuffix(stream, "archive") + a.cfg.Kind
 	}
 	b := &redisBackend{
-		seam: seam, client: client, release: release,
+		streams: streams, client: client, release: release,
 		stream: stream, bodyKey: stream + ":body", maxLen: strconv.Itoa(a.cfg.MaxEvents), a: a,
 	}
 	b.memory = newMemoryGuard(b)
@@ -108,9 +108,9 @@ func (b *redisBackend) appendCmd(e *Entry) []any {
 
 func (b *redisBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
 	if e == nil { // refused by admit: the completion alone
-		return b.seam.Store().CompleteGuarded(ctx, key, guard, owner, record, ttl), nil
+		return b.streams.Store().CompleteGuarded(ctx, key, guard, owner, record, ttl), nil
 	}
-	then, err := b.seam.CompleteThen(ctx, key, guard, owner, record, ttl, [][]any{b.appendCmd(e)})
+	then, err := b.streams.CompleteThen(ctx, key, guard, owner, record, ttl, [][]any{b.appendCmd(e)})
 	return err, appendResult(then.Val, then.Err)
 }
 
@@ -147,7 +147,7 @@ func (b *redisBackend) admit(e *Entry) bool { return b.memory.admit(int64(e.size
 // read returns the client an admin read goes through, on the node of the
 // archive's slot with Redis Cluster, and its context.
 func (b *redisBackend) read(ctx context.Context) (redis.Cmdable, context.Context, context.CancelFunc, error) {
-	timeout := max(redisReadTimeout, b.seam.Timeout())
+	timeout := max(redisReadTimeout, b.streams.Timeout())
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	switch c := b.client.(type) {
 	case *redis.Client:
@@ -283,7 +283,7 @@ func (b *redisBackend) size(ctx context.Context, cutoff event.ID) (int64, error)
 	return n.Val(), nil
 }
 
-func (b *redisBackend) timeout() time.Duration { return b.seam.Timeout() }
+func (b *redisBackend) timeout() time.Duration { return b.streams.Timeout() }
 
 func (b *redisBackend) close() {
 	b.memory.close()

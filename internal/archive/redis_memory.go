@@ -110,7 +110,7 @@ func (g *memoryGuard) readMemory() {
 
 // info reads INFO memory on the archive's node.
 func (g *memoryGuard) info() (used, maxMemory int64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.b.seam.Timeout())
+	ctx, cancel := context.WithTimeout(context.Background(), g.b.streams.Timeout())
 	defer cancel()
 	var c redis.Cmdable = g.b.client
 	if cc, ok := g.b.client.(*redis.ClusterClient); ok {

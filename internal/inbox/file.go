@@ -47,11 +47,12 @@ const (
 // fileSources shares each file's source queue across config reloads.
 var fileSources = caddy.NewUsagePool()
 
-// fileSource is the queue of one source in one file.
+// fileSource is the queue of one destination of a source in one file.
 type fileSource struct {
-	seam   filestore.Seam
+	file   filestore.File
 	events []byte // bucket names
 	dead   []byte
+	newest []byte
 
 	mu         sync.Mutex
 	ready      []string // ids ready, in the order they became ready
@@ -62,8 +63,10 @@ type fileSource struct {
 	groups     map[string]*fileGroup
 	heldCount  int64    // events held behind the head of their group
 	pace       gcraCell // the rate limit's state
-	notify     chan struct{}
-	release    func() // gives back the hold on the file
+	// newestWrites counts the newest values written (newer_than)
+	newestWrites atomic.Int64
+	notify       chan struct{}
+	release      func() // gives back the hold on the file
 }
 
 // fileGroup is a group with events pending: its head, and the events held
@@ -87,54 +90,62 @@ func (fs *fileSource) Destruct() error {
 	return nil
 }
 
-// fileQueue is one inbox's queue on the file store: the source's shared
-// queue, with this inbox's ttls.
+// fileQueue is one inbox's queue on the file store: the destination's
+// shared queue, with this inbox's ttls.
 type fileQueue struct {
 	src       *fileSource
 	key       string      // in fileSources
+	source    string      // the inbox's source
+	destID    string      // the destination's id, in the pause and breaker state
 	handed    atomic.Bool // the one lane has its reader
 	acceptTTL time.Duration
 	noteTTL   time.Duration
 }
 
-func newFileQueue(seam filestore.Seam, ib *Inbox) (*fileQueue, error) {
-	key := seam.Path() + "\x00" + ib.cfg.Source
+func newFileQueue(file filestore.File, ib *Inbox) (*fileQueue, error) {
+	name := ib.cfg.Source
+	if ib.dest.queue != "" {
+		name += "@" + ib.dest.queue // a route's buckets
+	}
+	key := file.Path() + "\x00" + name
 	val, _, err := fileSources.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openFileSource(seam, ib.cfg.Source)
+		return openFileSource(file, name)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fileQueue{src: val.(*fileSource), key: key, acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL}, nil
+	return &fileQueue{src: val.(*fileSource), key: key, source: ib.cfg.Source, destID: ib.dest.id, acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL}, nil
 }
 
-// openFileSource loads a source's queue from the file.
-func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
-	release, err := seam.Hold()
+// openFileSource loads a destination's queue from the file: the buckets
+// of name, `<source>` for deliver_to's, `<source>@<id>` for a route's.
+func openFileSource(file filestore.File, name string) (*fileSource, error) {
+	release, err := file.Hold()
 	if err != nil {
 		return nil, err
 	}
 	fs := &fileSource{
-		seam: seam, events: []byte("inbox:" + source), dead: []byte("inbox-dead:" + source),
+		file: file, events: []byte("inbox:" + name), dead: []byte("inbox-dead:" + name), newest: []byte("inbox-newest:" + name),
 		inDelivery: make(map[string]bool), groups: make(map[string]*fileGroup),
 		notify: make(chan struct{}, 1), release: release,
 	}
-	if err := seam.Update(context.Background(), func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{fs.events, fs.dead} {
+	source := name
+	nowMs := time.Now().UnixMilli()
+	if err := file.Update(context.Background(), func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{fs.events, fs.dead, fs.newest} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		return nil
+		return pruneNewest(tx.Bucket(fs.newest), nowMs)
 	}); err != nil {
 		release()
 		return nil, fmt.Errorf("preparing the inbox of %s: %v", source, err)
 	}
-	nowMs := time.Now().UnixMilli()
-	err = seam.View(func(tx *bolt.Tx) error {
+	err = file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.events).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			id := decodeID(k)
+			id := event.IDFromKey(k)
 			fs.lastID[0] = id
 			f, err := event.ReadFields(v)
 			if err != nil {
@@ -153,7 +164,7 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 		dead := tx.Bucket(fs.dead)
 		fs.deadCount = int64(dead.Stats().KeyN)
 		if k, _ := dead.Cursor().Last(); k != nil {
-			fs.lastID[1] = decodeID(k)
+			fs.lastID[1] = event.IDFromKey(k)
 		}
 		return nil
 	})
@@ -164,30 +175,11 @@ func openFileSource(seam filestore.Seam, source string) (*fileSource, error) {
 	return fs, nil
 }
 
-// encodeID is an id as a bucket key.
-func encodeID(id event.ID) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, id.MS)
-	binary.BigEndian.PutUint64(k[8:], id.Seq)
-	return k
-}
-
-func decodeID(k []byte) event.ID {
-	if len(k) != 16 {
-		return event.ID{}
-	}
-	return event.ID{MS: binary.BigEndian.Uint64(k), Seq: binary.BigEndian.Uint64(k[8:])}
-}
-
 // nextID gives out the next id of a bucket (0 events, 1 dead), as a Redis
 // stream does: the time in milliseconds, and a sequence within one.
 // Called with fs.mu held.
 func (fs *fileSource) nextID(which int) event.ID {
-	last := fs.lastID[which]
-	id := event.ID{MS: uint64(time.Now().UnixMilli())}
-	if !last.Less(id) {
-		id = event.ID{MS: last.MS, Seq: last.Seq + 1}
-	}
+	id := fs.lastID[which].Next(uint64(time.Now().UnixMilli()))
 	fs.lastID[which] = id
 	return id
 }
@@ -294,34 +286,57 @@ func encode(f map[string]string, set ...string) []byte {
 	return b
 }
 
-func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, group string) (store.ClaimResult, string, error) {
-	fs := q.src
-	var id string
-	var ready bool
-	res, err := fs.seam.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
-		pairs := fields(ev, "0", "0", group)
-		if suspected != "" {
-			pairs = append(pairs, fieldSuspected, suspected)
+func (q *fileQueue) setTTLs(acceptTTL, noteTTL time.Duration) {
+	q.acceptTTL, q.noteTTL = acceptTTL, noteTTL
+}
+
+func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error) {
+	out := make([]admitted, len(to))
+	ready := make([]bool, len(to))
+	res, err := q.src.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
+		for i, a := range to {
+			fs := a.q.(*fileQueue).src
+			pairs := append(fields(ev, "0", "0", a.group), extra...)
+			if suspected != "" {
+				pairs = append(pairs, fieldSuspected, suspected)
+			}
+			// ids are given out and entered in their groups in one step: a
+			// group's events are in id order
+			fs.mu.Lock()
+			eid := fs.nextID(0)
+			out[i] = admitted{id: eid.String(), suspected: suspected}
+			ready[i] = fs.admitLocked(out[i].id, a.group, ev.Received.UnixMilli())
+			if ready[i] && !a.answer.IsZero() {
+				// in delivery at once, its attempt begun (written below)
+				out[i].answering = true
+				fs.inDelivery[out[i].id] = true
+				pairs = append(pairs, fieldStarted, "1")
+			}
+			fs.mu.Unlock()
+			if err := tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs)); err != nil {
+				return err
+			}
 		}
-		// ids are given out and entered in their groups in one step: a
-		// group's events are in id order
-		fs.mu.Lock()
-		eid := fs.nextID(0)
-		id = eid.String()
-		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
-		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, pairs))
+		return nil
 	})
-	if err != nil && id != "" {
-		fs.unadmit(id, group)
-	}
 	if err != nil || res.State != store.StateClaimed {
-		return res, "", err
+		for i, a := range to {
+			if out[i].id != "" {
+				fs := a.q.(*fileQueue).src
+				if out[i].answering {
+					fs.done(out[i].id)
+				}
+				fs.unadmit(out[i].id, a.group)
+			}
+		}
+		return res, nil, err
 	}
-	if ready {
-		fs.push(id)
+	for i, a := range to {
+		if ready[i] && !out[i].answering {
+			a.q.(*fileQueue).src.push(out[i].id)
+		}
 	}
-	return res, id, nil
+	return res, out, nil
 }
 
 // lanes returns the one lane of the file store's queue, the first time:
@@ -392,12 +407,12 @@ func (q *fileQueue) next(ctx context.Context, _ int, n int, wait time.Duration) 
 func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) {
 	fs := q.src
 	var msgs []message
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		msgs = msgs[:0]
 		b := tx.Bucket(fs.events)
 		for _, id := range ids {
 			sid, _ := event.ParseID(id)
-			v := b.Get(encodeID(sid))
+			v := b.Get(sid.Key())
 			if v == nil {
 				continue
 			}
@@ -408,7 +423,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
 			started++
 			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
-			if err := b.Put(encodeID(sid), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+			if err := b.Put(sid.Key(), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
 				return err
 			}
 		}
@@ -456,35 +471,102 @@ func (q *fileQueue) moveDue(_ context.Context, now time.Time) error {
 	return nil
 }
 
-func (q *fileQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
-	if err := q.remove(ctx, m, ttl); err != nil {
+func (q *fileQueue) delivered(ctx context.Context, m message, d done) error {
+	if err := q.remove(ctx, m, d); err != nil {
 		return err
 	}
 	q.src.releaseGroup(m.ev.Group, m.id)
 	return nil
 }
 
-// remove deletes a delivered event and shortens its key to ttl.
-func (q *fileQueue) remove(ctx context.Context, m message, ttl time.Duration) error {
+// remove deletes a delivered event and updates its key as d says.
+func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(fs.events).Delete(encodeID(sid)); err != nil {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
+		}
+		if d.newest != "" {
+			b := tx.Bucket(fs.newest)
+			v := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(d.newestTTL).UnixMilli()))
+			if err := b.Put([]byte(m.ev.Group), append(v, d.newest...)); err != nil {
+				return err
+			}
+			if fs.newestWrites.Add(1)%pruneEvery == 0 {
+				if err := pruneNewest(b, time.Now().UnixMilli()); err != nil {
+					return err
+				}
+			}
 		}
 		if storeKey == "" {
 			return nil
 		}
-		return fs.seam.SetExpiry(tx, storeKey, ttl)
+		if d.record != nil {
+			for _, k := range []string{storeKey, d.guard} {
+				if k == "" {
+					continue
+				}
+				ttl := d.ttl
+				if k != storeKey {
+					ttl = 0
+				}
+				if err := fs.file.SetRecord(tx, k, d.record, ttl); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if d.ttl == 0 {
+			return nil
+		}
+		return fs.file.SetExpiry(tx, storeKey, d.ttl)
 	})
 	if err != nil {
 		return err
 	}
 	if storeKey != "" {
-		fs.seam.DropCached(storeKey)
+		fs.file.DropCached(storeKey)
+		if d.guard != "" {
+			fs.file.DropCached(d.guard)
+		}
 	}
 	fs.done(m.id)
+	return nil
+}
+
+func (q *fileQueue) newest(_ context.Context, m message) (string, error) {
+	fs := q.src
+	var out string
+	err := fs.file.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(fs.newest).Get([]byte(m.ev.Group))
+		if len(v) >= 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixMilli() {
+			out = string(v[8:])
+		}
+		return nil
+	})
+	return out, err
+}
+
+// pruneEvery is how many newest values are written between two prunings
+// of those that expired.
+const pruneEvery = 1024
+
+// pruneNewest deletes the newest values that expired by now (ms).
+func pruneNewest(b *bolt.Bucket, now int64) error {
+	var expired [][]byte
+	_ = b.ForEach(func(k, v []byte) error {
+		if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) <= now {
+			expired = append(expired, slices.Clone(k))
+		}
+		return nil
+	})
+	for _, k := range expired {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -492,13 +574,13 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
 	dueMs := (due.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		f, err := event.ReadFields(b.Get(encodeID(sid)))
+		f, err := event.ReadFields(b.Get(sid.Key()))
 		if err != nil {
 			return err
 		}
-		return b.Put(encodeID(sid), encode(f,
+		return b.Put(sid.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
 			fieldDue, strconv.FormatInt(dueMs, 10)))
@@ -516,9 +598,9 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
 	fs := q.src
 	sid, _ := event.ParseID(m.id)
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
-		v := b.Get(encodeID(sid))
+		v := b.Get(sid.Key())
 		if v == nil {
 			return nil
 		}
@@ -532,7 +614,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		did := fs.nextID(1)
 		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.dead).Put(encodeID(did), encode(f,
+		if err := tx.Bucket(fs.dead).Put(did.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
@@ -540,15 +622,15 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		if next != "" {
 			// the next event of the group says which one it follows
 			nid, _ := event.ParseID(next)
-			nf, err := event.ReadFields(b.Get(encodeID(nid)))
+			nf, err := event.ReadFields(b.Get(nid.Key()))
 			if err != nil {
 				return err
 			}
-			if err := b.Put(encodeID(nid), encode(nf, fieldOrderBroken, did.String())); err != nil {
+			if err := b.Put(nid.Key(), encode(nf, fieldOrderBroken, did.String())); err != nil {
 				return err
 			}
 		}
-		return b.Delete(encodeID(sid))
+		return b.Delete(sid.Key())
 	})
 	if err != nil {
 		return err
@@ -576,18 +658,14 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 	fs := q.src
 	var from []byte
 	if start != "-" {
-		id, ok := event.ParseID(start)
+		id, ok := event.ParseStart(start)
 		if !ok {
-			ms, err := strconv.ParseUint(start, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("invalid id %q", start)
-			}
-			id = event.ID{MS: ms}
+			return nil, fmt.Errorf("invalid id %q", start)
 		}
-		from = encodeID(id)
+		from = id.Key()
 	}
 	var out []Event
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(fs.dead).Cursor()
 		k, v := c.First()
 		if from != nil {
@@ -598,7 +676,7 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 			if err != nil {
 				return err
 			}
-			id := decodeID(k).String()
+			id := event.IDFromKey(k).String()
 			out = append(out, fromFields(id, func(name string) string { return f[name] }))
 		}
 		return nil
@@ -609,9 +687,9 @@ func (q *fileQueue) dead(_ context.Context, start string, count int64) ([]Event,
 func (q *fileQueue) newestDead(context.Context) (string, bool, error) {
 	fs := q.src
 	var id string
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(fs.dead).Cursor().Last(); k != nil {
-			id = decodeID(k).String()
+			id = event.IDFromKey(k).String()
 		}
 		return nil
 	})
@@ -626,9 +704,9 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	var newID, group string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		v := dead.Get(encodeID(sid))
+		v := dead.Get(sid.Key())
 		if v == nil {
 			return ErrNoDeadEvent
 		}
@@ -645,10 +723,10 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		newID, group = eid.String(), f[fieldGroup]
 		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.events).Put(encodeID(eid), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+		if err := tx.Bucket(fs.events).Put(eid.Key(), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err != nil {
 		if newID != "" {
@@ -673,13 +751,13 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	found := false
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		dead := tx.Bucket(fs.dead)
-		if dead.Get(encodeID(sid)) == nil {
+		if dead.Get(sid.Key()) == nil {
 			return nil
 		}
 		found = true
-		return dead.Delete(encodeID(sid))
+		return dead.Delete(sid.Key())
 	})
 	if err == nil && found {
 		fs.mu.Lock()
@@ -689,17 +767,17 @@ func (q *fileQueue) discard(ctx context.Context, id string) (bool, error) {
 	return found, err
 }
 
-func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string) (string, error) {
+func (q *fileQueue) enqueue(ctx context.Context, ev *event.Request, group string, extra []any) (string, error) {
 	fs := q.src
 	var id string
 	var ready bool
-	err := fs.seam.Update(ctx, func(tx *bolt.Tx) error {
+	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
 		fs.mu.Lock()
 		eid := fs.nextID(0)
 		id = eid.String()
 		ready = fs.admitLocked(id, group, ev.Received.UnixMilli())
 		fs.mu.Unlock()
-		return tx.Bucket(fs.events).Put(encodeID(eid), event.AppendFields(nil, fields(ev, "0", "0", group)))
+		return tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, append(fields(ev, "0", "0", group), extra...)))
 	})
 	if err != nil {
 		if id != "" {
@@ -733,12 +811,12 @@ func (q *fileQueue) groups(_ context.Context, count int) (Groups, error) {
 	}
 	fs.mu.Unlock()
 	out.sortAndCut(count)
-	err := fs.seam.View(func(tx *bolt.Tx) error {
+	err := fs.file.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(fs.events)
 		for i := range out.Longest {
 			h := &out.Longest[i].Head
 			id, _ := event.ParseID(h.ID)
-			v := b.Get(encodeID(id))
+			v := b.Get(id.Key())
 			if v == nil {
 				continue
 			}

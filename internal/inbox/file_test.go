@@ -106,7 +106,7 @@ func TestFileInboxDeliversRetriesAndDeadLetters(t *testing.T) {
 	if fmt.Sprint(got["ok"]) != "[1]" || fmt.Sprint(got["flaky"]) != "[1 2 3]" || fmt.Sprint(got["refused"]) != "[1]" {
 		t.Fatalf("attempts: %v", got)
 	}
-	dead, err := ib.DeadLetters(t.Context(), "-", 10)
+	dead, err := ib.DeadLetters(t.Context(), "", "-", 10)
 	if err != nil || len(dead) != 1 || dead[0].Key != "refused" || dead[0].LastStatus != 400 || dead[0].Attempts != 1 {
 		t.Fatalf("dead letters: %+v %v", dead, err)
 	}
@@ -165,7 +165,7 @@ func TestFileInboxKeepsEventsAcrossReopen(t *testing.T) {
 	if err := ib2.q.moveDue(t.Context(), time.Now().Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := ib2.RedeliverAll(t.Context())
+	n, err := ib2.RedeliverAll(t.Context(), "")
 	if err != nil || n != 1 {
 		t.Fatalf("redelivering the dead letter: %d, %v", n, err)
 	}

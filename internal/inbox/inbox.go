@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +78,54 @@ type Config struct {
 	// CA, a client certificate, a server name); nil for the system's.
 	TLS    *tls.Config
 	Logger *zap.Logger
+
+	// Routes are the source's destinations besides DeliverTo, in the
+	// order of the configuration: an event goes to every route that
+	// matches it, each delivering it with its own attempts, order, rate
+	// and dead letters; to DeliverTo when none matches
+	// (docs/inbox.md#routes).
+	Routes []Route
+	// AnswerWithin is `respond app within`: the first attempt of an event
+	// is made as it is accepted, and the application's 2xx answer, when
+	// it comes within AnswerWithin, is the provider's answer and the
+	// key's record; 0 for off (docs/inbox.md#the-applications-answer).
+	AnswerWithin time.Duration
+	// MaxAnswer is the largest body of the application's answer that is
+	// recorded (the handler's max_response); a larger one is not passed on.
+	MaxAnswer int64
+	// Breaker stops the deliveries to a destination that keeps failing;
+	// zero Of for none (docs/inbox.md#breaker).
+	Breaker Breaker
+	// NewerThan resolves the value of an event that is compared with the
+	// largest its group has delivered (newer_than); nil for none. It
+	// needs GroupOf.
+	NewerThan func(ev *event.Request) string
+	// Archive archives an event the inbox ended without delivering it
+	// (results.Stale); nil when the route has no archive.
+	Archive func(ev *event.Request, result string)
+}
+
+// Route is a destination of a source's events besides deliver_to, and the
+// events it takes.
+type Route struct {
+	// URL is where its events are delivered.
+	URL string
+	// Rule is the route's rule as configured (`json:type=invoice.*`),
+	// shown by the admin API.
+	Rule string
+	// Match reports whether an event goes to this route.
+	Match func(ev *event.Request) bool
+	// Retries are its waits between attempts; nil for the inbox's.
+	Retries []time.Duration
+	// Rate is its rate limit; zero N for none (the inbox's rate is
+	// deliver_to's).
+	Rate Rate
+	// OrderBy and GroupOf group its events; nil for the inbox's.
+	OrderBy []string
+	GroupOf func(ev *event.Request) string
+	// TLS is its TLS configuration; nil for the system's (the inbox's is
+	// deliver_to's).
+	TLS *tls.Config
 }
 
 // Timing of every inbox.
@@ -88,18 +138,29 @@ var (
 	reclaimAfter = 3
 )
 
-// Inbox is one handler's inbox: acceptance on the request path, the
-// workers that deliver, and what the admin API reads and does.
+// Inbox is a source's inbox: acceptance on the request path, the workers
+// that deliver to deliver_to, and what the admin API reads and does. Each
+// other destination of the source (a route, or the route of an earlier
+// configuration whose queue still holds events) is delivered by an Inbox
+// of its own, with its own queue, workers, rate, breaker and dead letters
+// (destination.go): the source's Inbox holds those and drives them; they
+// are never handed out.
 type Inbox struct {
-	cfg       Config
-	acceptTTL time.Duration // ttl of an accepted key: ttl plus the retry horizon
+	cfg       Config        // a destination's: DeliverTo is its URL, the options are its own
+	dest      dest          // the destination delivered to
+	src       *Inbox        // the source's inbox: this one, or the one holding it
+	acceptTTL time.Duration // ttl of an accepted key: ttl plus the longest retry horizon
 	q         queue
+	ctl       control // pause and breaker state in the store (control.go)
+	gate      gate    // that state, as last read
 	http      *http.Client
 	logger    *zap.Logger
 	metrics   *inboxMetrics
 	consumer  string
 	limit     limiter      // nil without a rate
 	readers   atomic.Int32 // the lanes read
+	probing   atomic.Bool  // this instance's breaker probe is under way
+	st        store.Store  // the route's store, for the destinations of other configurations
 
 	mu      sync.Mutex
 	started bool
@@ -108,44 +169,102 @@ type Inbox struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	slots   chan struct{}
-	warned  time.Time // last background error logged
+	// answering are the slots of attempts at acceptance (respond app
+	// within), concurrency of them
+	answering chan struct{}
+	warned    time.Time // last background error logged
+	// routes are the source's other destinations: its configured routes,
+	// then those of earlier configurations (the source's inbox only).
+	routes []*Inbox
 }
 
 // New builds an inbox on the handler's store; workers start with Start.
 // Inbox mode needs a store that keeps a durable queue: the file store (one
 // instance) or the redis store (several).
 func New(cfg Config, s store.Store) (*Inbox, error) {
-	ib := &Inbox{
-		cfg:      cfg,
-		logger:   cfg.Logger,
-		metrics:  newInboxMetrics(cfg.Source),
-		consumer: consumerName(),
-	}
-	// an accepted key outlives every retry of its event
-	horizon := time.Duration(len(cfg.Retries)+1) * cfg.Timeout
-	for _, d := range cfg.Retries {
-		horizon += time.Duration(float64(d) * (1 + cfg.Jitter))
-	}
-	ib.acceptTTL = cfg.TTL + horizon
 	if err := Supports(s); err != nil {
 		return nil, err
 	}
+	if _, ok := s.(*filestore.Store); ok && cfg.Partitions > 1 {
+		return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
+	}
+	consumer := consumerName()
+	ib, err := newDestination(cfg, s, dest{url: cfg.DeliverTo, id: destID(cfg.DeliverTo)}, nil, consumer)
+	if err != nil {
+		return nil, err
+	}
+	ib.st = s
+	for _, r := range cfg.Routes {
+		if r.URL == cfg.DeliverTo || slices.ContainsFunc(ib.routes, func(o *Inbox) bool { return o.dest.url == r.URL }) {
+			continue // one destination per URL: deliver_to's, or the first route's
+		}
+		rib, err := newDestination(routeConfig(cfg, r), s, dest{url: r.URL, queue: destID(r.URL), id: destID(r.URL), rule: r.Rule}, ib, consumer)
+		if err != nil {
+			ib.Stop()
+			return nil, err
+		}
+		ib.routes = append(ib.routes, rib)
+	}
+	// an accepted key outlives every retry of its event, to any destination
+	ib.acceptTTL = ib.horizon()
+	for _, r := range ib.routes {
+		ib.acceptTTL = max(ib.acceptTTL, r.horizon())
+	}
+	for _, d := range ib.all() {
+		d.acceptTTL = ib.acceptTTL
+		d.q.setTTLs(ib.acceptTTL, cfg.TTL)
+	}
+	return ib, nil
+}
+
+// routeConfig is the configuration of a route's inbox: the source's, with
+// the route's URL and options.
+func routeConfig(cfg Config, r Route) Config {
+	rc := cfg
+	rc.DeliverTo, rc.Routes, rc.Rate, rc.TLS = r.URL, nil, r.Rate, r.TLS
+	if r.Retries != nil {
+		rc.Retries = r.Retries
+	}
+	if r.GroupOf != nil {
+		rc.OrderBy, rc.GroupOf = r.OrderBy, r.GroupOf
+	}
+	return rc
+}
+
+// newDestination builds the inbox of one destination of a source; src is
+// the source's inbox, nil for deliver_to's (which is the source's).
+func newDestination(cfg Config, s store.Store, d dest, src *Inbox, consumer string) (*Inbox, error) {
+	ib := &Inbox{
+		cfg:      cfg,
+		dest:     d,
+		src:      src,
+		logger:   cfg.Logger,
+		metrics:  newInboxMetrics(cfg.Source, cfg.Redact.URI(d.url)),
+		consumer: consumer,
+	}
+	if src == nil {
+		ib.src = ib
+	}
+	if d.queue != "" {
+		ib.logger = ib.logger.With(zap.String("destination", cfg.Redact.URI(d.url)))
+	}
+	ib.acceptTTL = ib.horizon()
 	var err error
 	switch s := s.(type) {
 	case *redisstore.Store:
-		ib.q, err = newRedisQueue(s.Seam(), ib)
+		ib.q, err = newRedisQueue(s.Streams(), ib)
 	case *filestore.Store:
-		if cfg.Partitions > 1 {
-			return nil, errors.New("inbox partitions spread a source over Redis streams (and Redis Cluster nodes); the file store keeps one queue per source: remove partitions, or use the redis store")
-		}
-		ib.q, err = newFileQueue(s.Seam(), ib)
+		ib.q, err = newFileQueue(s.File(), ib)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %v", err)
 	}
+	ib.ctl = ib.q.control()
 	if cfg.Rate.N > 0 {
 		ib.limit = ib.q.limiter(cfg.Rate)
-		ib.metrics.rate = metrics.InboxRate.WithLabelValues(cfg.Source)
+		if d.queue == "" {
+			ib.metrics.rate = metrics.InboxRate.WithLabelValues(cfg.Source)
+		}
 	}
 	ib.http = &http.Client{
 		Transport: &http.Transport{
@@ -160,6 +279,17 @@ func New(cfg Config, s store.Store) (*Inbox, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return ib, nil
+}
+
+// horizon is how long an accepted event may wait for its last attempt to
+// this destination, plus the handler's ttl: every wait at its longest with
+// jitter, and a timeout per attempt.
+func (ib *Inbox) horizon() time.Duration {
+	h := time.Duration(len(ib.cfg.Retries)+1) * ib.cfg.Timeout
+	for _, d := range ib.cfg.Retries {
+		h += time.Duration(float64(d) * (1 + ib.cfg.Jitter))
+	}
+	return ib.cfg.TTL + h
 }
 
 // Supports is the rule of which stores hold an inbox: those that keep a
@@ -194,22 +324,57 @@ func (ib *Inbox) AcceptTTL() time.Duration { return ib.acceptTTL }
 
 // Accept stores a new event and takes its key in one round trip, or
 // reports the key's state as a claim does; the handler answers at once.
-// The claim's guard is taken with the key, or its note (see
+// The event is stored for each destination it goes to (routes). The
+// claim's guard is taken with the key, or its note (see
 // store.GuardedStore): a note that holds another key marks the event as a
 // suspected replay, delivered with Webhook-Replay-Suspected.
 func (ib *Inbox) Accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, error) {
+	res, _, err := ib.accept(ctx, c, bodyHash, ev, nil)
+	return res, err
+}
+
+// accept stores ev for each of its destinations with its key; with
+// first, the first destination's copy is stored as in delivery
+// (admission.answer) when it may be delivered now.
+func (ib *Inbox) accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request, first *Inbox) (store.ClaimResult, []admitted, error) {
+	targets := ib.targets(ev)
+	to := make([]admission, len(targets))
+	for i, d := range targets {
+		to[i] = admission{q: d.q, group: d.groupOf(ev)}
+	}
+	if first != nil && targets[0] == first {
+		to[0].answer = time.Now().Add(first.reclaimAfter())
+	}
+	res, ids, err := ib.q.accept(ctx, c, ib.acceptRecord(bodyHash), ev, ib.extraFields(ev, len(targets)), to)
+	if err == nil && res.State == store.StateClaimed {
+		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
+			ce.Write(zap.String("key", c.Key), zap.Int("destinations", len(ids)), zap.String("id", ids[0].id))
+		}
+	}
+	return res, ids, err
+}
+
+// extraFields are the fields an event is stored with besides the
+// request's: the number of its destinations, n, when more than one, and
+// its newer_than value.
+func (ib *Inbox) extraFields(ev *event.Request, n int) []any {
+	var extra []any
+	if n > 1 {
+		extra = append(extra, fieldFanout, strconv.Itoa(n))
+	}
+	if v := ib.newerOf(ev); v != "" {
+		extra = append(extra, fieldNewer, v)
+	}
+	return extra
+}
+
+// acceptRecord is the record of an accepted key: the inbox's respond.
+func (ib *Inbox) acceptRecord(bodyHash *[32]byte) []byte {
 	var hdr http.Header
 	if ib.cfg.RespondType != "" {
 		hdr = http.Header{"Content-Type": {ib.cfg.RespondType}}
 	}
-	rec := append(record.Encode(make([]byte, 0, record.FixedLen+1+len(ib.cfg.RespondBody)), ib.cfg.Respond, hdr, bodyHash), ib.cfg.RespondBody...)
-	res, id, err := ib.q.accept(ctx, c, rec, ev, ib.groupOf(ev))
-	if err == nil && res.State == store.StateClaimed {
-		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
-			ce.Write(zap.String("key", c.Key), zap.String("id", id))
-		}
-	}
-	return res, err
+	return append(record.Encode(make([]byte, 0, record.FixedLen+1+len(ib.cfg.RespondBody)), ib.cfg.Respond, hdr, bodyHash), ib.cfg.RespondBody...)
 }
 
 // groupOf is the group of an event, "" for none.
@@ -220,10 +385,34 @@ func (ib *Inbox) groupOf(ev *event.Request) string {
 	return ib.cfg.GroupOf(ev)
 }
 
-// Start starts the workers: a reader of each lane of the queue, one
-// scheduler (due retries, reclaiming, the partitions of other
-// configurations, gauges) and up to concurrency deliveries at once.
+// reclaimAfter is how long an event may stay in delivery before another
+// worker takes it over: reclaimAfter delivery timeouts.
+func (ib *Inbox) reclaimAfter() time.Duration {
+	return time.Duration(reclaimAfter) * ib.cfg.Timeout
+}
+
+// Start starts the workers of every destination: a reader of each lane of
+// its queue, one scheduler (due retries, reclaiming, the partitions of
+// other configurations, gauges) and up to concurrency deliveries at once;
+// and the loop that reads the source's pause and breaker state.
 func (ib *Inbox) Start() {
+	for _, d := range ib.all() {
+		// a destination paused, or broken, before a restart or a reload
+		// delivers nothing meanwhile
+		d.readControl(context.Background())
+		d.start()
+	}
+	ib.mu.Lock()
+	if ib.started && !ib.stopped {
+		ib.wg.Add(1)
+		go ib.controlLoop(ib.ctx)
+	}
+	ib.mu.Unlock()
+	register(ib)
+}
+
+// start starts one destination's workers.
+func (ib *Inbox) start() {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
 	if ib.started || ib.stopped {
@@ -231,20 +420,30 @@ func (ib *Inbox) Start() {
 	}
 	ib.started = true
 	ib.slots = make(chan struct{}, ib.cfg.Concurrency)
+	ib.answering = make(chan struct{}, ib.cfg.Concurrency)
 	ctx, cancel := context.WithCancel(context.Background())
 	ib.cancel = cancel
 	ib.ctx = ctx
 	ib.startReaders()
 	ib.wg.Add(1)
 	go ib.scheduleLoop(ctx)
-	register(ib)
-	ib.logger.Info("inbox started", zap.String("deliver_to", ib.cfg.DeliverTo), zap.String("consumer", ib.consumer))
+	ib.logger.Info("inbox started", zap.String("deliver_to", ib.cfg.Redact.URI(ib.cfg.DeliverTo)), zap.String("consumer", ib.consumer))
 }
 
 // Stop stops reading, waits for the deliveries in progress (each bounded by
-// the timeout) and releases what the inbox holds of its store. It is
-// idempotent.
+// the timeout) and releases what the inbox holds of its store, for every
+// destination side by side. It is idempotent.
 func (ib *Inbox) Stop() {
+	var wg sync.WaitGroup
+	for _, d := range ib.all() {
+		wg.Go(d.stop)
+	}
+	wg.Wait()
+	unregister(ib)
+}
+
+// stop stops one destination's workers.
+func (ib *Inbox) stop() {
 	ib.mu.Lock()
 	if ib.stopped {
 		ib.mu.Unlock()
@@ -258,10 +457,16 @@ func (ib *Inbox) Stop() {
 	ib.mu.Unlock()
 	if started {
 		ib.wg.Wait()
-		unregister(ib)
 		ib.http.CloseIdleConnections()
 	}
 	ib.q.close(started)
+}
+
+// all returns the inbox and the inboxes of its other destinations.
+func (ib *Inbox) all() []*Inbox {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return append([]*Inbox{ib}, ib.routes...)
 }
 
 // consumerName names this worker set among the workers of every instance.
@@ -306,28 +511,38 @@ func unregister(ib *Inbox) {
 	defer runningMu.Unlock()
 	if running[ib.cfg.Source] == ib {
 		delete(running, ib.cfg.Source)
-		metrics.InboxEvents.DeletePartialMatch(prometheus.Labels{"source": ib.cfg.Source})
+		labels := prometheus.Labels{"source": ib.cfg.Source}
+		metrics.InboxEvents.DeletePartialMatch(labels)
 		metrics.InboxRate.DeleteLabelValues(ib.cfg.Source)
+		metrics.InboxPaused.DeletePartialMatch(labels)
+		metrics.InboxBreakerOpen.DeletePartialMatch(labels)
 	}
 }
 
-// inboxMetrics holds one inbox's resolved series.
+// inboxMetrics holds one destination's resolved series; the counters and
+// the source's gauges are shared by its destinations.
 type inboxMetrics struct {
-	delivered, retried, deadLettered prometheus.Counter
-	pending, scheduled, dead         prometheus.Gauge
-	lag                              prometheus.Observer
-	rate                             prometheus.Gauge // only with a rate
+	delivered, retried, deadLettered, stale prometheus.Counter
+	pending, scheduled, dead                prometheus.Gauge
+	lag                                     prometheus.Observer
+	answer                                  prometheus.Observer
+	paused, breakerOpen                     prometheus.Gauge // the destination's
+	rate                                    prometheus.Gauge // only deliver_to's, with a rate
 }
 
-func newInboxMetrics(source string) *inboxMetrics {
+func newInboxMetrics(source, destination string) *inboxMetrics {
 	return &inboxMetrics{
 		lag:          metrics.InboxDeliveryLag.WithLabelValues(source),
+		answer:       metrics.AnswerSeconds.WithLabelValues(source),
 		delivered:    metrics.InboxDeliveries.WithLabelValues(source, "delivered"),
 		retried:      metrics.InboxDeliveries.WithLabelValues(source, "retried"),
 		deadLettered: metrics.InboxDeliveries.WithLabelValues(source, "dead_lettered"),
+		stale:        metrics.InboxDeliveries.WithLabelValues(source, "stale"),
 		pending:      metrics.InboxEvents.WithLabelValues(source, "pending"),
 		scheduled:    metrics.InboxEvents.WithLabelValues(source, "scheduled"),
 		dead:         metrics.InboxEvents.WithLabelValues(source, "dead"),
+		paused:       metrics.InboxPaused.WithLabelValues(source, destination),
+		breakerOpen:  metrics.InboxBreakerOpen.WithLabelValues(source, destination),
 	}
 }
 

@@ -283,7 +283,7 @@ func TestInboxDeadHeadReleasesItsGroup(t *testing.T) {
 			}
 			ib.Start()
 			testkit.Eventually(t, 10*time.Second, "a2 and a3 delivered", func() bool { return len(app.delivered()) == 2 })
-			dead, err := ib.DeadLetters(t.Context(), "-", 10)
+			dead, err := ib.DeadLetters(t.Context(), "", "-", 10)
 			if err != nil || len(dead) != 1 || dead[0].Key != "a1" {
 				t.Fatalf("dead letters %+v, %v; want a1", dead, err)
 			}

@@ -15,11 +15,16 @@ import (
 // bounded by its timeout. A queue is read in lanes (the partitions of a
 // Redis inbox, the one queue of a file store), each by a loop of its own.
 type queue interface {
-	// accept stores ev, in group ("" for none), and completes key (and
-	// its guard, or takes its note, see Inbox.Accept) with record, kept
-	// for the accept ttl, in one round trip; or reports the key's state as
-	// a claim does. It returns the stored event's id.
-	accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, group string) (store.ClaimResult, string, error)
+	// accept stores ev, with the extra fields (name, value pairs), in
+	// the queue of each destination of to (this queue's first, the others
+	// of the same store), and completes key (and its guard, or takes its
+	// note, see Inbox.Accept) with record, kept for the accept ttl, in one
+	// round trip (a few on Redis Cluster); or reports the key's state as a
+	// claim does. It returns what became of the event in each queue.
+	accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error)
+	// setTTLs sets the ttls of an accepted key and of a note, once every
+	// destination of the source is known.
+	setTTLs(acceptTTL, noteTTL time.Duration)
 	// lanes returns the lanes that have no reader yet.
 	lanes() []int
 	// retired reports whether a lane is not to be read now.
@@ -42,10 +47,14 @@ type queue interface {
 	touch(ctx context.Context, msgs []message) error
 	// moveDue makes the retries due by now deliverable again.
 	moveDue(ctx context.Context, now time.Time) error
-	// delivered removes a delivered event and shortens its key to ttl: its
-	// duplicates are answered for ttl from now. The next event of its
-	// group becomes deliverable.
-	delivered(ctx context.Context, m message, ttl time.Duration) error
+	// delivered removes a delivered event (or one ended without delivery,
+	// stale) as done says: its key shortened, its record replaced, its
+	// group's newest value set. The next event of its group becomes
+	// deliverable.
+	delivered(ctx context.Context, m message, done done) error
+	// newest returns the largest newer_than value the group of m has
+	// delivered, "" for none.
+	newest(ctx context.Context, m message) (string, error)
 	// schedule records a failed attempt and schedules the next one at due;
 	// the event stays the head of its group.
 	schedule(ctx context.Context, m message, attempts, status int, reason string, due time.Time) error
@@ -69,12 +78,22 @@ type queue interface {
 	redeliver(ctx context.Context, id string) (string, error)
 	// discard deletes a dead letter; it reports whether there was one.
 	discard(ctx context.Context, id string) (bool, error)
-	// enqueue adds an event, in group, as a new delivery and returns its
-	// id.
-	enqueue(ctx context.Context, ev *event.Request, group string) (string, error)
+	// enqueue adds an event, in group, with the extra fields, as a new
+	// delivery and returns its id.
+	enqueue(ctx context.Context, ev *event.Request, group string, extra []any) (string, error)
 	// limiter returns the limiter of the source's deliveries at rate: one
 	// shared by every instance on the store, or the process's own.
 	limiter(r Rate) limiter
+	// control returns the destination's pause and breaker state in the
+	// store (control.go).
+	control() control
+	// destinations records the source's routes (id to URL) in the store
+	// and returns every route recorded there, those of other
+	// configurations included (destination.go).
+	destinations(ctx context.Context, routes map[string]string) (map[string]string, error)
+	// forgetDestination removes a route from the record of the source's
+	// routes.
+	forgetDestination(ctx context.Context, id string) error
 	// close releases what the queue holds of its store; started tells
 	// whether the workers ran (and left state behind to tidy).
 	close(started bool)
@@ -89,6 +108,51 @@ type message struct {
 	// out, this time included: more than one means workers died
 	// delivering it.
 	deliveries int64
+	// answer waits for this attempt, the first, made as the event was
+	// accepted (respond app within); nil for any other. Such an event is
+	// in delivery without a reader having read it (admission.answer).
+	answer *Answer
+	// probe marks the one attempt a destination's open breaker lets
+	// through.
+	probe bool
+}
+
+// admission is an event's place in one destination's queue, for accept.
+type admission struct {
+	q     queue
+	group string // its group there, "" for none
+	// answer, when not zero, stores the event as in delivery by the
+	// accepting worker, if it may be delivered now (not held behind its
+	// group): its first attempt is made at once, and another worker takes
+	// it over from answer on.
+	answer time.Time
+}
+
+// admitted is what became of an event in one destination's queue.
+type admitted struct {
+	id   string
+	lane int
+	// answering is true when it is in delivery for the attempt at
+	// acceptance (admission.answer).
+	answering bool
+	// suspected is the key its signed bytes came under first (the
+	// replay guard's note); "" for none.
+	suspected string
+}
+
+// done is how a delivery ends in the store.
+type done struct {
+	// ttl is how long the key answers duplicates from now; 0 leaves its
+	// expiry as it is (an event that other destinations still deliver).
+	ttl time.Duration
+	// record replaces the key's record (the application's answer, respond
+	// app within), the key's guard's with it; nil for none.
+	record []byte
+	guard  string
+	// newest is the event's newer_than value, now the largest its group
+	// has delivered, kept for newestTTL; "" for none.
+	newest    string
+	newestTTL time.Duration
 }
 
 // Event is an inbox event: the stored request and its delivery state.
@@ -108,6 +172,10 @@ type Event struct {
 	// OrderBroken is the id of the dead letter that was the head of the
 	// event's group before it; "" when none.
 	OrderBroken string
+	// Newer is its newer_than value; "" for none.
+	Newer string
+	// Fanout is the number of destinations it went to, 0 or 1 for one.
+	Fanout int
 }
 
 // Counts is the number of a source's events in each state.
@@ -120,14 +188,19 @@ type Counts struct {
 // DeadLetter is one dead-lettered event, as the admin API lists it: its
 // URI and headers with their secrets redacted.
 type DeadLetter struct {
-	ID         string      `json:"id"`
-	Key        string      `json:"key"`
-	Method     string      `json:"method"`
-	URI        string      `json:"uri"`
-	Headers    http.Header `json:"headers"`
-	Attempts   int         `json:"attempts"`
-	LastStatus int         `json:"last_status"`
-	LastError  string      `json:"last_error"`
-	Received   time.Time   `json:"received"`
-	Failed     time.Time   `json:"failed"`
+	ID string `json:"id"`
+	// Destination is where it was to be delivered (its URL, redacted).
+	Destination string      `json:"destination"`
+	Key         string      `json:"key"`
+	Method      string      `json:"method"`
+	URI         string      `json:"uri"`
+	Headers     http.Header `json:"headers"`
+	Attempts    int         `json:"attempts"`
+	LastStatus  int         `json:"last_status"`
+	LastError   string      `json:"last_error"`
+	Received    time.Time   `json:"received"`
+	Failed      time.Time   `json:"failed"`
+	// TraceID is the trace of the request that accepted the event, when
+	// it was traced (docs/operating.md: Traces).
+	TraceID string `json:"trace_id,omitempty"`
 }

@@ -56,7 +56,8 @@ var layoutEvery = 5 * time.Second
 // partition is one stream of a source's inbox and its keys, in the order
 // of partKeys.
 type partition struct {
-	keys []string
+	keys   []string
+	prefix string // what its keys start with: its tag, and the route's name
 	// index is unique among a source's partitions: the partition's
 	// number, or MaxPartitions for the one of an unpartitioned inbox. It
 	// tells dead-letter ids apart (deadIDStride).
@@ -71,15 +72,25 @@ func (p *partition) retry() string  { return p.keys[1] }
 func (p *partition) dead() string   { return p.keys[2] }
 func (p *partition) held() string   { return p.keys[3] }
 func (p *partition) heads() string  { return p.keys[5] }
+func (p *partition) answering() string {
+	return p.keys[7]
+}
 
-// redisQueue is an inbox's queue on the redis store.
+// newestKey is the key of a group's newest newer_than value.
+func (p *partition) newestKey(group string) string { return p.prefix + ":newest:" + group }
+
+// redisQueue is an inbox's queue on the redis store: one destination's.
 type redisQueue struct {
-	seam     redisstore.Seam
-	client   redis.UniversalClient // a reference of our own, held until close
-	release  func()
-	timeout  time.Duration // the store's call timeout
-	cluster  bool
-	source   string
+	streams redisstore.Streams
+	client  redis.UniversalClient // a reference of our own, held until close
+	release func()
+	timeout time.Duration // the store's call timeout
+	cluster bool
+	source  string
+	// dest names a route's keys after the partition's tag: `:to:<id>`;
+	// "" for deliver_to's, the source's own.
+	dest     string
+	destID   string // the destination's id, in the pause and breaker state
 	n        int    // the partitions of this configuration
 	registry string // the set of the numbers of partitions in use
 	rateKey  string
@@ -98,20 +109,24 @@ type redisQueue struct {
 	handed  int            // parts[:handed] have a reader
 }
 
-func newRedisQueue(seam redisstore.Seam, ib *Inbox) (*redisQueue, error) {
+func newRedisQueue(streams redisstore.Streams, ib *Inbox) (*redisQueue, error) {
 	// a reference of our own: the store may be cleaned up before the
 	// workers have finished their deliveries
-	client, release, err := seam.Client()
+	client, release, err := streams.Client()
 	if err != nil {
 		return nil, err
 	}
 	src := ib.cfg.Source
+	dest := ""
+	if ib.dest.queue != "" {
+		dest = ":to:" + ib.dest.queue
+	}
 	q := &redisQueue{
-		seam: seam, client: client, release: release,
-		timeout: seam.Timeout(), cluster: seam.Cluster(), source: src, n: max(ib.cfg.Partitions, 1),
-		registry: seam.SourceTag(src, "") + ":partitions", rateKey: seam.SourceTag(src, "") + ":rate",
+		streams: streams, client: client, release: release,
+		timeout: streams.Timeout(), cluster: streams.Cluster(), source: src, dest: dest, destID: ib.dest.id, n: max(ib.cfg.Partitions, 1),
+		registry: streams.SourceTag(src, "") + dest + ":partitions", rateKey: streams.SourceTag(src, "") + dest + ":rate",
 		consumer: ib.consumer, logger: ib.logger,
-		accepting: ib.cfg.Timeout + seam.Timeout(),
+		accepting: ib.cfg.Timeout + streams.Timeout(),
 		acceptTTL: ib.acceptTTL, noteTTL: ib.cfg.TTL,
 		byTag: make(map[string]int), layouts: make(map[int]bool),
 	}
@@ -129,14 +144,16 @@ func (q *redisQueue) partOf(n, i int) *partition {
 	if n == 1 {
 		part, index = "", MaxPartitions
 	}
-	tag := q.seam.SourceTag(q.source, part)
+	tag := q.streams.SourceTag(q.source, part)
 	if k, ok := q.byTag[tag]; ok {
 		p := q.parts[k]
 		p.retired.Store(false)
 		return p
 	}
-	p := &partition{index: index, lane: len(q.parts), keys: []string{
-		tag + ":inbox", tag + ":retry", tag + ":dead", tag + ":held", tag + ":order", tag + ":heads", tag + ":groups",
+	prefix := tag + q.dest
+	p := &partition{index: index, lane: len(q.parts), prefix: prefix, keys: []string{
+		prefix + ":inbox", prefix + ":retry", prefix + ":dead", prefix + ":held", prefix + ":order", prefix + ":heads", prefix + ":groups",
+		prefix + ":answering",
 	}}
 	q.byTag[tag] = len(q.parts)
 	q.parts = append(q.parts, p)
@@ -214,6 +231,9 @@ func fields(ev *event.Request, attempts, base, group string) []any {
 	if group != "" {
 		f = append(f, fieldGroup, group)
 	}
+	if ev.Trace.Parent != "" {
+		f = append(f, event.FieldTraceParent, ev.Trace.Parent, event.FieldTraceState, ev.Trace.State)
+	}
 	return f
 }
 
@@ -227,16 +247,19 @@ func fromFields(id string, f func(name string) string) Event {
 	attempts, _ := strconv.Atoi(f(event.FieldAttempts))
 	base, _ := strconv.Atoi(f(event.FieldBase))
 	status, _ := strconv.Atoi(f(event.FieldLastStatus))
+	fanout, _ := strconv.Atoi(f(fieldFanout))
 	return Event{
 		Request: event.Request{
 			Source: f(event.FieldSource), Key: f(event.FieldKey), StoreKey: f(event.FieldStoreKey),
 			Method: f(event.FieldMethod), URI: f(event.FieldURI), Host: f(event.FieldHost),
 			Proto: f(event.FieldProto), Remote: f(event.FieldRemote), Headers: f(event.FieldHeaders),
 			Body: []byte(f(event.FieldBody)), Received: event.UnixMilli(f(event.FieldReceived)),
+			Trace: event.Trace{Parent: f(event.FieldTraceParent), State: f(event.FieldTraceState)},
 		},
 		ID: id, Attempts: attempts, Base: base, LastStatus: status,
 		LastError: f(event.FieldLastError), Failed: event.UnixMilli(f(event.FieldFailed)),
 		Suspected: f(fieldSuspected), Group: f(fieldGroup), OrderBroken: f(fieldOrderBroken),
+		Newer: f(fieldNewer), Fanout: fanout,
 	}
 }
 
@@ -249,30 +272,96 @@ func keysOf(parts ...*partition) []string {
 	return keys
 }
 
-func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, grp string) (store.ClaimResult, string, error) {
-	target, follow := q.route(grp)
-	entry := fields(ev, "0", "0", grp)
+func (q *redisQueue) setTTLs(acceptTTL, noteTTL time.Duration) {
+	q.acceptTTL, q.noteTTL = acceptTTL, noteTTL
+}
+
+// placed is where an admission goes: the partition of its destination's
+// queue for its group, and the partitions of other layouts that may hold
+// its group's pending events.
+type placed struct {
+	q      *redisQueue
+	target *partition
+	follow []*partition
+	group  string
+	answer string // admission.answer in ms, "" for none
+}
+
+func (q *redisQueue) place(to []admission) []placed {
+	out := make([]placed, len(to))
+	for i, a := range to {
+		rq := a.q.(*redisQueue)
+		target, follow := rq.route(a.group)
+		out[i] = placed{q: rq, target: target, follow: follow, group: a.group}
+		if !a.answer.IsZero() {
+			out[i].answer = strconv.FormatInt(a.answer.UnixMilli(), 10)
+		}
+	}
+	return out
+}
+
+func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error) {
+	entry := append(fields(ev, "0", "0", ""), extra...)
+	places := q.place(to)
 	if q.cluster {
-		return q.acceptCluster(ctx, c, record, entry, grp, target, follow)
+		return q.acceptCluster(ctx, c, record, entry, places)
 	}
 	key, guard, noted, owner := c.Key, c.Guard, c.Noted, c.Owner
-	keys := keysOf(append([]*partition{target}, follow...)...)
-	if q.seam.Replicas() == 0 {
-		res, a, err := q.seam.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, []any{grp}, record, q.acceptTTL, q.noteTTL, entry)
-		return res, a.ID, err
+	var keys []string
+	args := []any{len(places)}
+	for _, p := range places {
+		parts := append([]*partition{p.target}, p.follow...)
+		keys = append(keys, keysOf(parts...)...)
+		args = append(args, p.group, len(parts), p.answer)
+	}
+	if q.streams.Replicas() == 0 {
+		res, a, err := q.streams.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, args, record, q.acceptTTL, q.noteTTL, entry)
+		if err != nil || res.State != store.StateClaimed {
+			return res, nil, err
+		}
+		ids, err := parseAdmitted(a, places, key)
+		return res, ids, err
 	}
 	// the key stays in flight until the replicas have the event
-	res, a, err := q.seam.ClaimAndAppendReplicated(ctx, key, guard, noted, owner, q.accepting, acceptScript, keys, []any{grp}, q.noteTTL, entry)
+	res, a, err := q.streams.ClaimAndAppendReplicated(ctx, key, guard, noted, owner, q.accepting, acceptScript, keys, args, q.noteTTL, entry)
 	if res.State != store.StateClaimed {
-		return res, "", err
+		return res, nil, err
 	}
 	completeGuard := c.CompletionGuard()
-	if err != nil {
-		q.refuse(key, completeGuard, owner, a.ID, grp, keys)
-		return store.ClaimResult{}, "", err
+	ids, perr := parseAdmitted(a, places, key)
+	if err != nil || perr != nil {
+		q.refuse(key, completeGuard, owner, ids, places)
+		return store.ClaimResult{}, nil, cmp.Or(err, perr)
 	}
 	q.completeAccepted(key, completeGuard, owner, record)
-	return res, a.ID, nil
+	return res, ids, nil
+}
+
+// parseAdmitted reads the accept script's reply: `<id> <where>
+// <partition>` of each destination, joined by commas.
+func parseAdmitted(a redisstore.Appended, places []placed, key string) ([]admitted, error) {
+	reply := strings.Split(a.ID, ",")
+	if len(reply) != len(places) {
+		return nil, fmt.Errorf("accept: unexpected reply %q", a.ID)
+	}
+	suspected := ""
+	if a.Noted != "" && a.Noted != key {
+		suspected = a.Noted
+	}
+	out := make([]admitted, len(places))
+	for i, r := range reply {
+		f := strings.Fields(r)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("accept: unexpected reply %q", a.ID)
+		}
+		n, _ := strconv.Atoi(f[2])
+		p := places[i].target
+		if n > 1 && n-2 < len(places[i].follow) {
+			p = places[i].follow[n-2]
+		}
+		out[i] = admitted{id: f[0], lane: p.lane, answering: f[1] == "a", suspected: suspected}
+	}
+	return out, nil
 }
 
 // refuse undoes an acceptance that was not stored as the store's replicas
@@ -281,19 +370,24 @@ func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, e
 // retry, which the 503 asks for, is accepted anew rather than answered as
 // a duplicate. An event a reader took is delivered all the same, and the
 // retry's too: the application gets it twice.
-func (q *redisQueue) refuse(key, guard, owner, id, grp string, keys []string) {
-	s := q.seam.Store()
-	if id != "" {
+func (q *redisQueue) refuse(key, guard, owner string, ids []admitted, places []placed) {
+	s := q.streams.Store()
+	for i, a := range ids {
+		if a.id == "" {
+			continue
+		}
+		p := places[i]
+		keys := keysOf(append([]*partition{p.target}, p.follow...)...)
 		ctx, cancel := q.call(context.Background())
-		n, err := withdrawScript.Run(ctx, q.client, keys, group, id, grp).Int()
+		n, err := withdrawScript.Run(ctx, q.client, keys, group, a.id, p.group).Int()
 		cancel()
 		switch {
 		case err != nil:
 			q.logger.Warn("withdrawing an event refused for want of replicas failed: it may be delivered, and the provider's retry too",
-				zap.String("key", key), zap.String("id", id), zap.Error(err))
+				zap.String("key", key), zap.String("id", a.id), zap.Error(err))
 		case n == 0:
 			q.logger.Info("an event refused for want of replicas was taken by a worker already: it is delivered, and the provider's retry too",
-				zap.String("key", key), zap.String("id", id))
+				zap.String("key", key), zap.String("id", a.id))
 		}
 	}
 	_ = s.ReleaseGuarded(context.Background(), key, guard, owner)
@@ -302,7 +396,7 @@ func (q *redisQueue) refuse(key, guard, owner, id, grp string, keys []string) {
 // completeAccepted completes the key of an event that is stored: duplicates
 // get the accept answer from now on.
 func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
-	if err := q.seam.Store().CompleteGuarded(context.Background(), key, guard, owner, record, q.acceptTTL); err != nil {
+	if err := q.streams.Store().CompleteGuarded(context.Background(), key, guard, owner, record, q.acceptTTL); err != nil {
 		// the event is stored, so it is accepted; only a duplicate arriving
 		// after the lease could be accepted again
 		q.logger.Warn("recording an accepted event's key failed; a duplicate may be accepted again",
@@ -310,80 +404,98 @@ func (q *redisQueue) completeAccepted(key, guard, owner string, record []byte) {
 	}
 }
 
-// acceptCluster accepts on Redis Cluster, where the key and the stream
-// live on different nodes: the key is claimed, the event stored, and the
-// key then completed.
-func (q *redisQueue) acceptCluster(ctx context.Context, c store.Claim, record []byte, entry []any, grp string, target *partition, follow []*partition) (store.ClaimResult, string, error) {
-	s := q.seam.Store()
+// acceptCluster accepts on Redis Cluster, where the key and the streams
+// live on different nodes: the key is claimed, the event stored in each
+// destination's queue, and the key then completed.
+func (q *redisQueue) acceptCluster(ctx context.Context, c store.Claim, record []byte, entry []any, places []placed) (store.ClaimResult, []admitted, error) {
+	s := q.streams.Store()
 	var res store.ClaimResult
 	var err error
 	key, guard, owner := c.Key, c.Guard, c.Owner
 	completeGuard := c.CompletionGuard()
+	suspected := ""
 	if c.Noted {
 		var prev string
 		res, prev, err = s.ClaimNoted(ctx, key, guard, owner, q.accepting, q.noteTTL)
 		if prev != "" && prev != key {
+			suspected = prev
 			entry = append(entry, fieldSuspected, prev)
 		}
 	} else {
 		res, err = s.ClaimGuarded(ctx, key, guard, owner, q.accepting)
 	}
 	if err != nil || res.State != store.StateClaimed {
-		return res, "", err
+		return res, nil, err
 	}
-	id, p, err := q.appendTo(ctx, grp, entry, target, follow, true)
-	if errors.Is(err, redisstore.ErrNotReplicated) {
-		q.refuse(key, completeGuard, owner, id, grp, p.keys)
-		return store.ClaimResult{}, "", err
-	}
-	if err != nil {
-		_ = s.ReleaseGuarded(context.Background(), key, completeGuard, owner)
-		return store.ClaimResult{}, "", fmt.Errorf("redis store: storing event: %w", err)
+	ids := make([]admitted, len(places))
+	for i, p := range places {
+		e := entry
+		if p.group != "" {
+			e = append(slices.Clip(entry), fieldGroup, p.group)
+		}
+		id, where, part, err := p.q.appendTo(ctx, p.group, e, p.target, p.follow, true, p.answer)
+		ids[i] = admitted{id: id, answering: where == "a", suspected: suspected}
+		if part != nil {
+			ids[i].lane = part.lane
+		}
+		if errors.Is(err, redisstore.ErrNotReplicated) {
+			q.refuse(key, completeGuard, owner, ids, places)
+			return store.ClaimResult{}, nil, err
+		}
+		if err != nil {
+			q.refuse(key, completeGuard, owner, ids[:i], places)
+			return store.ClaimResult{}, nil, fmt.Errorf("redis store: storing event: %w", err)
+		}
 	}
 	q.completeAccepted(key, completeGuard, owner, record)
-	return res, id, nil
+	return res, ids, nil
 }
 
 // appendTo admits an event to target, or to the partition of follow that
 // holds its group's pending events: in one script where every key is on
 // one node, else one partition after the other (Redis Cluster). It returns
-// the event's id and its partition (nil off Cluster). An acceptance
+// the event's id, where it went (admit) and its partition. An acceptance
 // (accepting) waits for the store's `replicas`: the error then wraps
 // redisstore.ErrNotReplicated when too few acknowledged it.
-func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, target *partition, follow []*partition, accepting bool) (string, *partition, error) {
-	args := append([]any{grp, ""}, entry...)
+func (q *redisQueue) appendTo(ctx context.Context, grp string, entry []any, target *partition, follow []*partition, accepting bool, answer string) (string, string, *partition, error) {
+	args := append([]any{grp, "", answer}, entry...)
 	if !q.cluster {
 		ctx, cancel := q.call(ctx)
 		defer cancel()
-		id, err := appendScript.Run(ctx, q.client, keysOf(append([]*partition{target}, follow...)...), args...).Text()
-		return id, nil, err
+		parts := append([]*partition{target}, follow...)
+		v, err := appendScript.Run(ctx, q.client, keysOf(parts...), args...).Text()
+		id, where, _ := strings.Cut(v, " ")
+		return id, where, nil, err
 	}
 	for _, p := range follow {
 		args[1] = "follow"
-		id, err := q.appendOne(ctx, p, args, accepting)
+		id, where, err := q.appendOne(ctx, p, args, accepting)
 		if !errors.Is(err, redis.Nil) {
-			return id, p, err
+			return id, where, p, err
 		}
 	}
 	args[1] = ""
-	id, err := q.appendOne(ctx, target, args, accepting)
-	return id, target, err
+	id, where, err := q.appendOne(ctx, target, args, accepting)
+	return id, where, target, err
 }
 
 // appendOne runs the append script on one partition (its keys on one
 // node), waiting for the store's `replicas` when wait is set.
-func (q *redisQueue) appendOne(ctx context.Context, p *partition, args []any, wait bool) (string, error) {
-	if wait && q.seam.Replicas() > 0 {
-		v, err := q.seam.RunReplicated(ctx, appendScript, p.keys, args...)
+func (q *redisQueue) appendOne(ctx context.Context, p *partition, args []any, wait bool) (string, string, error) {
+	if wait && q.streams.Replicas() > 0 {
+		v, err := q.streams.RunReplicated(ctx, appendScript, p.keys, args...)
 		if v == nil && err == nil {
-			return "", redis.Nil
+			return "", "", redis.Nil
 		}
-		id, _ := v.(string)
-		return id, err
+		s, _ := v.(string)
+		id, where, _ := strings.Cut(s, " ")
+		return id, where, err
 	}
 	ctx, cancel := q.call(ctx)
 	defer cancel()
-	return appendScript.Run(ctx, q.client, p.keys, args...).Text()
+	v, err := appendScript.Run(ctx, q.client, p.keys, args...).Text()
+	id, where, _ := strings.Cut(v, " ")
+	return id, where, err
 }
 
 // ensureGroup creates a partition's stream and its consumer group if
@@ -548,35 +660,77 @@ func (q *redisQueue) moveDue(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-func (q *redisQueue) delivered(ctx context.Context, m message, ttl time.Duration) error {
+func (q *redisQueue) delivered(ctx context.Context, m message, d done) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
 	p := q.part(m.lane)
 	storeKey := m.ev.StoreKey
-	keys := p.keys
-	if !q.cluster && storeKey != "" {
-		keys = append(slices.Clip(keys), storeKey)
+	keys := append(slices.Clip(p.keys), p.stream())
+	if d.newest != "" {
+		keys[partKeys] = p.newestKey(m.ev.Group)
 	}
-	ms := strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
-	if err := ackScript.Run(ctx, q.client, keys, group, m.id, ms, m.ev.Group).Err(); err != nil {
+	if !q.cluster && storeKey != "" {
+		keys = append(keys, storeKey)
+		if d.record != nil && d.guard != "" {
+			keys = append(keys, d.guard)
+		}
+	}
+	ms := strconv.FormatInt(d.ttl.Milliseconds(), 10)
+	if d.ttl > 0 {
+		ms = strconv.FormatInt(max(d.ttl.Milliseconds(), 1), 10)
+	}
+	if err := ackScript.Run(ctx, q.client, keys, group, m.id, ms, m.ev.Group,
+		d.newest, max(d.newestTTL.Milliseconds(), 1), d.record, answeringMember(m)).Err(); err != nil {
 		return err
 	}
 	if q.cluster && storeKey != "" {
-		// the key is on another slot: a call of its own
-		if err := q.client.PExpire(ctx, storeKey, ttl).Err(); err != nil {
-			q.logger.Warn("shortening a delivered event's key to ttl failed; it expires later", zap.String("key", storeKey), zap.Error(err))
+		// the key is on another slot: calls of its own
+		var err error
+		if d.record != nil {
+			err = recordScript.Run(ctx, q.client, []string{storeKey}, d.record, ms).Err()
+			if err == nil && d.guard != "" {
+				err = recordScript.Run(ctx, q.client, []string{d.guard}, d.record, 0).Err()
+			}
+		} else if d.ttl > 0 {
+			err = q.client.PExpire(ctx, storeKey, d.ttl).Err()
+		}
+		if err != nil {
+			q.logger.Warn("updating a delivered event's key failed; it keeps the accept answer and expires later", zap.String("key", storeKey), zap.Error(err))
 		}
 	}
 	return nil
+}
+
+// answeringMember is the retry-set member of m when it is in the answering
+// stream (its attempt at acceptance), "" when it is in the stream.
+func answeringMember(m message) string {
+	if m.answer == nil {
+		return ""
+	}
+	return answeringPrefix + m.id + "\n0\n0\n"
+}
+
+func (q *redisQueue) newest(ctx context.Context, m message) (string, error) {
+	ctx, cancel := q.call(ctx)
+	defer cancel()
+	v, err := q.client.Get(ctx, q.part(m.lane).newestKey(m.ev.Group)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
 }
 
 func (q *redisQueue) schedule(ctx context.Context, m message, attempts, status int, reason string, due time.Time) error {
 	ctx, cancel := q.call(ctx)
 	defer cancel()
 	p := q.part(m.lane)
-	member := m.id + "\n" + strconv.Itoa(attempts) + "\n" + strconv.Itoa(status) + "\n" + reason
+	id := m.id
+	if m.answer != nil {
+		id = answeringPrefix + m.id // it stays in the answering stream until due
+	}
+	member := id + "\n" + strconv.Itoa(attempts) + "\n" + strconv.Itoa(status) + "\n" + reason
 	return scheduleScript.Run(ctx, q.client, []string{p.stream(), p.retry()},
-		group, m.id, (due.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), member).Err()
+		group, m.id, (due.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), member, answeringMember(m)).Err()
 }
 
 func (q *redisQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
@@ -584,7 +738,7 @@ func (q *redisQueue) deadLetter(ctx context.Context, m message, attempts, status
 	defer cancel()
 	p := q.part(m.lane)
 	return deadScript.Run(ctx, q.client, p.keys,
-		group, m.id, attempts, status, reason, failed.UnixMilli(), p.index).Err()
+		group, m.id, attempts, status, reason, failed.UnixMilli(), p.index, answeringMember(m)).Err()
 }
 
 func (q *redisQueue) counts(ctx context.Context) (Counts, error) {
@@ -592,17 +746,21 @@ func (q *redisQueue) counts(ctx context.Context) (Counts, error) {
 	defer cancel()
 	parts := q.snapshot()
 	p := q.client.Pipeline()
-	cmds := make([][4]*redis.IntCmd, len(parts))
+	cmds := make([][5]*redis.IntCmd, len(parts))
 	for i, part := range parts {
-		cmds[i] = [4]*redis.IntCmd{p.XLen(ctx, part.stream()), p.ZCard(ctx, part.retry()), p.XLen(ctx, part.dead()), p.XLen(ctx, part.held())}
+		cmds[i] = [5]*redis.IntCmd{p.XLen(ctx, part.stream()), p.ZCard(ctx, part.retry()), p.XLen(ctx, part.dead()), p.XLen(ctx, part.held()),
+			p.XLen(ctx, part.answering())}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Counts{}, err
 	}
 	var c Counts
 	for _, cmd := range cmds {
-		c.Pending += max(cmd[0].Val()-cmd[1].Val(), 0) + cmd[3].Val()
-		c.Scheduled += cmd[1].Val()
+		// an event of the answering stream has a member in the retry set:
+		// it counts as pending
+		scheduled := max(cmd[1].Val()-cmd[4].Val(), 0)
+		c.Pending += max(cmd[0].Val()-scheduled, 0) + cmd[3].Val() + cmd[4].Val()
+		c.Scheduled += scheduled
 		c.Dead += cmd[2].Val()
 	}
 	return c, nil
@@ -674,18 +832,11 @@ func (q *redisQueue) dead(ctx context.Context, start string, count int64) ([]Eve
 			out = append(out, fromMessage(m))
 		}
 	}
-	slices.SortFunc(out, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Event) int { return event.CompareIDs(a.ID, b.ID) })
 	if int64(len(out)) > count {
 		out = out[:count]
 	}
 	return out, nil
-}
-
-// compareIDs orders stream ids.
-func compareIDs(a, b string) int {
-	x, _ := event.ParseID(a)
-	y, _ := event.ParseID(b)
-	return cmp.Or(cmp.Compare(x.MS, y.MS), cmp.Compare(x.Seq, y.Seq))
 }
 
 func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
@@ -702,7 +853,7 @@ func (q *redisQueue) newestDead(ctx context.Context) (string, bool, error) {
 	}
 	newest := ""
 	for _, c := range cmds {
-		if v := c.Val(); len(v) > 0 && (newest == "" || compareIDs(v[0].ID, newest) > 0) {
+		if v := c.Val(); len(v) > 0 && (newest == "" || event.CompareIDs(v[0].ID, newest) > 0) {
 			newest = v[0].ID
 		}
 	}
@@ -759,7 +910,7 @@ func (q *redisQueue) redeliver(ctx context.Context, id string) (string, error) {
 	}
 	attempts := str(m.Values[event.FieldAttempts])
 	entry = append(entry, event.FieldBase, cmp.Or(attempts, "0"))
-	newID, _, err := q.appendTo(ctx, grp, entry, target, follow, false)
+	newID, _, _, err := q.appendTo(ctx, grp, entry, target, follow, false, "")
 	if err != nil {
 		return "", err
 	}
@@ -788,9 +939,9 @@ func (q *redisQueue) discard(ctx context.Context, id string) (bool, error) {
 	return n > 0, nil
 }
 
-func (q *redisQueue) enqueue(ctx context.Context, ev *event.Request, grp string) (string, error) {
+func (q *redisQueue) enqueue(ctx context.Context, ev *event.Request, grp string, extra []any) (string, error) {
 	target, follow := q.route(grp)
-	id, _, err := q.appendTo(ctx, grp, fields(ev, "0", "0", grp), target, follow, false)
+	id, _, _, err := q.appendTo(ctx, grp, append(fields(ev, "0", "0", grp), extra...), target, follow, false, "")
 	return id, err
 }
 
@@ -867,7 +1018,8 @@ func (q *redisQueue) drained(ctx context.Context, m int) (bool, error) {
 	pipe := q.client.Pipeline()
 	var cmds []*redis.IntCmd
 	for _, p := range other {
-		cmds = append(cmds, pipe.XLen(ctx, p.stream()), pipe.ZCard(ctx, p.retry()), pipe.XLen(ctx, p.held()), pipe.XLen(ctx, p.dead()))
+		cmds = append(cmds, pipe.XLen(ctx, p.stream()), pipe.ZCard(ctx, p.retry()), pipe.XLen(ctx, p.held()), pipe.XLen(ctx, p.dead()),
+			pipe.XLen(ctx, p.answering()))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err

@@ -9,7 +9,7 @@ import (
 )
 
 // The scripts of the redis store's queue. Each runs on one partition's
-// keys, passed in this order (partKeys; KEYS[1] to KEYS[7]):
+// keys, passed in this order (partKeys; KEYS[1] to KEYS[8]):
 //
 //	inbox   stream + consumer group: what may be delivered now (an event
 //	        without a group, or the head of its group) and what waits in
@@ -24,38 +24,55 @@ import (
 //	        an event pending
 //	groups  sorted set: group -> the time its head was accepted (unix ms),
 //	        the groups with an event pending, longest waiting first
+//	answering  stream: events whose first attempt the accepting worker
+//	        makes (respond app within), each with a member `a:<id>` in the
+//	        retry set, due when another worker is to take it over (or its
+//	        retry is due, once that attempt failed)
 //
 // A group is one field of heads and of groups and one member of order per
 // held event: nothing of it is left once its last event is delivered or
 // dead-lettered (docs/inbox.md#order).
 
 // partKeys is the number of keys of a partition.
-const partKeys = 7
+const partKeys = 8
 
 // Field names a queue adds to a stream entry.
 const (
 	fieldGroup       = "group"        // the event's group value (order_by)
 	fieldOrderBroken = "order_broken" // the id of the dead letter before it in its group
+	fieldNewer       = "newer"        // the event's newer_than value
+	fieldFanout      = "fanout"       // the number of destinations it went to, when more than one
 )
+
+// answeringPrefix starts the retry-set member of an event in the
+// answering stream.
+const answeringPrefix = "a:"
 
 // luaQueue is the Lua every queue script shares.
 //
 // fields(entry, skip) copies a stream entry's field list without the
 // fields named in skip; add appends values; field reads one.
 //
-// admit(K, fields, group) stores an event in the partition K: into the
-// stream when it has no group or its group has nothing pending (it becomes
-// the head), else into held, behind the group's events. admitTo(keys,
-// group, fields, follow) admits it to the first partition of keys (7 keys
-// each) whose heads hold the group, else, unless follow, to the first: a
-// group pending in a partition of another layout stays there until it has
-// drained (docs/inbox.md#partitions).
+// admit(K, fields, group, answer) stores an event in the partition K: into
+// the stream when it has no group or its group has nothing pending (it
+// becomes the head), else into held, behind the group's events; with
+// answer (a due time, ms) not empty, into the answering stream rather than
+// the stream, due for another worker at answer. It returns the id and
+// where it went: 's' stream, 'h' held, 'a' answering. admitTo(keys, group,
+// fields, follow, answer) admits it to the first partition of keys
+// (partKeys each) whose heads hold the group, else, unless follow, to the
+// first: a group pending in a partition of another layout stays there
+// until it has drained (docs/inbox.md#partitions); it returns the id,
+// where it went and the partition's place in keys.
+//
+// unanswer(K, id) deletes an event from the answering stream, and the
+// stream once empty.
 //
 // release(K, group, id, broken) hands the group of id, its head that has
 // just left the stream, to its next held event, which is moved into the
 // stream (with `order_broken` set to broken, unless empty); with none held
 // the group is forgotten.
-const luaQueue = `
+var luaQueue = `
 local function fields(f, skip)
 	local out = {}
 	for i = 1, #f, 2 do
@@ -85,38 +102,52 @@ local function unpad(p)
 	local ms, seq = string.match(p, '^0*(%d+)-0*(%d+)$')
 	return ms .. '-' .. seq
 end
+local PK = ` + strconv.Itoa(partKeys) + `
 local function part(keys, p)
 	local K = {}
-	for i = 1, 7 do K[i] = keys[(p-1)*7 + i] end
+	for i = 1, PK do K[i] = keys[(p-1)*PK + i] end
 	return K
 end
-local function admit(K, f, group)
-	if group == '' then
-		return redis.call('XADD', K[1], '*', unpack(f))
-	end
-	if redis.call('HEXISTS', K[6], group) == 1 then
+local function admit(K, f, group, answer)
+	if group ~= '' and redis.call('HEXISTS', K[6], group) == 1 then
 		local id = redis.call('XADD', K[4], '*', unpack(f))
 		redis.call('ZADD', K[5], 0, group .. '\0' .. pad(id))
-		return id
+		return id, 'h'
 	end
-	local id = redis.call('XADD', K[1], '*', unpack(f))
-	redis.call('HSET', K[6], group, id)
-	redis.call('ZADD', K[7], tonumber(field(f, 'received')) or 0, group)
-	return id
-end
-local function admitTo(keys, group, f, follow)
+	local id, where
+	if answer and answer ~= '' then
+		id, where = redis.call('XADD', K[8], '*', unpack(f)), 'a'
+		redis.call('ZADD', K[2], answer, '` + answeringPrefix + `' .. id .. '\n0\n0\n')
+	else
+		id, where = redis.call('XADD', K[1], '*', unpack(f)), 's'
+	end
 	if group ~= '' then
-		for p = 1, #keys / 7 do
+		redis.call('HSET', K[6], group, id)
+		redis.call('ZADD', K[7], tonumber(field(f, 'received')) or 0, group)
+	end
+	return id, where
+end
+local function admitTo(keys, group, f, follow, answer)
+	if group ~= '' then
+		for p = 1, #keys / PK do
 			local K = part(keys, p)
 			if redis.call('HEXISTS', K[6], group) == 1 then
-				return admit(K, f, group)
+				local id, where = admit(K, f, group, answer)
+				return id, where, p
 			end
 		end
 	end
 	if follow then
 		return false
 	end
-	return admit(part(keys, 1), f, group)
+	local id, where = admit(part(keys, 1), f, group, answer)
+	return id, where, 1
+end
+local function unanswer(K, id)
+	redis.call('XDEL', K[8], id)
+	if redis.call('XLEN', K[8]) == 0 then
+		redis.call('DEL', K[8]) -- a stream stays when emptied
+	end
 end
 local function release(K, group, id, broken)
 	if not group or group == '' or redis.call('HGET', K[6], group) ~= id then
@@ -157,22 +188,44 @@ end
 const deadIDStride = 128
 
 var (
-	// The append step of an accepted event (redisstore.Seam's
-	// ClaimAndAppend, on one node). args: the group.
+	// The append step of an accepted event (redisstore.Streams'
+	// ClaimAndAppend, on one node), to one destination's queue or more.
+	// keys: each destination's partitions, one after the other. args: the
+	// number of destinations, then for each its group, its number of
+	// partitions and answer (admit). Returns `<id> <where> <partition>`
+	// of each destination, joined by commas.
 	acceptScript = redisstore.NewAppendScript(luaQueue + `
 local function append(keys, args, f)
-	return admitTo(keys, args[1], f, false)
+	local out, k, a = {}, 0, 2
+	for i = 1, tonumber(args[1]) do
+		local group, n, answer = args[a], tonumber(args[a+1]), args[a+2]
+		a = a + 3
+		local dk = {}
+		for j = 1, n * PK do dk[j] = keys[k + j] end
+		k = k + n * PK
+		local g = f
+		if group ~= '' then
+			g = add(fields(f, {}), 'group', group)
+		end
+		local id, where, p = admitTo(dk, group, g, false, answer)
+		out[#out+1] = id .. ' ' .. where .. ' ' .. p
+	end
+	return table.concat(out, ',')
 end
 `)
 
 	// KEYS: the keys of one or more partitions. ARGV: group, 'follow' or
-	// '', the event's fields and values. Admits the event (admitTo);
-	// returns its id, or false when follow and no partition holds the
-	// group.
+	// '', answer (admit), the event's fields and values. Admits the event
+	// (admitTo); returns `<id> <where>`, or false when follow and no
+	// partition holds the group.
 	appendScript = redis.NewScript(luaQueue + `
 local f = {}
-for i = 3, #ARGV do f[#f+1] = ARGV[i] end
-return admitTo(KEYS, ARGV[1], f, ARGV[2] == 'follow')
+for i = 4, #ARGV do f[#f+1] = ARGV[i] end
+local id, where = admitTo(KEYS, ARGV[1], f, ARGV[2] == 'follow', ARGV[3])
+if not id then
+	return false
+end
+return id .. ' ' .. where
 `)
 
 	// KEYS: the keys of one or more partitions. ARGV: consumer group, id,
@@ -189,8 +242,14 @@ local function before(a, b)
 	return am < bm or (am == bm and as < bs)
 end
 local id, grp = ARGV[2], ARGV[3]
-for p = 1, #KEYS / 7 do
+for p = 1, #KEYS / PK do
 	local K = part(KEYS, p)
+	if #redis.call('XRANGE', K[8], id, id) > 0 then
+		unanswer(K, id)
+		redis.call('ZREM', K[2], '` + answeringPrefix + `' .. id .. '\n0\n0\n')
+		release(K, grp, id, '')
+		return 1
+	end
 	if grp ~= '' and #redis.call('XRANGE', K[4], id, id) > 0 then
 		redis.call('XDEL', K[4], id)
 		redis.call('ZREM', K[5], grp .. '\0' .. pad(id))
@@ -222,41 +281,97 @@ end
 return 0
 `)
 
-	// KEYS: a partition [, idempotency key]. ARGV: consumer group, id,
-	// ttl, the event's group. A delivered event leaves the stream, its
-	// key (when given) is kept for ttl, and its group goes on.
+	// KEYS: a partition, the group's newest-value key (any key of the
+	// partition when none) [, idempotency key [, its guard]]. ARGV:
+	// consumer group, id, ttl (ms, 0 to leave it), the event's group,
+	// newest value ('' for none), its ttl (ms), record ('' for none), the
+	// retry-set member of an event in the answering stream ('' for one in
+	// the stream). A delivered event leaves its stream; its key's record
+	// is replaced (its guard's too), keeping its expiry unless ttl, and
+	// its key is kept for ttl; its group's newest value is set; its group
+	// goes on.
 	ackScript = redis.NewScript(luaQueue + `
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if KEYS[8] then
-	redis.call('PEXPIRE', KEYS[8], ARGV[3])
+local id = ARGV[2]
+if ARGV[8] ~= '' then
+	redis.call('ZREM', KEYS[2], ARGV[8])
+	unanswer(KEYS, id)
+else
+	redis.call('XACK', KEYS[1], ARGV[1], id)
+	redis.call('XDEL', KEYS[1], id)
 end
-local n = redis.call('XDEL', KEYS[1], ARGV[2])
-release(KEYS, ARGV[4], ARGV[2], '')
-return n
+for i = PK + 2, #KEYS do
+	local ttl = ARGV[3]
+	if i > PK + 2 or ttl == '0' then
+		ttl = redis.call('PTTL', KEYS[i])
+	end
+	if ARGV[7] ~= '' and tonumber(ttl) > 0 then
+		redis.call('SET', KEYS[i], ARGV[7], 'PX', ttl, 'XX')
+	elseif i == PK + 2 and ARGV[3] ~= '0' then
+		redis.call('PEXPIRE', KEYS[i], ARGV[3])
+	end
+end
+if ARGV[5] ~= '' then
+	redis.call('SET', KEYS[PK + 1], ARGV[5], 'PX', ARGV[6])
+end
+release(KEYS, ARGV[4], id, '')
+return 1
 `)
 
-	// KEYS: stream, retry set. ARGV: group, id, due (ms), member. The event
-	// stays in the stream, acknowledged, until it is due; a head stays
-	// the head of its group.
+	// KEYS: a key holding a record. ARGV: record, ttl (ms, 0 to keep its
+	// expiry). Replaces the record of a key that holds one (the
+	// application's answer, on Redis Cluster where the key is on another
+	// slot than the event).
+	recordScript = redis.NewScript(`
+local ttl = ARGV[2]
+if ttl == '0' then
+	ttl = redis.call('PTTL', KEYS[1])
+end
+if tonumber(ttl) > 0 then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl, 'XX')
+end
+return 1
+`)
+
+	// KEYS: stream, retry set. ARGV: group, id, due (ms), member, the
+	// member it replaces ('' for an event of the stream). An event of the
+	// stream stays there, acknowledged, until it is due; one of the
+	// answering stream stays there; a head stays the head of its group.
 	scheduleScript = redis.NewScript(`
+if ARGV[5] ~= '' then
+	redis.call('ZREM', KEYS[2], ARGV[5])
+	redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+	return 1
+end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 `)
 
 	// KEYS: a partition. ARGV: now (ms), limit. Moves due events back into
-	// the stream as new entries carrying their attempt count; a head
-	// stays its group's head under its new id.
+	// the stream as new entries carrying their attempt count, those of the
+	// answering stream too (an attempt at acceptance whose worker died
+	// counts as made); a head stays its group's head under its new id.
 	moveScript = redis.NewScript(luaQueue + `
 local skip = {attempts = true, last_status = true, last_error = true}
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, m in ipairs(due) do
 	local id, attempts, status, err = string.match(m, '^([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$')
 	if id then
-		local e = redis.call('XRANGE', KEYS[1], id, id)
+		local src = KEYS[1]
+		if string.sub(id, 1, ` + strconv.Itoa(len(answeringPrefix)) + `) == '` + answeringPrefix + `' then
+			id, src = string.sub(id, ` + strconv.Itoa(len(answeringPrefix)+1) + `), KEYS[8]
+			if attempts == '0' then
+				attempts, err = '1', 'the attempt made at acceptance has no recorded outcome: its worker stopped'
+			end
+		end
+		local e = redis.call('XRANGE', src, id, id)
 		if e[1] then
 			local out = add(fields(e[1][2], skip), 'attempts', attempts, 'last_status', status, 'last_error', err)
 			local nid = redis.call('XADD', KEYS[1], '*', unpack(out))
-			redis.call('XDEL', KEYS[1], id)
+			if src == KEYS[8] then
+				unanswer(KEYS, id)
+			else
+				redis.call('XDEL', src, id)
+			end
 			local group = field(out, 'group')
 			if group and group ~= '' and redis.call('HGET', KEYS[6], group) == id then
 				redis.call('HSET', KEYS[6], group, nid)
@@ -269,13 +384,19 @@ return #due
 `)
 
 	// KEYS: a partition. ARGV: consumer group, id, attempts, status,
-	// error, failed (ms), the partition's index. Moves an event to the
-	// dead-letter stream under an id of this partition's (deadIDStride);
-	// its group goes on, the next event carrying the dead letter's id.
-	// Returns the dead letter's id, '' when the event was gone.
+	// error, failed (ms), the partition's index, the retry-set member of
+	// an event in the answering stream ('' for one in the stream). Moves
+	// an event to the dead-letter stream under an id of this partition's
+	// (deadIDStride); its group goes on, the next event carrying the dead
+	// letter's id. Returns the dead letter's id, '' when the event was
+	// gone.
 	deadScript = redis.NewScript(luaQueue + `
 local skip = {attempts = true, last_status = true, last_error = true, failed = true}
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+local src = KEYS[1]
+if ARGV[8] ~= '' then
+	src = KEYS[8]
+end
+local e = redis.call('XRANGE', src, ARGV[2], ARGV[2])
 local did = ''
 if e[1] then
 	local out = add(fields(e[1][2], skip), 'attempts', ARGV[3], 'last_status', ARGV[4], 'last_error', ARGV[5], 'failed', ARGV[6])
@@ -305,8 +426,13 @@ if e[1] then
 	end
 	release(KEYS, field(e[1][2], 'group'), ARGV[2], did)
 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
+if ARGV[8] ~= '' then
+	redis.call('ZREM', KEYS[2], ARGV[8])
+	unanswer(KEYS, ARGV[2])
+else
+	redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+	redis.call('XDEL', KEYS[1], ARGV[2])
+end
 return did
 `)
 
@@ -323,7 +449,7 @@ local f = e[2]
 local out = add(fields(f, {base = true, failed = true, order_broken = true}), 'base', field(f, 'attempts') or '0')
 local keys = {}
 for i = 2, #KEYS do keys[#keys+1] = KEYS[i] end
-local id = admitTo(keys, field(f, 'group') or '', out, false)
+local id = admitTo(keys, field(f, 'group') or '', out, false, '')
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id
 `)
@@ -343,10 +469,18 @@ for i = 1, #gs, 2 do
 	local held = redis.call('ZLEXCOUNT', KEYS[5], '[' .. g .. '\0', '(' .. g .. '\1')
 	local state, due, attempts, status, err = 'ready', 0, '0', '0', ''
 	local e = redis.call('XRANGE', KEYS[1], id, id)[1]
+	local answering = false
+	if not e then
+		e = redis.call('XRANGE', KEYS[8], id, id)[1]
+		answering = e ~= nil
+	end
 	if e then
 		attempts, status, err = field(e[2], 'attempts') or '0', field(e[2], 'last_status') or '0', field(e[2], 'last_error') or ''
 	end
-	local p = redis.pcall('XPENDING', KEYS[1], 'webhook_idempotency', id, id, 1)
+	local p = nil
+	if not answering then
+		p = redis.pcall('XPENDING', KEYS[1], 'webhook_idempotency', id, id, 1)
+	end
 	if type(p) == 'table' and p[1] then
 		state = 'delivering'
 	else
@@ -359,7 +493,12 @@ for i = 1, #gs, 2 do
 			end
 		end
 		local r = retries[id]
-		if r then
+		if answering then
+			r = retries['` + answeringPrefix + `' .. id]
+		end
+		if r and answering and r[2] == '0' then
+			state = 'delivering' -- its attempt at acceptance
+		elseif r then
 			state, due, attempts, status, err = 'scheduled', r[1], r[2], r[3], r[4]
 		end
 	end

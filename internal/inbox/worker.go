@@ -58,6 +58,12 @@ func (ib *Inbox) readLoop(ctx context.Context, lane int) {
 			}
 			continue
 		}
+		if ib.held(ctx, lane) {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
 		select {
 		case ib.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -197,7 +203,7 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 	reclaimEvery := min(max(ib.cfg.Timeout, 250*time.Millisecond), 5*time.Second)
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
-	var lastReclaim, lastGauges, lastLayout time.Time
+	var lastReclaim, lastGauges, lastLayout, lastDestinations time.Time
 	for {
 		t := time.Now()
 		if t.Sub(lastLayout) >= layoutEvery {
@@ -208,6 +214,10 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 			}
 			cancel()
 			ib.startReaders()
+		}
+		if ib.src == ib && t.Sub(lastDestinations) >= destinationsEvery {
+			lastDestinations = t
+			ib.refreshDestinations(ctx, ib.st)
 		}
 		select {
 		case <-ctx.Done():
@@ -226,10 +236,10 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 		}
 		if t.Sub(lastGauges) >= time.Second {
 			lastGauges = t
-			if c, err := ib.Counts(context.Background()); err == nil {
-				ib.metrics.setCounts(c)
+			if c, err := ib.Counts(context.Background()); err == nil && ib.src == ib {
+				ib.metrics.setCounts(c) // the source's: every destination's
 			}
-			if ib.limit != nil {
+			if ib.metrics.rate != nil {
 				if st, err := ib.limit.state(context.Background()); err == nil {
 					ib.metrics.rate.Set(st.Current)
 				}
@@ -308,41 +318,70 @@ func (ib *Inbox) waitSlot(ctx context.Context, d time.Duration) bool {
 // deliver makes one delivery attempt and records its outcome.
 func (ib *Inbox) deliver(m message) {
 	defer ib.wg.Done()
-	defer func() { <-ib.slots }()
+	defer ib.releaseSlot(m)
+	defer m.answer.finish()
+	if m.probe {
+		defer ib.probing.Store(false)
+	}
 	ev := &m.ev
 	attempt := ev.Attempts + int(max(m.deliveries, 1))
 	logger := ib.logger.With(zap.String("id", m.id), zap.String("key", ev.Key), zap.Int("attempt", attempt))
 	bg, cancel := ib.bg()
 	defer cancel()
+	if ib.holds(m) {
+		// paused, or the breaker stops deliveries: the event waits, its
+		// attempt not made
+		ib.putBack(m)
+		return
+	}
 
 	// an event whose deliveries keep killing their worker is not tried for ever
 	if attempt-ev.Base > len(ib.cfg.Retries)+1 {
+		_, span := ib.startAttempt(ev, attempt)
+		defer span.End()
 		if err := ib.deadLetter(bg, m, attempt-1, 0, "retries exhausted: the worker delivering it stopped without an answer"); err != nil {
 			logger.Warn("dead-lettering an inbox event failed; it will be reclaimed", zap.Error(err))
+		} else {
+			traceAttempt(span, outcomeDeadLettered, 0, time.Time{}, reasonExhausted)
 		}
 		return
 	}
-	status, asked, derr := ib.post(ev, attempt)
+	// a stale event is not attempted: it has no attempt's span
+	if ib.stale(bg, m, logger) {
+		return
+	}
+	actx, span := ib.startAttempt(ev, attempt)
+	defer span.End()
+	status, asked, derr := ib.post(actx, ev, attempt, m.answer)
+	ib.countAttempt(status, derr, m.probe)
 
 	var err error
 	switch {
 	case derr == nil && status >= 200 && status <= 299:
-		err = ib.q.delivered(bg, m, ib.cfg.TTL)
+		d := ib.doneWith(m)
+		if d.record = m.answer.take(); d.record != nil {
+			d.guard = m.answer.guard
+		}
+		err = ib.q.delivered(bg, m, d)
 		if err == nil {
+			m.answer.recordedAs(d.record)
 			ib.metrics.delivered.Inc()
 			if !ev.Received.IsZero() {
 				ib.metrics.lag.Observe(time.Since(ev.Received).Seconds())
 			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
+			traceAttempt(span, outcomeDelivered, status, time.Time{}, "")
 		}
 	case derr == nil && status == http.StatusLoopDetected:
 		err = ib.deadLetter(bg, m, attempt, status, "delivery loop: HTTP 508 from deliver_to, which leads back to a route this event came through; point deliver_to at the application")
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonLoop)
 			logger.Warn("inbox event dead-lettered: deliver_to leads back to a route the event came through (HTTP 508)", zap.String("deliver_to", ib.cfg.DeliverTo))
 		}
 	case derr == nil && permanentFailure(status):
 		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonRefused)
 			logger.Warn("inbox event dead-lettered: the application refused it", zap.Int("status", status))
 		}
 	default:
@@ -361,11 +400,13 @@ func (ib *Inbox) deliver(m message) {
 			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
 			if err == nil {
 				ib.metrics.retried.Inc()
+				traceAttempt(span, outcomeRetried, status, due, "")
 				logger.Info("inbox delivery failed; retry scheduled", zap.Int("status", status), zap.String("error", reason), zap.Time("due", due))
 			}
 		} else {
 			err = ib.deadLetter(bg, m, attempt, status, "retries exhausted: "+reason)
 			if err == nil {
+				traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonExhausted)
 				logger.Warn("inbox event dead-lettered: retries exhausted", zap.Int("status", status), zap.String("error", reason))
 			}
 		}
@@ -373,6 +414,7 @@ func (ib *Inbox) deliver(m message) {
 	if err != nil {
 		// the event stays in delivery and is reclaimed: delivered again, never lost
 		logger.Warn("recording an inbox delivery's outcome failed; the event will be reclaimed and attempted again", zap.Error(err))
+		traceUnrecorded(span)
 	}
 }
 
@@ -398,9 +440,11 @@ func permanentFailure(status int) bool {
 }
 
 // post sends one attempt to deliver_to and returns its status and, for a
-// 429 or 503, the wait its Retry-After asks for (0 when it asks none).
-func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ib.cfg.Timeout)
+// 429 or 503, the wait its Retry-After asks for (0 when it asks none);
+// keep, unless nil, captures the application's answer. ctx holds the
+// attempt's span, whose context the application gets.
+func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.cfg.Timeout)
 	defer cancel()
 	req, err := ev.NewRequest(ctx, ib.cfg.DeliverTo)
 	if err != nil {
@@ -425,6 +469,7 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 			return 0, 0, err
 		}
 	}
+	event.InjectTrace(ctx, req.Header)
 	resp, err := ib.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -432,7 +477,11 @@ func (ib *Inbox) post(ev *Event, attempt int) (int, time.Duration, error) {
 		}
 		return 0, 0, err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if keep != nil {
+		keep.read(resp)
+	} else {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	}
 	_ = resp.Body.Close()
 	var wait time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {

@@ -64,7 +64,7 @@ var (
 	}, []string{"source", "state"})
 
 	InboxDeliveries = newCounter("inbox_deliveries_total",
-		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), by source.",
+		"Inbox delivery attempts by their outcome (delivered, retried, dead_lettered), and events ended without delivery because their group delivered a newer one (stale), by source.",
 		"source", "outcome")
 
 	InboxDeliveryLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -80,6 +80,22 @@ var (
 		Subsystem: "webhook_idempotency",
 		Name:      "inbox_rate_limit",
 		Help:      "Deliveries a second the inbox's rate limit allows now (lower than its rate while a 429 slows the source down), by source; only for inboxes with a rate.",
+	}, []string{"source"})
+
+	InboxPaused = newGauge("inbox_paused",
+		"1 while an inbox destination's deliveries are paused (the destination, or its whole source), by source and destination; events are still accepted.",
+		"source", "destination")
+
+	InboxBreakerOpen = newGauge("inbox_breaker_open",
+		"1 while an inbox destination's breaker stops its deliveries (open, or probing with one attempt), by source and destination.",
+		"source", "destination")
+
+	AnswerSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy",
+		Subsystem: "webhook_idempotency",
+		Name:      "answer_seconds",
+		Help:      "With respond app within: time from an event's acceptance to the application's answer to its first attempt, in time or not (attempts that got no answer are not observed), by source.",
+		Buckets:   []float64{.01, .025, .05, .1, .25, .5, 1, 2, 3, 4, 5, 8, 10, 15, 20, 30, 60},
 	}, []string{"source"})
 
 	ArchiveEvents = newCounter("archive_events_total",
@@ -148,7 +164,8 @@ var BufferedBodyBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 // all lists every collector, for Register.
 var all = []prometheus.Collector{
 	Requests, ReplaysSuspected, AnswersUnrecorded, StoreErrors, StoreDuration, StoreRestarts, StoreReplicasShort, StoreFileHealthy, StoreFileLost,
-	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
+	InboxEvents, InboxDeliveries, InboxDeliveryLag, InboxRate, InboxPaused, InboxBreakerOpen, AnswerSeconds,
+	ArchiveEvents, ArchiveErrors, ArchiveDropped, RefusalsListed, RefusalsUnlisted, RefusalsErrors,
 	BufferedBodyBytes,
 	AllowListRanges, AllowListRefreshes,
 	Reconciled, ReconcilePasses, ReconcileLastSuccess, ReconcileStarted, ReconcileInterval,

@@ -22,23 +22,31 @@ const (
 	Loop             = "loop"              // sent back by this route's own inbox or archive: 508
 	OverBudget       = "over_budget"       // the process's body budget is spent: 503
 	Forbidden        = "forbidden"         // an address or client certificate refused: 403
+	Filtered         = "filtered"          // an inbox's drop rule matched: answered, never delivered
 )
 
 // Results of events that are no request of a provider's: an event a
-// reconciliation pass recovered (docs/reconcile.md). The archive keeps
-// them; caddy_webhook_idempotency_requests_total does not count them.
+// reconciliation pass recovered (docs/reconcile.md), an inbox event ended
+// without delivery because its group had delivered a newer one
+// (newer_than, docs/inbox.md#newer-than). The archive keeps them;
+// caddy_webhook_idempotency_requests_total does not count them.
 const (
 	Reconciled = "reconciled"
+	Stale      = "stale"
 )
 
+// Events lists the results of events that are no request, as the archive
+// keeps them.
+var Events = [...]string{Reconciled, Stale}
+
 // Known reports whether r is a result an archived event may have.
-func Known(r string) bool { return Index(r) >= 0 || r == Reconciled }
+func Known(r string) bool { return Index(r) >= 0 || r == Reconciled || r == Stale }
 
 // All lists every result, in the order the handler resolves its counters.
 var All = [...]string{
 	New, Replayed, Conflict, Mismatch, InvalidSignature,
 	TooLarge, Bypassed, Unavailable, Skipped, Handshake,
-	Ambiguous, Loop, OverBudget, Forbidden,
+	Ambiguous, Loop, OverBudget, Forbidden, Filtered,
 }
 
 // Index returns the position of r in All, -1 when r is no result.

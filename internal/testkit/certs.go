@@ -141,3 +141,10 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// Verified is the TLS state of a connection whose client certificate leaf
+// Caddy verified up to the CA's certificate (client_auth verify_if_given
+// or require_and_verify).
+func (ca *CA) Verified(leaf *x509.Certificate) *tls.ConnectionState {
+	return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf, ca.Cert}}}
+}

@@ -46,10 +46,17 @@ func CaddyCommand(args ...string) *exec.Cmd {
 
 // Process is a Caddy running as a child process of the test.
 type Process struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
+	// AdminPort is the port of its admin endpoint.
+	AdminPort int
+	t         testing.TB
+	cmd       *exec.Cmd
+	log       string
+	exited    chan struct{}
+}
+
+// AdminURL is the URL of a path on the process's admin endpoint.
+func (p *Process) AdminURL(path string) string {
+	return fmt.Sprintf("http://localhost:%d%s", p.AdminPort, path)
 }
 
 // StartProcess runs Caddy with the Caddyfile of the harness's global
@@ -61,11 +68,12 @@ func StartProcess(t testing.TB, globals, sites, ready string) *Process {
 	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "Caddyfile")
-	body := fmt.Sprintf("{\n\tadmin localhost:%d\n\tauto_https off\n\tpersist_config off\n\t%s\n}\n%s\n", FreePort(t), globals, sites)
+	admin := FreePort(t)
+	body := fmt.Sprintf("{\n\tadmin localhost:%d\n\tauto_https off\n\tpersist_config off\n\t%s\n}\n%s\n", admin, globals, sites)
 	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{t: t, log: filepath.Join(dir, "caddy.log"), exited: make(chan struct{})}
+	p := &Process{AdminPort: admin, t: t, log: filepath.Join(dir, "caddy.log"), exited: make(chan struct{})}
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ import (
 // sweeper walks it from the start and deletes what has expired, checking
 // that the record still carries that expiry (an index entry whose record
 // was rewritten is dropped alone). The inbox and the archive keep buckets
-// of their own (seam.go).
+// of their own (file.go: File).
 //
 // In memory: the claims in flight, which are never written, and a bounded
 // cache of the records read or written lately, so that duplicates are

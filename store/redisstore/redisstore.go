@@ -2,7 +2,7 @@
 // `http.webhook_idempotency.stores.redis`: idempotency keys in Redis
 // (standalone, Cluster or Sentinel), so that several Caddy instances
 // deduplicate as one (docs/stores.md). It also offers the inbox and the
-// archive their Redis side (seam.go).
+// archive their streams (streams.go: Streams).
 package redisstore
 
 import (

@@ -157,12 +157,12 @@ func (s *Store) sendThen(ctx context.Context, then *redisThen) {
 
 // Replicas returns the number of replicas an acceptance waits for, 0 for
 // none.
-func (sm Seam) Replicas() int { return sm.s.Replicas }
+func (st Streams) Replicas() int { return st.s.Replicas }
 
 // RunReplicated runs script on keys (one node's: keys[0]'s master) and
 // waits for the store's replicas, as an acceptance does; when too few
 // acknowledged it in time, the error wraps ErrNotReplicated and the reply
 // is returned with it.
-func (sm Seam) RunReplicated(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	return sm.s.runReplicated(ctx, "accept", script, keys, args...)
+func (st Streams) RunReplicated(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return st.s.runReplicated(ctx, "accept", script, keys, args...)
 }

@@ -1,7 +1,6 @@
-package webhookidempotency
+package edge
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,15 +17,16 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/ipset"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
+
+// TestMain gives the tests a data directory of their own, where the lists
+// keep their copies.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // listServer stands in for the endpoints providers publish their address
 // lists at: each path answers what the test last set for it.
@@ -80,97 +80,28 @@ func useListServer(t *testing.T, s *listServer) {
 // fastLists shortens the lists' timing for the test.
 func fastLists(t *testing.T) {
 	t.Helper()
-	oldMin, oldRetry := allowListMinRefresh, allowListRetry
-	allowListMinRefresh, allowListRetry = time.Millisecond, 50*time.Millisecond
-	t.Cleanup(func() { allowListMinRefresh, allowListRetry = oldMin, oldRetry })
+	oldMin, oldRetry := minRefresh, retryDelay
+	minRefresh, retryDelay = time.Millisecond, 50*time.Millisecond
+	t.Cleanup(func() { minRefresh, retryDelay = oldMin, oldRetry })
 }
 
-// serveFrom drives ServeHTTP with a request whose client address, as
-// Caddy determines it, is addr.
-func serveFrom(h *Handler, addr string, r *http.Request, next caddyhttp.HandlerFunc) served {
-	w := httptest.NewRecorder()
-	repl := caddy.NewReplacer()
-	r = caddyhttp.PrepareRequest(r, repl, w, nil)
-	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, addr)
-	err := h.ServeHTTP(w, r, next)
-	res, _ := repl.GetString(placeholderResult)
-	key, _ := repl.GetString(placeholderKey)
-	return served{w: w, err: err, result: res, key: key}
-}
-
-func postFrom(h *Handler, addr, key string, next caddyhttp.HandlerFunc) served {
-	r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{"id":"`+key+`"}`))
-	r.Header.Set("Idempotency-Key", key)
-	return serveFrom(h, addr, r, next)
-}
-
-// wantVerdict posts from addr and checks the answer: 200 from the next
-// handler when allowed, else 403 (or 503) with nothing called.
-func wantVerdict(t *testing.T, h *Handler, addr string, want int) {
+// newLists builds lists for the test, released at its end.
+func newLists(t *testing.T, src Sources) *Lists {
 	t.Helper()
-	var calls atomic.Int64
-	s := postFrom(h, addr, "k-"+addr+"-"+time.Now().Format("150405.000000000"), countingNext(&calls))
-	if s.w.Code != want {
-		t.Fatalf("from %s: status %d (%s), want %d", addr, s.w.Code, s.w.Body, want)
+	a, err := NewLists(src, zap.NewNop())
+	if err != nil {
+		t.Fatalf("NewLists: %v", err)
 	}
-	if want != http.StatusOK && calls.Load() != 0 {
-		t.Fatalf("from %s: refused, yet the next handler was called", addr)
-	}
+	t.Cleanup(a.Release)
+	return a
 }
 
-func TestAllowIPsRanges(t *testing.T) {
-	h := newTestHandler(t, &Handler{Source: "ranges", AllowIPs: &AllowIPsConfig{Ranges: []string{"203.0.113.0/24", "2001:db8::1"}}})
-	var calls atomic.Int64
-	for addr, want := range map[string]int{
-		"203.0.113.9":        200,
-		"::ffff:203.0.113.9": 200,
-		"2001:db8::1":        200,
-		"203.0.114.1":        403,
-		"2001:db8::2":        403,
-		"not-an-address":     403,
-	} {
-		s := postFrom(h, addr, "k-"+addr+time.Now().Format(".000000000"), countingNext(&calls))
-		if s.w.Code != want {
-			t.Errorf("from %s: %d %s, want %d", addr, s.w.Code, s.w.Body, want)
-		}
-		if want == 403 {
-			if s.result != results.Forbidden || s.key != "" {
-				t.Errorf("from %s: result %q key %q, want forbidden and no key", addr, s.result, s.key)
-			}
-			if got := s.w.Body.String(); got != `{"error":"address not allowed"}` || s.w.Header().Get("Content-Type") != "application/json" {
-				t.Errorf("from %s: body %s", addr, got)
-			}
-		}
+// wantCheck checks the lists' verdict on addr.
+func wantCheck(t *testing.T, a *Lists, addr string, want Verdict) {
+	t.Helper()
+	if got := a.Check(netip.MustParseAddr(addr)); got != want {
+		t.Fatalf("%s: verdict %d, want %d", addr, got, want)
 	}
-	if calls.Load() != 3 {
-		t.Fatalf("next handler called %d times, want 3", calls.Load())
-	}
-}
-
-// TestAllowIPsBeforeTheBody: a refused request's body is never read, and
-// no method escapes the check (a GET passed on to the application is
-// refused too).
-func TestAllowIPsBeforeTheBody(t *testing.T) {
-	h := newTestHandler(t, &Handler{Source: "nobody", AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
-	body := &countingReader{}
-	r := httptest.NewRequest(http.MethodPost, "/hook", body)
-	if s := serveFrom(h, "198.51.100.7", r, countingNext(new(atomic.Int64))); s.w.Code != 403 {
-		t.Fatalf("status %d", s.w.Code)
-	}
-	if body.reads.Load() != 0 {
-		t.Fatalf("the refused request's body was read %d times", body.reads.Load())
-	}
-	get := httptest.NewRequest(http.MethodGet, "/health", nil)
-	if s := serveFrom(h, "198.51.100.7", get, countingNext(new(atomic.Int64))); s.w.Code != 403 || s.result != results.Forbidden {
-		t.Fatalf("GET from outside: %d %q", s.w.Code, s.result)
-	}
-}
-
-type countingReader struct{ reads atomic.Int64 }
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	c.reads.Add(1)
-	return 0, context.Canceled
 }
 
 // TestAllowIPsClientAddressIsCaddys: the address Caddy determined (with
@@ -179,18 +110,18 @@ func TestAllowIPsClientAddressIsCaddys(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 	r.RemoteAddr = "10.0.0.1:4444"
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), httptest.NewRecorder(), nil)
-	if got := clientAddr(r); got != netip.MustParseAddr("10.0.0.1") {
+	if got := ClientAddr(r); got != netip.MustParseAddr("10.0.0.1") {
 		t.Fatalf("without client_ip: %v, want the peer", got)
 	}
 	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, "203.0.113.5")
-	if got := clientAddr(r); got != netip.MustParseAddr("203.0.113.5") {
+	if got := ClientAddr(r); got != netip.MustParseAddr("203.0.113.5") {
 		t.Fatalf("with client_ip: %v", got)
 	}
 	caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, "fe80::1%eth0")
-	if got := clientAddr(r); got != netip.MustParseAddr("fe80::1") {
+	if got := ClientAddr(r); got != netip.MustParseAddr("fe80::1") {
 		t.Fatalf("with a zone: %v", got)
 	}
-	if n := testing.AllocsPerRun(100, func() { clientAddr(r) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { ClientAddr(r) }); n != 0 {
 		t.Fatalf("clientAddr allocates %.0f times", n)
 	}
 }
@@ -223,14 +154,14 @@ func TestAllowIPsProvidersLists(t *testing.T) {
 		{"linear", []string{"35.231.147.226", "35.243.134.228"}, []string{"34.1.2.3"}},
 	} {
 		t.Run(tc.provider, func(t *testing.T) {
-			h := newTestHandler(t, &Handler{Source: "lists-" + tc.provider, AllowIPs: &AllowIPsConfig{Providers: []string{tc.provider}}})
+			lists := newLists(t, Sources{Providers: []string{tc.provider}})
 			for _, a := range tc.allowed {
-				wantVerdict(t, h, a, 200)
+				wantCheck(t, lists, a, Allowed)
 			}
 			for _, a := range tc.not {
-				wantVerdict(t, h, a, 403)
+				wantCheck(t, lists, a, Refused)
 			}
-			st := h.edgeStatus()
+			st := lists.Statuses()
 			if len(st) != 1 || st[0].Source != tc.provider || st[0].Kind != "provider" || st[0].LoadedFrom != "fetch" || st[0].LastError != "" || st[0].LastRefresh == nil || st[0].Refresh != "1h0m0s" {
 				t.Fatalf("status %+v", st)
 			}
@@ -245,15 +176,15 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 	fastLists(t)
 	srv := newListServer(t)
 	srv.set("/list", 200, "192.0.2.1\n")
-	h := newTestHandler(t, &Handler{Source: "refreshed", AllowIPs: &AllowIPsConfig{URLs: []string{srv.URL + "/list"}, Refresh: caddy.Duration(30 * time.Millisecond)}})
-	wantVerdict(t, h, "192.0.2.1", 200)
-	wantVerdict(t, h, "192.0.2.2", 403)
+	a := newLists(t, Sources{URLs: []string{srv.URL + "/list"}, Refresh: 30 * time.Millisecond})
+	wantCheck(t, a, "192.0.2.1", Allowed)
+	wantCheck(t, a, "192.0.2.2", Refused)
 
 	srv.set("/list", 200, `["192.0.2.2"]`)
 	testkit.Eventually(t, 5*time.Second, "the refreshed list in use", func() bool {
-		return h.edge.ips.check(netip.MustParseAddr("192.0.2.2")) == addrAllowed
+		return a.Check(netip.MustParseAddr("192.0.2.2")) == Allowed
 	})
-	wantVerdict(t, h, "192.0.2.1", 403)
+	wantCheck(t, a, "192.0.2.1", Refused)
 
 	for _, bad := range []listAnswer{
 		{200, "<html>maintenance</html>"},
@@ -262,29 +193,29 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 		{200, "0.0.0.0/0\n"},
 		{503, "192.0.2.4\n"},
 	} {
-		before := h.edgeStatus()[0]
+		before := a.Statuses()[0]
 		srv.set("/list", bad.status, bad.body)
 		testkit.WaitFor(t, 5*time.Second, "a failed refresh of "+bad.body, func() (bool, string) {
-			st := h.edgeStatus()[0]
+			st := a.Statuses()[0]
 			return st.LastError != "" && st.LastAttempt.After(*before.LastAttempt), st.LastError
 		})
-		wantVerdict(t, h, "192.0.2.2", 200)
-		wantVerdict(t, h, "192.0.2.3", 403)
-		wantVerdict(t, h, "192.0.2.4", 403)
+		wantCheck(t, a, "192.0.2.2", Allowed)
+		wantCheck(t, a, "192.0.2.3", Refused)
+		wantCheck(t, a, "192.0.2.4", Refused)
 		// a further failed attempt keeps the list loaded before
-		failed := h.edgeStatus()[0]
+		failed := a.Statuses()[0]
 		testkit.WaitFor(t, 5*time.Second, "another failed refresh", func() (bool, string) {
-			st := h.edgeStatus()[0]
+			st := a.Statuses()[0]
 			return st.LastAttempt.After(*failed.LastAttempt), st.LastError
 		})
-		if st := h.edgeStatus()[0]; st.Ranges != 1 || st.LastError == "" || !st.LastRefresh.Equal(*failed.LastRefresh) {
+		if st := a.Statuses()[0]; st.Ranges != 1 || st.LastError == "" || !st.LastRefresh.Equal(*failed.LastRefresh) {
 			t.Fatalf("after %q: status %+v, want the list loaded at %s kept", bad.body, st, failed.LastRefresh)
 		}
 	}
 	srv.set("/list", 200, "192.0.2.5\n")
 	testkit.WaitFor(t, 5*time.Second, "recovery", func() (bool, string) {
-		st := h.edgeStatus()[0]
-		return st.LastError == "" && h.edge.ips.check(netip.MustParseAddr("192.0.2.5")) == addrAllowed, st.LastError
+		st := a.Statuses()[0]
+		return st.LastError == "" && a.Check(netip.MustParseAddr("192.0.2.5")) == Allowed, st.LastError
 	})
 }
 
@@ -296,8 +227,8 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 	useListServer(t, srv)
 	srv.set("/github", 200, githubMeta)
 	logger := zap.NewNop()
-	src := allowListSource{name: "github", kind: "provider", url: srv.URL + "/github", field: "hooks"}
-	l, ref, err := loadAllowList(logger, src, time.Hour)
+	src := source{name: "github", kind: "provider", url: srv.URL + "/github", field: "hooks"}
+	l, ref, err := loadList(logger, src, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +242,7 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 	if !strings.HasPrefix(l.cache, filepath.Join(caddy.AppDataDir(), "webhook_idempotency")) {
 		t.Fatalf("copy at %s, outside Caddy's data directory", l.cache)
 	}
-	var c allowCopy
+	var c listCopy
 	if err := json.Unmarshal(data, &c); err != nil || c.Source != "github" || len(c.Ranges) != 6 {
 		t.Fatalf("copy %s: %v", data, err)
 	}
@@ -319,7 +250,7 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 	_ = ref.Release() // the last user: the list is stopped, as at a restart
 
 	srv.Close() // the provider is unreachable now
-	l2, ref2, err := loadAllowList(logger, src, time.Hour)
+	l2, ref2, err := loadList(logger, src, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +270,7 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 	if err := os.WriteFile(l.cache, []byte(`{"id":"`+src.id()+`","ranges":["140.82.112.0/20","x"]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l3 := &allowList{src: src, cache: l.cache, logger: logger, ranges: l.ranges}
+	l3 := &list{src: src, cache: l.cache, logger: logger, ranges: l.ranges}
 	l3.loadCopy()
 	if l3.set.Load() != nil {
 		t.Fatal("a damaged copy was used")
@@ -352,13 +283,13 @@ func TestAllowListKeptOnDisk(t *testing.T) {
 // over 8 MiB is refused.
 func TestAllowListCopyCheckedAsAFetch(t *testing.T) {
 	testkit.OwnDataDir(t)
-	src := allowListSource{name: "github", kind: "provider", url: "http://127.0.0.1:1/github", field: "hooks"}
-	path := allowListCachePath(src)
+	src := source{name: "github", kind: "provider", url: "http://127.0.0.1:1/github", field: "hooks"}
+	path := copyPath(src)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	copyOf := func(ranges []string) []byte {
-		b, err := json.Marshal(allowCopy{Source: "github", ID: src.id(), FetchedAt: time.Now(), Ranges: ranges})
+		b, err := json.Marshal(listCopy{Source: "github", ID: src.id(), FetchedAt: time.Now(), Ranges: ranges})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +323,7 @@ func TestAllowListCopyCheckedAsAFetch(t *testing.T) {
 			if err := os.WriteFile(path, c.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			l := &allowList{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
+			l := &list{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
 			l.loadCopy()
 			if set := l.set.Load(); set != nil {
 				t.Fatalf("a copy of %d bytes (%s) was put in use: %d ranges", len(c.data), c.name, set.Len())
@@ -403,28 +334,10 @@ func TestAllowListCopyCheckedAsAFetch(t *testing.T) {
 	if err := os.WriteFile(path, copyOf([]string{"140.82.112.0/20", "2a0a:a440::/29"}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l := &allowList{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
+	l := &list{src: src, cache: path, logger: zap.NewNop(), ranges: metrics.AllowListRanges.WithLabelValues("copy_test")}
 	l.loadCopy()
 	if set := l.set.Load(); set == nil || set.Len() != 2 {
 		t.Fatal("a good copy was not used")
-	}
-}
-
-// TestAllowListNeverLoaded: while a URL list has never loaded (no network,
-// no copy on disk) addresses no other list allows get 503, so the
-// provider retries, and the ranges written out still work.
-func TestAllowListNeverLoaded(t *testing.T) {
-	srv := newListServer(t) // answers 404 for every path
-	h := newTestHandler(t, &Handler{Source: "never", AllowIPs: &AllowIPsConfig{URLs: []string{srv.URL + "/none"}, Ranges: []string{"192.0.2.1"}}})
-	wantVerdict(t, h, "192.0.2.1", 200)
-	var calls atomic.Int64
-	s := postFrom(h, "192.0.2.9", "never-1", countingNext(&calls))
-	if s.w.Code != 503 || s.w.Header().Get("Retry-After") == "" || s.result != results.Unavailable || calls.Load() != 0 {
-		t.Fatalf("status %d %s result %q calls %d", s.w.Code, s.w.Body, s.result, calls.Load())
-	}
-	st := h.edgeStatus()
-	if len(st) != 2 || st[0].Kind != "inline" || st[1].Ranges != 0 || !strings.Contains(st[1].LastError, "status 404") {
-		t.Fatalf("status %+v", st)
 	}
 }
 
@@ -434,48 +347,24 @@ func TestAllowIPsFileList(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# ours\n192.0.2.1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := newTestHandler(t, &Handler{Source: "file", AllowIPs: &AllowIPsConfig{Files: []string{path}, Refresh: caddy.Duration(20 * time.Millisecond)}})
-	wantVerdict(t, h, "192.0.2.1", 200)
+	a := newLists(t, Sources{Files: []string{path}, Refresh: 20 * time.Millisecond})
+	wantCheck(t, a, "192.0.2.1", Allowed)
 	if err := os.WriteFile(path, []byte("192.0.2.2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, "the file read again", func() bool {
-		return h.edge.ips.check(netip.MustParseAddr("192.0.2.2")) == addrAllowed
+		return a.Check(netip.MustParseAddr("192.0.2.2")) == Allowed
 	})
-	if st := h.edgeStatus()[0]; st.LoadedFrom != "file" || st.Source != path {
+	if st := a.Statuses()[0]; st.LoadedFrom != "file" || st.Source != path {
 		t.Fatalf("status %+v", st)
 	}
 
 	// a file that does not parse at provision is a configuration error
 	bad := filepath.Join(t.TempDir(), "bad.txt")
 	_ = os.WriteFile(bad, []byte("192.0.2.1\nhooks\n"), 0o600)
-	ctx, cancel := testkit.NewContext(t)
-	defer cancel()
-	err := (&Handler{Source: "badfile", AllowIPs: &AllowIPsConfig{Files: []string{bad}}}).Provision(ctx)
+	_, err := NewLists(Sources{Files: []string{bad}}, zap.NewNop())
 	if err == nil || !strings.Contains(err.Error(), "allow_ips file "+bad+": line 2") {
-		t.Fatalf("provision: %v", err)
-	}
-}
-
-func TestAllowIPsProvisionErrors(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  AllowIPsConfig
-		want string
-	}{
-		{AllowIPsConfig{}, "allow_ips lists nothing"},
-		{AllowIPsConfig{Ranges: []string{"203.0.113.0/33"}}, `allow_ips: "203.0.113.0/33" is not a CIDR range`},
-		{AllowIPsConfig{Providers: []string{"paddle"}}, "paddle publishes no address list that can be fetched"},
-		{AllowIPsConfig{Providers: []string{"gitlub"}}, "'gitlub' is neither a provider that publishes its addresses (" + strings.Join(listProviders(), ", ") + ")"},
-		{AllowIPsConfig{URLs: []string{"ftp://example.com/ips"}}, "invalid allow_ips url 'ftp://example.com/ips'"},
-		{AllowIPsConfig{Ranges: []string{"192.0.2.1"}, Refresh: caddy.Duration(time.Millisecond)}, "allow_ips refresh 1ms is shorter than 1s"},
-	} {
-		ctx, cancel := testkit.NewContext(t)
-		cfg := tc.cfg
-		err := (&Handler{Source: "errs", AllowIPs: &cfg}).Provision(ctx)
-		cancel()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
-		}
+		t.Fatalf("NewLists: %v", err)
 	}
 }
 
@@ -490,67 +379,28 @@ func TestAllowListDisplayURL(t *testing.T) {
 	}
 }
 
-// TestAllowIPsWarnsOfSignedRefusals: a refused request that carries the
-// route's signature header is a WARN (the provider's list may have
-// changed), at most one every ten seconds; one without is not.
-func TestAllowIPsWarnsOfSignedRefusals(t *testing.T) {
-	h := newTestHandler(t, &Handler{Provider: "github", Source: "warned", Verify: &providers.VerifyConfig{Secrets: []string{"s3cr3t"}},
-		AllowIPs: &AllowIPsConfig{Ranges: []string{"192.0.2.1"}}})
-	core, logs := observer.New(zapcore.WarnLevel)
-	h.logger = zap.New(core)
-	post := func(signed bool) {
-		r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
-		r.Header.Set("X-GitHub-Delivery", "d1")
-		if signed {
-			r.Header.Set("X-Hub-Signature-256", "sha256=0123")
-		}
-		if s := serveFrom(h, "198.51.100.7", r, countingNext(new(atomic.Int64))); s.w.Code != 403 {
-			t.Fatalf("status %d", s.w.Code)
-		}
-	}
-	post(false)
-	if logs.Len() != 0 {
-		t.Fatalf("an unsigned refusal was logged: %v", logs.All())
-	}
-	post(true)
-	post(true)
-	post(true)
-	entries := logs.FilterMessageSnippet("carries a signature").All()
-	if len(entries) != 1 {
-		t.Fatalf("%d WARN lines, want 1: %v", len(entries), logs.All())
-	}
-	if f := entries[0].ContextMap(); f["client_ip"] != "198.51.100.7" {
-		t.Fatalf("fields %v", f)
-	}
-	if h.edge.quiet.Load() != 2 {
-		t.Fatalf("%d refusals counted as not logged, want 2", h.edge.quiet.Load())
-	}
-}
-
 // BenchmarkAllowIPs is the check on the request path: the client address
 // Caddy set, parsed and looked up in GitHub's hooks and Stripe's list.
 func BenchmarkAllowIPs(b *testing.B) {
 	ranges := []string{"192.30.252.0/22", "185.199.108.0/22", "140.82.112.0/20", "143.55.64.0/20", "2a0a:a440::/29", "2606:50c0::/32",
 		"3.18.12.63", "3.130.192.231", "13.235.14.237", "13.235.122.149", "18.211.135.69", "35.154.171.200", "35.157.207.129",
 		"52.15.183.38", "54.88.130.119", "54.88.130.237", "54.187.174.169", "54.187.205.235", "54.187.216.72"}
-	h := &Handler{Source: "bench", edge: &edgeChecks{}}
-	ips, err := newAllowIPs(&AllowIPsConfig{Ranges: ranges}, zap.NewNop())
+	a, err := NewLists(Sources{Ranges: ranges}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
-	h.edge.ips = ips
 	for _, addr := range []string{"140.82.115.7", "54.187.216.72", "203.0.113.9"} {
 		r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), httptest.NewRecorder(), nil)
 		caddyhttp.SetVar(r.Context(), caddyhttp.ClientIPVarKey, addr)
-		want := addrAllowed
+		want := Allowed
 		if addr == "203.0.113.9" {
-			want = addrRefused
+			want = Refused
 		}
 		b.Run(addr, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if h.edge.ips.check(clientAddr(r)) != want {
+				if a.Check(ClientAddr(r)) != want {
 					b.Fatal("wrong verdict")
 				}
 			}

@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -12,25 +13,26 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// Seam is what the inbox (internal/inbox) and the archive
-// (internal/archive) use of a file store, and nothing more: transactions on
-// the file (their buckets are theirs), claim-and-append, a completion with
+// File is a file store's file as the inbox (internal/inbox) and the
+// archive (internal/archive) use it, and nothing more: transactions on the
+// file (their buckets are theirs), claim-and-append, a completion with
 // writes of their own in the same transaction, and a reference on the open
 // file. Nothing outside this package reads the store's fields.
-type Seam struct{ s *Store }
+type File struct{ s *Store }
 
-// Seam returns the store's seam; the store must be provisioned.
-func (s *Store) Seam() Seam { return Seam{s} }
+// File returns the store's file for the inbox and the archive; the store
+// must be provisioned.
+func (s *Store) File() File { return File{s} }
 
 // Path returns the path of the file; it names the file in errors and
 // identifies it among the files of the process.
-func (sm Seam) Path() string { return sm.s.use.file().path }
+func (f File) Path() string { return f.s.use.file().path }
 
 // Hold takes a reference of the caller's own on the open file, which
 // release gives back: the store may be cleaned up before the caller is done
 // with the file (a reload while an inbox finishes its deliveries).
-func (sm Seam) Hold() (release func(), err error) {
-	path := sm.s.use.file().path
+func (f File) Hold() (release func(), err error) {
+	path := f.s.use.file().path
 	if _, _, err := pool.LoadOrNew(path, func() (caddy.Destructor, error) {
 		return nil, fmt.Errorf("file store: %s is closed", path)
 	}); err != nil {
@@ -40,14 +42,14 @@ func (sm Seam) Hold() (release func(), err error) {
 }
 
 // View runs fn in a read transaction.
-func (sm Seam) View(fn func(tx *bolt.Tx) error) error { return sm.s.use.file().view(fn) }
+func (f File) View(fn func(tx *bolt.Tx) error) error { return f.s.use.file().view(fn) }
 
 // Update runs fn in the next commit (group commit, durable as the store's
 // sync setting says) and returns its error or the commit's. fn must check
 // what it needs before it writes: a failing fn does not roll back the
 // writes of others in its commit.
-func (sm Seam) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	return sm.s.use.file().commit(ctx, fn)
+func (f File) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return f.s.use.file().commit(ctx, fn)
 }
 
 // ClaimAndAppend claims an absent key (with its guard, or noted its note,
@@ -56,17 +58,17 @@ func (sm Seam) Update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 // and its key are stored together or not at all. Otherwise it reports the
 // key's state as Claim does. appendFn gets the key the note held before,
 // when that is another key (a suspected replay), else "".
-func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, record []byte, ttl, noteTTL time.Duration, appendFn func(tx *bolt.Tx, suspected string) error) (store.ClaimResult, error) {
+func (f File) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, record []byte, ttl, noteTTL time.Duration, appendFn func(tx *bolt.Tx, suspected string) error) (store.ClaimResult, error) {
 	owner := store.NewOwner()
 	mode := claimGuarded
 	if noted {
 		mode = claimNoted
 	}
-	res, prev, err := sm.s.use.claim(key, guard, owner, time.Minute, noteTTL, mode)
+	res, prev, err := f.s.use.claim(key, guard, owner, time.Minute, noteTTL, mode)
 	if err != nil || res.State != store.StateClaimed {
 		return res, err
 	}
-	d := sm.s.use.file() // the file claimed in: held until the claim is done
+	d := f.s.use.file() // the file claimed in: held until the claim is done
 	suspected := ""
 	if noted && prev != "" && prev != key {
 		suspected = prev
@@ -85,9 +87,9 @@ func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool
 // store.GuardedStore's CompleteGuarded does, with then written in the same
 // transaction after the completion. It returns the completion's error and
 // then's.
-func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then func(tx *bolt.Tx) error) (thenErr, err error) {
+func (f File) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, then func(tx *bolt.Tx) error) (thenErr, err error) {
 	more := &also{after: then}
-	err = sm.s.use.file().complete(ctx, key, guard, owner, record, ttl, more)
+	err = f.s.use.file().complete(ctx, key, guard, owner, record, ttl, more)
 	if err != nil {
 		return err, err
 	}
@@ -96,7 +98,7 @@ func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, recor
 
 // SetExpiry makes key, if it holds a value, expire ttl from now, within an
 // Update's transaction; DropCached must follow the commit.
-func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
+func (f File) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 	v := tx.Bucket(bucketRecords).Get([]byte(key))
 	if len(v) < 9 {
 		return nil
@@ -104,10 +106,25 @@ func (sm Seam) SetExpiry(tx *bolt.Tx, key string, ttl time.Duration) error {
 	return putValue(tx, key, v[8], string(v[9:]), now().Add(ttl).UnixNano(), true)
 }
 
+// SetRecord replaces the record of key, if it holds one, within an
+// Update's transaction: it expires ttl from now, or when it did with ttl
+// 0. DropCached must follow the commit.
+func (f File) SetRecord(tx *bolt.Tx, key string, record []byte, ttl time.Duration) error {
+	v := tx.Bucket(bucketRecords).Get([]byte(key))
+	if len(v) < 9 || v[8] != kindRecord {
+		return nil
+	}
+	expires := int64(binary.BigEndian.Uint64(v))
+	if ttl > 0 {
+		expires = now().Add(ttl).UnixNano()
+	}
+	return putValue(tx, key, kindRecord, string(record), expires, true)
+}
+
 // DropCached forgets the process's copy of key's value, after its value
 // changed on the file.
-func (sm Seam) DropCached(key string) {
-	d := sm.s.use.file()
+func (f File) DropCached(key string) {
+	d := f.s.use.file()
 	unlock := d.lockShards(key, "")
 	d.shardOf(key).drop(key)
 	unlock()

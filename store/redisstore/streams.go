@@ -12,15 +12,16 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// Seam is what the inbox (internal/inbox) and the archive
-// (internal/archive) use of a redis store, and nothing more: the keys of a
-// source, the shared client, the call timeout, claim-and-append, and a
-// completion with commands of their own in the same pipeline. Nothing
-// outside this package reads the store's fields.
-type Seam struct{ s *Store }
+// Streams is a redis store as the inbox (internal/inbox) and the archive
+// (internal/archive) use it, and nothing more: the keys of a source's
+// streams beside the store's keys, the shared client, the call timeout,
+// claim-and-append, and a completion with commands of their own in the
+// same pipeline. Nothing outside this package reads the store's fields.
+type Streams struct{ s *Store }
 
-// Seam returns the store's seam; the store must be provisioned.
-func (s *Store) Seam() Seam { return Seam{s} }
+// Streams returns the store's side for the inbox and the archive; the
+// store must be provisioned.
+func (s *Store) Streams() Streams { return Streams{s} }
 
 // SourceKeys are the Redis keys of a source's inbox and archive. They
 // share one hash tag, `{<key_prefix>:<source>}`, so Redis Cluster keeps
@@ -33,8 +34,8 @@ type SourceKeys struct {
 }
 
 // Keys returns the Redis keys of a source.
-func (sm Seam) Keys(source string) SourceKeys {
-	tag := "{" + sm.s.Prefix + ":" + source + "}"
+func (st Streams) Keys(source string) SourceKeys {
+	tag := "{" + st.s.Prefix + ":" + source + "}"
 	return SourceKeys{Inbox: tag + ":inbox", Retry: tag + ":retry", Dead: tag + ":dead", Archive: tag + ":archive"}
 }
 
@@ -42,8 +43,8 @@ func (sm Seam) Keys(source string) SourceKeys {
 // caller's own, which release gives back: the store may be cleaned up
 // before the caller is done with the client (a reload while an inbox
 // finishes its deliveries).
-func (sm Seam) Client() (client redis.UniversalClient, release func(), err error) {
-	key := sm.s.ref.Key()
+func (st Streams) Client() (client redis.UniversalClient, release func(), err error) {
+	key := st.s.ref.Key()
 	val, _, err := redisPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return nil, errors.New("redis client gone")
 	})
@@ -54,23 +55,23 @@ func (sm Seam) Client() (client redis.UniversalClient, release func(), err error
 }
 
 // Timeout is the bound of one call.
-func (sm Seam) Timeout() time.Duration { return sm.s.timeout }
+func (st Streams) Timeout() time.Duration { return st.s.timeout }
 
 // Cluster reports whether the store talks to a Redis Cluster.
-func (sm Seam) Cluster() bool { return sm.s.client != nil && sm.s.client.cluster() }
+func (st Streams) Cluster() bool { return st.s.client != nil && st.s.client.cluster() }
 
 // Store returns the store itself, for the calls of the store contract.
-func (sm Seam) Store() store.GuardedStore { return sm.s }
+func (st Streams) Store() store.GuardedStore { return st.s }
 
 // SourceTag returns the hash tag of a source's keys,
 // `{<key_prefix>:<source>}`, or with part not "" the tag of a part of the
 // source, `{<key_prefix>:<source>:<part>}` (an inbox partition), which
 // Redis Cluster may keep on another node.
-func (sm Seam) SourceTag(source, part string) string {
+func (st Streams) SourceTag(source, part string) string {
 	if part == "" {
-		return "{" + sm.s.Prefix + ":" + source + "}"
+		return "{" + st.s.Prefix + ":" + source + "}"
 	}
-	return "{" + sm.s.Prefix + ":" + source + ":" + part + "}"
+	return "{" + st.s.Prefix + ":" + source + ":" + part + "}"
 }
 
 // Appended is what ClaimAndAppend did.
@@ -103,8 +104,8 @@ func NewAppendScript(appendLua string) AppendScript {
 // kept for noteTTL, and when it holds another key the event gets a
 // `suspected` field with that key. guard is "" for neither. The keys must
 // be on one node (not Redis Cluster).
-func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, script AppendScript, keys []string, args []any, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
-	return sm.claimAndAppend(ctx, false, key, guard, noted, script, keys, args, record, ttl, noteTTL, event)
+func (st Streams) ClaimAndAppend(ctx context.Context, key, guard string, noted bool, script AppendScript, keys []string, args []any, record []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+	return st.claimAndAppend(ctx, false, key, guard, noted, script, keys, args, record, ttl, noteTTL, event)
 }
 
 // ClaimAndAppendReplicated is ClaimAndAppend for a store with `replicas`:
@@ -114,10 +115,10 @@ func (sm Seam) ClaimAndAppend(ctx context.Context, key, guard string, noted bool
 // wraps ErrNotReplicated (the claim and the Appended are returned with
 // it), withdraws the event and releases the key, so that the provider's
 // retry is accepted anew rather than answered as a duplicate.
-func (sm Seam) ClaimAndAppendReplicated(ctx context.Context, key, guard string, noted bool, owner string, lease time.Duration, script AppendScript, keys []string, args []any, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
-	res, a, err := sm.claimAndAppend(ctx, true, key, guard, noted, script, keys, args, []byte(inFlightMarker+owner), lease, noteTTL, event)
+func (st Streams) ClaimAndAppendReplicated(ctx context.Context, key, guard string, noted bool, owner string, lease time.Duration, script AppendScript, keys []string, args []any, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+	res, a, err := st.claimAndAppend(ctx, true, key, guard, noted, script, keys, args, []byte(inFlightMarker+owner), lease, noteTTL, event)
 	if res.State == store.StateClaimed && (err == nil || errors.Is(err, ErrNotReplicated)) {
-		sm.s.client.claims.Add(1) // completed or released by the caller
+		st.s.client.claims.Add(1) // completed or released by the caller
 	}
 	return res, a, err
 }
@@ -125,7 +126,7 @@ func (sm Seam) ClaimAndAppendReplicated(ctx context.Context, key, guard string, 
 // claimAndAppend runs a claim-and-append script that writes value under
 // the key (and its guard) for ttl; replicated, it waits for the store's
 // replicas.
-func (sm Seam) claimAndAppend(ctx context.Context, replicated bool, key, guard string, noted bool, script AppendScript, keys []string, args []any, value []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
+func (st Streams) claimAndAppend(ctx context.Context, replicated bool, key, guard string, noted bool, script AppendScript, keys []string, args []any, value []byte, ttl, noteTTL time.Duration, event []any) (store.ClaimResult, Appended, error) {
 	mode := ""
 	all := make([]string, 0, 2+len(keys))
 	all = append(all, key)
@@ -144,9 +145,9 @@ func (sm Seam) claimAndAppend(ctx context.Context, replicated bool, key, guard s
 	var v any
 	var err error
 	if replicated {
-		v, err = sm.s.runReplicated(ctx, "accept", script.script, all, argv...)
+		v, err = st.s.runReplicated(ctx, "accept", script.script, all, argv...)
 	} else {
-		v, err = sm.s.run(ctx, "claim", script.script, all, argv...)
+		v, err = st.s.run(ctx, "claim", script.script, all, argv...)
 	}
 	if err != nil && v == nil {
 		return store.ClaimResult{}, Appended{}, err
@@ -179,8 +180,8 @@ type Then struct {
 // its arguments) sent right after it in the same pipeline; their keys may
 // be on another Cluster slot. It returns the completion's error and what
 // became of cmds.
-func (sm Seam) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, cmds [][]any) (Then, error) {
+func (st Streams) CompleteThen(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, cmds [][]any) (Then, error) {
 	then := &redisThen{cmds: cmds}
-	err := sm.s.completeThen(ctx, key, guard, owner, record, ttl, then)
+	err := st.s.completeThen(ctx, key, guard, owner, record, ttl, then)
 	return Then{Val: then.val, Err: then.err}, err
 }

@@ -1,4 +1,4 @@
-package webhookidempotency
+package edge
 
 import (
 	"bytes"
@@ -11,77 +11,20 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 )
 
-// ClientCertConfig is the `client_cert` option (docs/caddyfile.md:
-// Addresses and client certificates): the request must have come over TLS
-// with a client certificate that Caddy verified (the site's `client_auth`,
-// mode `verify_if_given` or `require_and_verify`), whose verified chain
-// ends in one of `ca` and whose subject matches a `subject` pattern;
-// otherwise it is answered 403 before its body is read, and nothing is
-// stored.
-type ClientCertConfig struct {
-	// PEM files of the certificates a client certificate's verified chain
-	// may end in: the provider's CA (a file may hold several certificates,
-	// such as an intermediate and its root). Placeholders are resolved at
-	// provision. Required.
-	CA []string `json:"ca,omitempty"`
-
-	// Patterns the client certificate's subject must match, any of them.
-	// A pattern with `=` is matched against the whole subject in RFC 2253
-	// form (`CN=hooks.example.com,O=Example,C=BR`), one without against
-	// the common name alone; `*` matches any run of characters.
-	// Default: any subject.
-	Subject []string `json:"subject,omitempty"`
-}
-
-// parseClientCert parses the client_cert block:
-//
-//	client_cert {
-//		ca      <pem file>...
-//		subject <pattern>...
-//	}
-func (h *Handler) parseClientCert(d *caddyfile.Dispenser) error {
-	if h.ClientCert != nil {
-		return d.Err("client_cert given twice")
-	}
-	if d.NextArg() {
-		return d.Errf("client_cert takes a block, not '%s': client_cert { ca <pem file>... }", d.Val())
-	}
-	c := new(ClientCertConfig)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		args := d.RemainingArgs()
-		switch name {
-		case "ca":
-			if err := cfparse.SomeValues(d, "client_cert 'ca'", args); err != nil {
-				return err
-			}
-			c.CA = append(c.CA, args...)
-		case "subject":
-			if err := cfparse.SomeValues(d, "client_cert 'subject'", args); err != nil {
-				return err
-			}
-			c.Subject = append(c.Subject, args...)
-		default:
-			return d.Errf("unrecognized client_cert subdirective '%s'", name)
-		}
-	}
-	if len(c.CA) == 0 {
-		return d.Err("client_cert needs 'ca': the PEM file of the CA the client certificates are issued under")
-	}
-	h.ClientCert = c
-	return nil
-}
-
-// clientCertCheck is a route's client_cert at run time.
-type clientCertCheck struct {
+// CertCheck is a route's client_cert at run time: the request must have
+// come over TLS with a client certificate that Caddy verified (the site's
+// `client_auth`, mode `verify_if_given` or `require_and_verify`), whose
+// verified chain ends in one of the CAs and whose subject matches a
+// pattern.
+type CertCheck struct {
 	anchors  map[string]bool // the DER of each CA certificate
 	subjects []string
 }
+
+// ErrNoCA is the error of a client_cert without a CA.
+var ErrNoCA = errors.New("client_cert needs 'ca': the PEM file of the CA the client certificates are issued under")
 
 // Reasons a client certificate is refused, as the 403 says them.
 const (
@@ -89,15 +32,16 @@ const (
 	msgCertRefused  = "client certificate not accepted"
 )
 
-// newClientCertCheck reads the CA files and checks the patterns. Errors
-// name the file.
-func newClientCertCheck(cfg *ClientCertConfig) (*clientCertCheck, error) {
-	if len(cfg.CA) == 0 {
-		return nil, errors.New("client_cert needs 'ca': the PEM file of the CA the client certificates are issued under")
+// NewCertCheck reads the CA files (PEM; placeholders resolved) and checks
+// the subject patterns (docs/caddyfile.md: Addresses and client
+// certificates). Errors name the file.
+func NewCertCheck(caFiles, subjects []string) (*CertCheck, error) {
+	if len(caFiles) == 0 {
+		return nil, ErrNoCA
 	}
-	c := &clientCertCheck{anchors: map[string]bool{}}
+	c := &CertCheck{anchors: map[string]bool{}}
 	repl := caddy.NewReplacer()
-	for _, f := range cfg.CA {
+	for _, f := range caFiles {
 		path, err := repl.ReplaceOrErr(f, true, true)
 		if err != nil {
 			return nil, fmt.Errorf("client_cert ca: resolving %q: %v", f, err)
@@ -110,7 +54,7 @@ func newClientCertCheck(cfg *ClientCertConfig) (*clientCertCheck, error) {
 			c.anchors[string(cert.Raw)] = true
 		}
 	}
-	for _, p := range cfg.Subject {
+	for _, p := range subjects {
 		if p == "" {
 			return nil, errors.New("client_cert subject: empty pattern")
 		}
@@ -151,10 +95,10 @@ func readPEMCertificates(path string) ([]*x509.Certificate, error) {
 	return certs, nil
 }
 
-// check returns "" when the connection's verified client certificate
+// Check returns "" when the connection's verified client certificate
 // chain ends in one of the CAs and its subject matches, else the reason
 // of the refusal.
-func (c *clientCertCheck) check(st *tls.ConnectionState) string {
+func (c *CertCheck) Check(st *tls.ConnectionState) string {
 	if st == nil || len(st.PeerCertificates) == 0 {
 		return msgCertRequired
 	}
@@ -173,7 +117,7 @@ func (c *clientCertCheck) check(st *tls.ConnectionState) string {
 
 // subjectMatches reports whether a certificate's subject matches one of
 // the patterns (any subject without patterns).
-func (c *clientCertCheck) subjectMatches(cert *x509.Certificate) bool {
+func (c *CertCheck) subjectMatches(cert *x509.Certificate) bool {
 	if len(c.subjects) == 0 {
 		return true
 	}

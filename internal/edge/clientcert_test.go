@@ -1,18 +1,14 @@
-package webhookidempotency
+package edge
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 )
 
@@ -42,19 +38,13 @@ func TestWildcardMatch(t *testing.T) {
 	}
 }
 
-// chainState is the TLS state of a connection whose client certificate
-// Caddy verified up to the CA's certificate.
-func chainState(leaf *x509.Certificate, ca *testkit.CA) *tls.ConnectionState {
-	return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf, ca.Cert}}}
-}
-
 func TestClientCertCheck(t *testing.T) {
 	ours, theirs := testkit.NewCA(t, "Provider Root"), testkit.NewCA(t, "Other Root")
 	good := ours.Client(t, pkix.Name{CommonName: "webhooks.provider.example", Organization: []string{"Provider"}})
 	other := ours.Client(t, pkix.Name{CommonName: "someone.else.example"})
 	foreign := theirs.Client(t, pkix.Name{CommonName: "webhooks.provider.example"})
 
-	c, err := newClientCertCheck(&ClientCertConfig{CA: []string{ours.PEMFile}, Subject: []string{"webhooks.*.example"}})
+	c, err := NewCertCheck([]string{ours.PEMFile}, []string{"webhooks.*.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,30 +56,30 @@ func TestClientCertCheck(t *testing.T) {
 		"TLS without a certificate": {&tls.ConnectionState{}, msgCertRequired},
 		// client_auth mode request or require: presented, never verified
 		"not verified by Caddy":     {&tls.ConnectionState{PeerCertificates: []*x509.Certificate{good.Leaf}}, msgCertRefused},
-		"the provider's":            {chainState(good.Leaf, ours), ""},
-		"another subject":           {chainState(other.Leaf, ours), msgCertRefused},
-		"a chain to another CA":     {chainState(foreign.Leaf, theirs), msgCertRefused},
+		"the provider's":            {ours.Verified(good.Leaf), ""},
+		"another subject":           {ours.Verified(other.Leaf), msgCertRefused},
+		"a chain to another CA":     {theirs.Verified(foreign.Leaf), msgCertRefused},
 		"the CA in the middle only": {&tls.ConnectionState{PeerCertificates: []*x509.Certificate{good.Leaf}, VerifiedChains: [][]*x509.Certificate{{good.Leaf, ours.Cert, theirs.Cert}}}, msgCertRefused},
 		"a second chain that ends well": {&tls.ConnectionState{PeerCertificates: []*x509.Certificate{good.Leaf},
 			VerifiedChains: [][]*x509.Certificate{{good.Leaf, theirs.Cert}, {good.Leaf, ours.Cert}}}, ""},
 	} {
-		if got := c.check(tc.st); got != tc.want {
+		if got := c.Check(tc.st); got != tc.want {
 			t.Errorf("%s: %q, want %q", name, got, tc.want)
 		}
 	}
 
-	dn, err := newClientCertCheck(&ClientCertConfig{CA: []string{ours.PEMFile}, Subject: []string{"CN=webhooks.provider.example,O=Provider"}})
+	dn, err := NewCertCheck([]string{ours.PEMFile}, []string{"CN=webhooks.provider.example,O=Provider"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dn.check(chainState(good.Leaf, ours)) != "" || dn.check(chainState(other.Leaf, ours)) == "" {
+	if dn.Check(ours.Verified(good.Leaf)) != "" || dn.Check(ours.Verified(other.Leaf)) == "" {
 		t.Error("a pattern with '=' is matched against the whole subject")
 	}
-	any, err := newClientCertCheck(&ClientCertConfig{CA: []string{ours.PEMFile, theirs.PEMFile}})
+	any, err := NewCertCheck([]string{ours.PEMFile, theirs.PEMFile}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if any.check(chainState(other.Leaf, ours)) != "" || any.check(chainState(foreign.Leaf, theirs)) != "" {
+	if any.Check(ours.Verified(other.Leaf)) != "" || any.Check(theirs.Verified(foreign.Leaf)) != "" {
 		t.Error("without subject patterns, any subject under one of the CAs is accepted")
 	}
 }
@@ -103,7 +93,7 @@ func TestClientCertCAFiles(t *testing.T) {
 	if err := os.WriteFile(chain, append(append([]byte("# Efí's chain\n"), caPEM...), other...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := newClientCertCheck(&ClientCertConfig{CA: []string{chain}})
+	c, err := NewCertCheck([]string{chain}, nil)
 	if err != nil || len(c.anchors) != 2 {
 		t.Fatalf("a file of two certificates: %v, %d anchors", err, len(c.anchors))
 	}
@@ -115,38 +105,17 @@ func TestClientCertCAFiles(t *testing.T) {
 	} {
 		path := filepath.Join(dir, name)
 		_ = os.WriteFile(path, []byte(content), 0o600)
-		if _, err := newClientCertCheck(&ClientCertConfig{CA: []string{path}}); err == nil || !strings.Contains(err.Error(), "client_cert ca "+path) {
+		if _, err := NewCertCheck([]string{path}, nil); err == nil || !strings.Contains(err.Error(), "client_cert ca "+path) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := newClientCertCheck(&ClientCertConfig{CA: []string{filepath.Join(dir, "missing.pem")}}); err == nil {
+	if _, err := NewCertCheck([]string{filepath.Join(dir, "missing.pem")}, nil); err == nil {
 		t.Error("a missing CA file was accepted")
 	}
-	if _, err := newClientCertCheck(&ClientCertConfig{}); err == nil || !strings.Contains(err.Error(), "client_cert needs 'ca'") {
+	if _, err := NewCertCheck(nil, nil); err == nil || !strings.Contains(err.Error(), "client_cert needs 'ca'") {
 		t.Errorf("no ca: %v", err)
 	}
-	if _, err := newClientCertCheck(&ClientCertConfig{CA: []string{ca.PEMFile}, Subject: []string{""}}); err == nil {
+	if _, err := NewCertCheck([]string{ca.PEMFile}, []string{""}); err == nil {
 		t.Error("an empty subject pattern was accepted")
-	}
-}
-
-// TestClientCertOnTheRequestPath: a refused request gets 403, result
-// forbidden, and reaches nothing; an accepted one goes on.
-func TestClientCertOnTheRequestPath(t *testing.T) {
-	ca := testkit.NewCA(t, "Provider Root")
-	leaf := ca.Client(t, pkix.Name{CommonName: "hooks"}).Leaf
-	h := newTestHandler(t, &Handler{Source: "certs", ClientCert: &ClientCertConfig{CA: []string{ca.PEMFile}}})
-	var calls atomic.Int64
-	r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
-	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 403 || s.result != results.Forbidden || s.w.Body.String() != `{"error":"client certificate required"}` {
-		t.Fatalf("without TLS: %d %s %q", s.w.Code, s.w.Body, s.result)
-	}
-	r = httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(`{}`))
-	r.TLS = chainState(leaf, ca)
-	if s := serveReq(h, r, countingNext(&calls)); s.w.Code != 200 || s.result != results.New {
-		t.Fatalf("with the certificate: %d %s %q", s.w.Code, s.w.Body, s.result)
-	}
-	if calls.Load() != 1 {
-		t.Fatalf("next called %d times", calls.Load())
 	}
 }
