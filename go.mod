@@ -14,6 +14,20 @@ require (
 
 require github.com/bwmarrin/discordgo v0.28.1
 
+// test oracles: Mailgun's own webhook signature verifier, Google's ID token
+// validator (providers/mailgun_test.go, pubsub_test.go)
+require (
+	github.com/mailgun/mailgun-go/v4 v4.23.0
+	google.golang.org/api v0.298.0
+)
+
+require (
+	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/mailgun/errors v0.4.0 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
+)
+
 require (
 	github.com/PagerDuty/go-pagerduty v1.8.0
 	github.com/line/line-bot-sdk-go/v8 v8.14.0
@@ -194,7 +208,6 @@ require (
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0
 	golang.org/x/time v0.16.0 // indirect
-	google.golang.org/api v0.298.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260921155816-b14227669459 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260921155816-b14227669459 // indirect
 	google.golang.org/grpc v1.83.2 // indirect
