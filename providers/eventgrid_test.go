@@ -52,6 +52,8 @@ func TestEventGrid(t *testing.T) {
 		{Scheme: "eventgrid", Secrets: []string{"k"}},
 		{Scheme: "eventgrid", Secrets: []string{"k"}, Query: "key", Header: "X-Key"},
 		{Scheme: "sendgrid", PublicKeys: []string{sendGridKey}, Query: "key"},
+		{Scheme: "hmac", Header: "X-Sig", Secrets: []string{"k"}, Query: "sig"},
+		{Scheme: "jwt", Secrets: []string{"k"}, Query: "token"},
 	} {
 		if _, err := buildVerifier(cfg); err == nil {
 			t.Errorf("%+v: accepted", cfg)

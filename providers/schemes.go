@@ -517,6 +517,8 @@ func buildVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		if err := p.checkOptions(cfg); err != nil {
 			return nil, err
 		}
+	} else if cfg.Query != "" && cfg.Scheme != "token" {
+		return nil, fmt.Errorf("%s takes no query (a token in the query is `verify token { query <name> }`)", cfg.Scheme)
 	}
 	return s.build(cfg)
 }

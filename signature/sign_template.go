@@ -100,17 +100,27 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 			}
 		}
 	}
-	if v.ts.kind != fromJSON && v.sig.kind != fromJSON {
-		sig, err := s.sign(r, body, ts)
+	if v.sig.kind == fromJSON {
+		return s.signInBody(r, body, ts)
+	}
+	if v.ts.kind == fromJSON {
+		// the timestamp alone is in the body: sign the body it is in
+		doc, _, err := s.stamped(body, ts)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.setSignature(r, sig, ts); err != nil {
+		if body, err = encodeJSONDocument(doc); err != nil {
 			return nil, err
 		}
-		return body, nil
 	}
-	return s.signInBody(r, body, ts)
+	sig, err := s.sign(r, body, ts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.setSignature(r, sig, ts); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // setSignature writes a signature where it goes out of the body, after
@@ -127,41 +137,38 @@ func (s *templateSigner) setSignature(r *http.Request, sig, ts string) error {
 	return nil
 }
 
-// signInBody signs a delivery whose timestamp or signatures are in the
-// body: each is written into the decoded body, which is encoded again.
-func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]byte, error) {
+// stamped decodes a body and returns its signed documents (the body, or
+// its items in Items mode), the timestamp written into each when it is in
+// the body.
+func (s *templateSigner) stamped(body []byte, ts string) (doc any, targets []any, err error) {
 	v := s.v
-	doc, err := decodeJSONDocument(body)
-	if err != nil {
-		return nil, fmt.Errorf("the body: %v", err)
+	if doc, err = decodeJSONDocument(body); err != nil {
+		return nil, nil, fmt.Errorf("the body: %v", err)
 	}
-	targets := []any{doc}
+	targets = []any{doc}
 	if v.items != nil {
 		if targets, err = itemsOf(doc, v.items); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	for _, t := range targets {
-		if v.ts.kind == fromJSON {
+	if v.ts.kind == fromJSON {
+		for _, t := range targets {
 			if err := setJSONPath(t, v.ts.path, v.tsPrefix+ts); err != nil {
-				return nil, fmt.Errorf("timestamp: %v", err)
+				return nil, nil, fmt.Errorf("timestamp: %v", err)
 			}
 		}
 	}
-	if v.sig.kind != fromJSON {
-		// the timestamp alone is in the body: sign the body it is in
-		out, err := encodeJSONDocument(doc)
-		if err != nil {
-			return nil, err
-		}
-		sig, err := s.sign(r, out, ts)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.setSignature(r, sig, ts); err != nil {
-			return nil, err
-		}
-		return out, nil
+	return doc, targets, nil
+}
+
+// signInBody signs a delivery whose signatures are in the body: each is
+// written into the decoded body (into each item in Items mode), which is
+// encoded again.
+func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]byte, error) {
+	v := s.v
+	doc, targets, err := s.stamped(body, ts)
+	if err != nil {
+		return nil, err
 	}
 	for _, t := range targets {
 		// the string reads the item (or the body) as it is sent, without
