@@ -37,7 +37,16 @@ type App struct {
 	// Memory). Default: 256MiB.
 	BodyBudget int64 `json:"body_budget,omitempty"`
 
-	store store.Store
+	// The URL of a trace in the operator's trace viewer (Jaeger, Tempo
+	// through Grafana, …), with `{trace_id}` where a trace's id goes: the
+	// console links each archived event's trace there
+	// (docs/operating.md: Traces). Placeholders such as `{env.X}` are
+	// resolved at provision time. Default: none (the trace id is shown,
+	// not linked).
+	TraceURL string `json:"trace_url,omitempty"`
+
+	store    store.Store
+	traceURL string // TraceURL, resolved
 
 	// presetSources and inboxes need no lock: Caddy provisions, starts
 	// and stops one configuration's modules one after another.
@@ -77,6 +86,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.BodyBudget < -1 {
 		return fmt.Errorf("invalid body_budget %d: want a size in bytes, or -1 for none", a.BodyBudget)
 	}
+	if a.TraceURL != "" {
+		a.traceURL = caddy.NewReplacer().ReplaceKnown(a.TraceURL, "")
+		if err := checkTraceURL(a.traceURL); err != nil {
+			return err
+		}
+	}
 	if a.StoreRaw != nil {
 		var err error
 		a.store, err = loadStore(ctx, a, "StoreRaw")
@@ -98,7 +113,7 @@ func (a *App) Start() error {
 	for i, h := range a.handlers {
 		routes[i] = adminRoute{h}
 	}
-	admin.Publish(a, routes)
+	admin.Publish(a, routes, admin.Settings{TraceURL: a.traceURL})
 	return nil
 }
 
@@ -156,6 +171,7 @@ func (a *App) claimPresetSource(preset string) error {
 //		webhook_idempotency {
 //			store       file [<path>] | memory | redis [<redis url>] { ... }
 //			body_budget <size> | off
+//			trace_url   <url with {trace_id}>
 //		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
@@ -186,6 +202,15 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 				return nil, d.Errf("invalid body_budget '%s': %v (or off)", v, err)
 			}
 			app.BodyBudget = size
+		case "trace_url":
+			v, err := cfparse.OneValue(d, "trace_url", d.RemainingArgs())
+			if err != nil {
+				return nil, err
+			}
+			if err := checkTraceURL(v); err != nil {
+				return nil, d.Errf("%v", err)
+			}
+			app.TraceURL = v
 		default:
 			return nil, d.Errf("unrecognized global webhook_idempotency option '%s'", d.Val())
 		}

@@ -207,18 +207,19 @@ func jsonProbe(path []string) []byte {
 	return []byte(doc)
 }
 
-// secretHeaders are the headers a route always redacts: those of
-// redact.SecretHeaders and the header a token scheme reads its secret
-// from.
-func (h *Handler) secretHeaders() []string {
-	out := append(append([]string(nil), redact.SecretHeaders...), h.forwardHeaders()...)
-	switch h.scheme() {
-	case "token", "jwt", "evolution", "gitlab", "asaas":
-		if h.Verify != nil && h.Verify.Header != "" {
-			out = append(out, h.Verify.Header)
-		}
+// secretPlaces are the headers and query parameters a route always
+// redacts: redact.SecretHeaders, the headers it forwards with values of
+// its own, and where its verify scheme reads a token
+// (providers.TokenPlaces).
+func (h *Handler) secretPlaces() (headers, query []string) {
+	headers = append(append([]string(nil), redact.SecretHeaders...), h.forwardHeaders()...)
+	if h.Verify == nil {
+		return headers, nil
 	}
-	return out
+	cfg := *h.Verify
+	cfg.Scheme = h.scheme()
+	tokenHeaders, query := providers.TokenPlaces(cfg)
+	return append(headers, tokenHeaders...), query
 }
 
 // redactor builds the route's redactor: its secret headers, the
@@ -232,9 +233,13 @@ func (h *Handler) redactor(rules []string) (*redact.Redactor, error) {
 	if scheme := h.scheme(); scheme != h.Provider {
 		rules = append(rules, providers.Redactions(scheme)...)
 	}
-	rd, err := redact.New(rules, h.secretHeaders()...)
+	headers, query := h.secretPlaces()
+	rd, err := redact.New(rules, headers...)
 	if err != nil {
 		return nil, err
+	}
+	for _, q := range query {
+		rd.RedactQuery(q)
 	}
 	for _, ks := range h.keys {
 		switch ks.kind {
@@ -274,6 +279,7 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 			Remote:   remote,
 			Headers:  event.HeaderBlock(rs.receivedHeader(), event.SkipArchiveHeader, cfg.Redact.RedactsHeader),
 			Received: rs.start,
+			Trace:    rs.traceContext(),
 		},
 		Result:   result,
 		Status:   status,

@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -271,6 +272,54 @@ func TestBatchItemKeys(t *testing.T) {
 		if _, err := parseItemKeys([]string{bad}); err == nil {
 			t.Errorf("item key %q accepted", bad)
 		}
+	}
+}
+
+// TestPresetBatches: every preset's batch is one the batch option takes,
+// and Adyen's and Pix's composite keys tell apart what the providers send
+// again under the same id: Adyen's outcomes (success) of one pspReference
+// and eventCode, a Pix's refund callback (its devolucoes) under the Pix's
+// endToEndId; a retry of either has the same key.
+func TestPresetBatches(t *testing.T) {
+	rules := map[string]*batchRule{}
+	for _, p := range providers.All() {
+		if p.Batch == nil {
+			continue
+		}
+		rule := &batchRule{}
+		var err error
+		if rule.path, err = parseBatchPath(p.Batch.Path); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+		if rule.keys, err = parseItemKeys(p.Batch.Key); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+		rules[p.Name] = rule
+	}
+	key := func(preset, item string) string {
+		t.Helper()
+		sum := sha256.Sum256([]byte(item))
+		k, err := rules[preset].itemKey([]byte(item), &sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	adyen := func(success, date string) string {
+		return `{"NotificationRequestItem":{"pspReference":"7914073381342284","eventCode":"AUTHORISATION","success":"` + success +
+			`","eventDate":"` + date + `","amount":{"value":1000,"currency":"EUR"}}}`
+	}
+	if k := key("adyen", adyen("true", "2026-12-06T10:00:00+01:00")); k != "7914073381342284+AUTHORISATION+true" ||
+		key("adyen", adyen("true", "2026-12-06T10:05:00+01:00")) != k || key("adyen", adyen("false", "2026-12-06T10:00:00+01:00")) == k {
+		t.Errorf("adyen: a duplicate with another eventDate, or another outcome, keyed wrongly (%s)", k)
+	}
+	const pix = `{"endToEndId":"E87654321202009091221dfghi123456","txid":"971122d8f37211eaadc10242ac120002","valor":"110.00"`
+	refund := pix + `,"devolucoes":[{"id":"123ABC","rtrId":"D12345678202009091221abcdf098765","valor":"10.00","status":"DEVOLVIDO"}]}`
+	if k := key("pix", pix+"}"); k != "E87654321202009091221dfghi123456+" || key("pix", refund) == k || key("pix", refund) != key("pix", refund) {
+		t.Errorf("pix: the Pix %q and its refund %q", k, key("pix", refund))
+	}
+	if k := key("pix", `{"txid":"x"}`); !isBodyKey(k) {
+		t.Errorf("pix: an item without endToEndId nor devolucoes keyed %q, want its bytes", k)
 	}
 }
 

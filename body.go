@@ -207,6 +207,7 @@ func growBody(buf []byte, size int64) []byte {
 // a reader handed on is closed by whoever consumes it, and the buffer goes
 // back to the pool only once every such reader is closed.
 func (rs *requestState) handOn() {
+	rs.traceStep(spanApp)
 	rs.handOnForward()
 	pb := rs.body
 	if pb == nil || rs.handOnReplaced() {

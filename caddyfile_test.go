@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -479,6 +480,8 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 		{"memory with options", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries 50\n\t}\n}", `{"store":{"module":"memory","max_entries":50}}`},
 		{"body budget", "webhook_idempotency {\n\tbody_budget 64MiB\n}", `{"body_budget":67108864}`},
 		{"no body budget", "webhook_idempotency {\n\tbody_budget off\n}", `{"body_budget":-1}`},
+		{"trace url", "webhook_idempotency {\n\ttrace_url https://grafana.example/explore?trace={trace_id}\n}", `{"trace_url":"https://grafana.example/explore?trace={trace_id}"}`},
+		{"trace url from the environment", "webhook_idempotency {\n\ttrace_url {env.TRACES}/trace/{trace_id}\n}", `{"trace_url":"{env.TRACES}/trace/{trace_id}"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := parseGlobalOption(caddyfile.NewTestDispenser(tc.input), nil)
@@ -507,6 +510,9 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 		{"store bad option", "webhook_idempotency {\n\tstore memory {\n\t\tmax_entries -1\n\t}\n}", "invalid max_entries '-1': want a positive integer, at Testfile:3"},
 		{"body budget not a size", "webhook_idempotency {\n\tbody_budget lots\n}", "invalid body_budget 'lots': strconv.ParseFloat: parsing \"\": invalid syntax (or off), at Testfile:2"},
 		{"body budget without a value", "webhook_idempotency {\n\tbody_budget\n}", "body_budget takes exactly one value, got 0, at Testfile:2"},
+		{"trace url without the trace id", "webhook_idempotency {\n\ttrace_url https://jaeger.example/trace/\n}", "invalid trace_url 'https://jaeger.example/trace/': want the URL of a trace in the trace viewer, with {trace_id} where its id goes, at Testfile:2"},
+		{"trace url not http", "webhook_idempotency {\n\ttrace_url javascript:alert({trace_id})\n}", "invalid trace_url 'javascript:alert({trace_id})': want an absolute http:// or https:// URL with a host, at Testfile:2"},
+		{"trace url without a value", "webhook_idempotency {\n\ttrace_url\n}", "trace_url takes exactly one value, got 0, at Testfile:2"},
 		{"redis key_prefix with a colon", "webhook_idempotency {\n\tstore redis {\n\t\tkey_prefix idem:a\n\t}\n}", "invalid key_prefix \"idem:a\": it must not contain ':', '{', '}' or white space (keys are <key_prefix>:<source>:<value>; a ':' would let two routes' keys collide), at Testfile:3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -515,6 +521,31 @@ func TestCaddyfileGlobalOption(t *testing.T) {
 				t.Errorf("parse %q:\n got error  %v\n want error %q", tc.input, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAppTraceURL: the global trace_url of a JSON configuration is held to
+// the Caddyfile's rule, its placeholders resolved at provision.
+func TestAppTraceURL(t *testing.T) {
+	t.Setenv("TRACE_VIEWER", "https://tempo.example")
+	for _, tc := range []struct{ in, want, err string }{
+		{in: "{env.TRACE_VIEWER}/trace/{trace_id}", want: "https://tempo.example/trace/{trace_id}"},
+		{in: "https://tempo.example/trace/", err: "invalid trace_url 'https://tempo.example/trace/': want the URL of a trace in the trace viewer, with {trace_id} where its id goes"},
+		{in: "{env.NO_SUCH_VIEWER}/{trace_id}", err: "invalid trace_url '/{trace_id}': want an absolute http:// or https:// URL with a host"},
+	} {
+		ctx, cancel := testkit.NewContext(t)
+		a := &App{TraceURL: tc.in}
+		err := a.Provision(ctx)
+		cancel()
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%s: error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || a.traceURL != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.in, a.traceURL, err, tc.want)
+		}
 	}
 }
 

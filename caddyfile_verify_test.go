@@ -99,6 +99,9 @@ func TestCaddyfileParseKeysAndHandshakesErrors(t *testing.T) {
 		{"handshake bad", "webhook_idempotency slack {\n\thandshake maybe\n}", "invalid handshake 'maybe': want on or off, at Testfile:2"},
 		{"handshake on a preset without one", "webhook_idempotency stripe handshake off", "the stripe preset has no handshake to answer (" + strings.Join(providers.HandshakeProviders(), ", ") + " have one), at Testfile:1"},
 		{"verify_token with handshake off", "webhook_idempotency whatsapp {\n\thandshake off\n\tverify_token t\n}", "verify_token is unused with 'handshake off', at Testfile:3"},
+		{"webhook_id without value", "webhook_idempotency paypal {\n\tverify paypal {\n\t\twebhook_id\n\t}\n}", "verify 'webhook_id' takes exactly one value, got 0, at Testfile:3"},
+		{"webhook_id with a space", "webhook_idempotency paypal {\n\tverify paypal {\n\t\twebhook_id \"WH 1\"\n\t}\n}", `invalid webhook_id "WH 1": a webhook id holds no spaces (PayPal's, in the app's webhook settings), at Testfile:3`},
+		{"webhook_id on sendgrid", "webhook_idempotency sendgrid {\n\tverify sendgrid {\n\t\twebhook_id WH-1\n\t}\n}", "the sendgrid preset takes no webhook_id: its signature covers no webhook id (paypal's does), at Testfile:3"},
 		{"unknown scheme names the generic ones", "webhook_idempotency {\n\tverify ecdsa\n}", "unknown verify scheme 'ecdsa': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.input, tc.want) })

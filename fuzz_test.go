@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/tidwall/gjson"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/jsonmember"
 )
 
 // FuzzCaddyfile feeds arbitrary text after `webhook_idempotency` to the
@@ -113,9 +114,9 @@ func FuzzJSONKey(f *testing.F) {
 		}
 		// on JSON that gives no member twice, the path reads what gjson
 		// reads
-		if res, ambiguous := jsonMember(body, path); ambiguous == "" && gjson.ValidBytes(body) {
+		if res, ambiguous := jsonmember.Get(body, path); ambiguous == "" && gjson.ValidBytes(body) {
 			if want := gjson.GetBytes(body, path); res.Type != want.Type || res.Raw != want.Raw || res.Str != want.Str {
-				t.Fatalf("jsonMember(%q) = %s %q, gjson reads %s %q", path, res.Type, res.Raw, want.Type, want.Raw)
+				t.Fatalf("jsonmember.Get(%q) = %s %q, gjson reads %s %q", path, res.Type, res.Raw, want.Type, want.Raw)
 			}
 		}
 		if v1 != v2 {

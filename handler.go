@@ -493,6 +493,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return rs.bodyFailed(err)
 	}
+	rs.traceStep(spanVerify)
+	defer rs.traceEnd()
 	if err := rs.verify(); err != nil {
 		return rs.unauthorized(err)
 	}
@@ -515,6 +517,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if rs.dropped() {
 		return rs.filtered()
 	}
+	rs.traceStep(spanClaim)
 	if rs.batch != nil {
 		return rs.serveBatch()
 	}

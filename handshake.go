@@ -24,6 +24,7 @@ func (h *Handler) provisionHandshake() error {
 		Mode:        h.Handshake,
 		VerifyToken: h.VerifyToken,
 		Verified:    h.verification != nil,
+		Logger:      h.logger,
 	}
 	if h.Verify != nil && len(h.Verify.Secrets) > 0 {
 		cfg.Secret = h.Verify.Secrets[0]
@@ -37,14 +38,14 @@ func (h *Handler) provisionHandshake() error {
 }
 
 // queryHandshake answers, before the body is read, the preset's handshake
-// that carries neither body nor signature (Meta's GET). It reports whether
-// it answered.
+// that carries neither body nor signature (Meta's GET, CloudEvents'
+// OPTIONS). It reports whether it answered.
 func (rs *requestState) queryHandshake() (bool, error) {
 	hs := rs.h.handshake
-	if hs == nil || hs.Signed() {
+	if hs == nil {
 		return false, nil
 	}
-	return rs.answerHandshake(hs.Answer(rs.r, nil))
+	return rs.answerHandshake(hs.AnswerBeforeBody(rs.r))
 }
 
 // bodyHandshake answers the preset's handshake once its signature is
@@ -71,6 +72,9 @@ func (rs *requestState) answerHandshake(a providers.HandshakeAnswer, ok bool) (b
 	}
 	rs.setResult(results.Handshake)
 	hdr := rs.w.Header()
+	for name, values := range a.Header {
+		hdr[name] = values
+	}
 	if a.ContentType != "" {
 		hdr.Set("Content-Type", a.ContentType)
 	}

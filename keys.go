@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/jsonmember"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 )
 
@@ -173,7 +174,7 @@ func resolveKey(sources []keySource, r *http.Request, body []byte, bodyHash *[32
 // The value may be a view of body. A member given twice on the path is
 // an *ambiguousError.
 func jsonKeyValue(body []byte, path string) (string, error) {
-	res, ambiguous := jsonMember(body, path)
+	res, ambiguous := jsonmember.Get(body, path)
 	if ambiguous != "" {
 		return "", &ambiguousError{path: path, member: ambiguous}
 	}

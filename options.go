@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/dustin/go-humanize"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/admin"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 )
 
@@ -308,3 +310,21 @@ func parseArchiveBodies(v string) (bool, error) { return cfparse.OnOff.Parse("ar
 
 // checkRedeliverTo checks a redeliver_to URL.
 func checkRedeliverTo(v string) error { return cfparse.CheckHTTPURL("archive redeliver_to", v) }
+
+// checkTraceURL checks the global trace_url: an absolute http(s) URL of a
+// trace in the operator's trace viewer, with {trace_id} where the trace's
+// id goes. Other placeholders ({env.X}) are checked once Provision has
+// resolved them.
+func checkTraceURL(v string) error {
+	if !strings.Contains(v, admin.TraceIDPlaceholder) {
+		return fmt.Errorf("invalid trace_url '%s': want the URL of a trace in the trace viewer, with %s where its id goes", v, admin.TraceIDPlaceholder)
+	}
+	sample := strings.ReplaceAll(v, admin.TraceIDPlaceholder, "0af7651916cd43dd8448eb211c80319c")
+	if cfparse.HasPlaceholder(sample) {
+		return nil
+	}
+	if u, err := url.Parse(sample); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("invalid trace_url '%s': want an absolute http:// or https:// URL with a host", v)
+	}
+	return nil
+}

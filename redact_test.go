@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
@@ -67,5 +68,49 @@ func TestRedactorShows(t *testing.T) {
 	var nilRedactor *redact.Redactor
 	if uri := nilRedactor.URI("/in?token=t"); uri != "/in?token=t" {
 		t.Errorf("a nil redactor redacts %q", uri)
+	}
+}
+
+// TestEventGridCredentialsRedacted: what authenticates Event Grid never
+// reaches the archive or the logs: the key in the query parameter or the
+// header the route names, whatever its name, Event Grid's own access key
+// and SAS token headers and query parameter (aeg-sas-key, aeg-sas-token;
+// "Authenticate Azure Event Grid clients using access keys or shared
+// access signatures"), an Azure Functions key (code), and the validation
+// URL's token in a SubscriptionValidationEvent.
+func TestEventGridCredentialsRedacted(t *testing.T) {
+	t.Parallel()
+	for _, verify := range []*providers.VerifyConfig{
+		{Scheme: "eventgrid", Query: "tenant_ref"},
+		{Scheme: "eventgrid", Header: "X-Eg-Client"},
+	} {
+		h := &Handler{Provider: "eventgrid", Verify: verify}
+		rd, err := h.redactor(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uri := rd.URI("/eg?tenant_ref=s1&aeg-sas-key=s2&code=s3&aeg-sas-token=s4&topic=t")
+		if verify.Query == "" {
+			uri = strings.Replace(uri, "tenant_ref=s1", "tenant_ref=[redacted]", 1) // not the route's
+		}
+		if want := "/eg?tenant_ref=[redacted]&aeg-sas-key=[redacted]&code=[redacted]&aeg-sas-token=[redacted]&topic=t"; uri != want {
+			t.Errorf("%+v: uri\n%s\nwant\n%s", verify, uri, want)
+		}
+		got := rd.Header(http.Header{"Aeg-Sas-Key": {"s5"}, "Aeg-Sas-Token": {"s6"}, "X-Eg-Client": {"s7"}, "Aeg-Event-Type": {"Notification"}})
+		for _, name := range []string{"Aeg-Sas-Key", "Aeg-Sas-Token", "X-Eg-Client"} {
+			if name == "X-Eg-Client" && verify.Header == "" {
+				continue
+			}
+			if got.Get(name) != redact.Value {
+				t.Errorf("%+v: %s kept: %q", verify, name, got.Get(name))
+			}
+		}
+		if got.Get("Aeg-Event-Type") != "Notification" {
+			t.Errorf("aeg-event-type redacted")
+		}
+		body, _, err := rd.Body([]byte(`[{"id":"1","eventType":"Microsoft.EventGrid.SubscriptionValidationEvent","data":{"validationCode":"c","validationUrl":"https://rp-eastus2.eventgrid.azure.net:553/eventsubscriptions/s/validate?id=1&token=s8"}}]`))
+		if err != nil || strings.Contains(string(body), "s8") {
+			t.Errorf("the validation URL kept: %s %v", body, err)
+		}
 	}
 }

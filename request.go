@@ -40,6 +40,7 @@ type requestState struct {
 	bodyHash    [32]byte
 	keyValue    string         // the resolved key value, as in the key placeholder
 	keyFromBody bool           // the key is the body hash
+	keyKind     keyKind        // the kind of the source the key came from, once resolved
 	claim       store.Claim    // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
 	received    http.Header    // the headers as received, when the next handler gets others (forward.go)
 	stored      *event.Request // the request as the inbox stores it, once built (inboxEvent)
@@ -54,6 +55,8 @@ type requestState struct {
 	// the application's answer, the one attempt of dedup mode (set
 	// when the next handler has answered; Number 0 before)
 	attempt [1]event.Attempt
+
+	trace *requestTrace // nil unless the request is traced (tracing.go)
 }
 
 // Placeholder names.
@@ -85,6 +88,7 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if h.archive != nil {
 		rs.start = now()
 	}
+	rs.startTrace()
 	return rs
 }
 
@@ -102,6 +106,7 @@ func (rs *requestState) set(name, value string) {
 func (rs *requestState) setResult(result string) {
 	rs.result = result
 	rs.set(placeholderResult, result)
+	rs.traceResult(result)
 	rs.h.metrics.countResult(result)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
 		ce.Write(zap.String("key", rs.claim.Key), zap.String("result", result))
@@ -230,6 +235,7 @@ func (rs *requestState) resolveKey() error {
 		return err
 	}
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
+	rs.keyKind = from.kind
 	rs.set(placeholderKey, rs.keyValue)
 	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
@@ -330,6 +336,7 @@ func (rs *requestState) buildInboxEvent() event.Request {
 		ev.URI = withoutQuery(ev.URI, f.CredentialQuery())
 	}
 	ev.Source, ev.Key, ev.StoreKey = rs.h.Source, rs.keyValue, rs.claim.Key
+	ev.Trace = rs.traceContext()
 	if f != nil && f.Mode() == forward.Resign {
 		ev.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
 	}
@@ -544,6 +551,7 @@ func (rs *requestState) serve(c claimed) error {
 	err := rs.next.ServeHTTP(rec, rs.r)
 	returned = true
 	rn.stop()
+	rs.traceStep(spanComplete)
 
 	// completion and release run even when the client went away
 	// (completionCtx is never cancelled)
@@ -565,6 +573,7 @@ func (rs *requestState) serve(c claimed) error {
 	} else {
 		c.release()
 	}
+	rs.traceEnd()
 	// the answer goes out only now that the store knows its fate, so a
 	// duplicate sent after the client has it finds the key completed
 	if err == nil {

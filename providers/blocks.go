@@ -4,6 +4,8 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -49,9 +51,13 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		PublicKeys:      cfg.PublicKeys,
 		Items:           cfg.Items,
 		MaxItems:        cfg.MaxItems,
+		Claims:          cfg.Claims,
 	}
 	if strings.Contains(cfg.String, "{url}") {
 		tc.PublicURL = cfg.publicURL()
+	}
+	if err := fillWebhookID(&tc, cfg.WebhookID); err != nil {
+		return signature.TemplateConfig{}, err
 	}
 	if s := cfg.Signature; s != nil {
 		tc.Signature = signature.SignatureLocation{From: s.From, Prefix: s.Prefix, Encoding: s.Encoding, Format: s.Format,
@@ -61,10 +67,36 @@ func (cfg VerifyConfig) templateConfig() (signature.TemplateConfig, error) {
 		tc.Timestamp = signature.TimestampLocation{From: ts.From, Unit: ts.Unit, Separator: ts.Separator, Prefix: ts.Prefix}
 	}
 	if c := cfg.CertURL; c != nil {
-		tc.CertURL = signature.CertURLConfig{From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache)}
+		tc.CertURL = signature.CertURLConfig{
+			From: c.From, Hosts: c.Hosts, Paths: c.Paths, Subjects: c.Subjects, Cache: time.Duration(c.Cache),
+			TrustOrigin: c.Trust == "origin", HTTPClient: keyset.Client,
+		}
 	}
 	return tc, nil
 }
+
+// webhookIDField is the part of a template's string the route's
+// webhook_id fills (PayPal's webhook id).
+const webhookIDField = "{webhook_id}"
+
+// fillWebhookID puts the route's webhook_id in the string's
+// {webhook_id}, as text; a string without it takes none, one with it
+// needs one.
+func fillWebhookID(tc *signature.TemplateConfig, id string) error {
+	has := strings.Contains(tc.String, webhookIDField)
+	switch {
+	case has && id == "":
+		return errors.New("webhook_id: required: the string signs {webhook_id} (PayPal's webhook id, in the app's webhook settings)")
+	case !has && id != "":
+		return errors.New("webhook_id: the string has no {webhook_id} to fill")
+	case has:
+		tc.String = strings.ReplaceAll(tc.String, webhookIDField, templateText.Replace(id))
+	}
+	return nil
+}
+
+// templateText escapes text for a template's string.
+var templateText = strings.NewReplacer(`\`, `\\`, "{", `\{`, "}", `\}`, "[", `\[`, "]", `\]`)
 
 // templateSymmetric reports whether a template verifies with secrets (an
 // HMAC, or a map of HMACs).
@@ -138,12 +170,16 @@ func blockScheme(block string) (scheme, VerifyConfig) {
 	case decl.Scheme == "jwt":
 		s.keys, s.options = JWTKeys, optKeySet
 	case decl.templateSymmetric():
-		s.keys = SecretKeys
+		s.keys, s.options = SecretKeys, s.options|optClaims
 	default:
+		s.options |= optClaims
 		s.keys, s.keysOptional = PublicKeysOrCertificate, decl.CertURL != nil
 	}
 	if !strings.Contains(decl.String, "{url}") {
 		s.options &^= optURL
+	}
+	if strings.Contains(decl.String, webhookIDField) {
+		s.options |= optWebhookID
 	}
 	return s, decl
 }
@@ -174,6 +210,7 @@ func (decl VerifyConfig) with(route VerifyConfig) VerifyConfig {
 	if route.URL != "" {
 		cfg.URL = route.URL
 	}
+	cfg.WebhookID = route.WebhookID
 	if route.keySet != nil {
 		cfg.keySet = route.keySet
 	}
@@ -282,7 +319,7 @@ func declSigner(decl VerifyConfig) presetSigner {
 			return nil, fmt.Errorf("--private-key: %v", err)
 		}
 		if decl.Scheme == "jwt" {
-			return signature.NewJWTKeySigner(signature.JWTKeySignerConfig{Header: decl.Header, Scheme: decl.AuthScheme, Key: key, KeyID: cfg.KeyID, Claims: map[string]any{}})
+			return jwtDeclSigner(decl, cfg, key)
 		}
 		tc, err := decl.templateConfig()
 		if err != nil {
@@ -290,6 +327,55 @@ func declSigner(decl VerifyConfig) presetSigner {
 		}
 		return signature.NewTemplateSigner(tc, key)
 	}}
+}
+
+// jwtDeclSigner signs tokens as the issuer a jwt block trusts: its first
+// issuer, the first value of each claim it checks (`true` and `false` as
+// booleans, as Google writes email_verified), then cfg's claims (the
+// route's own checks: Pub/Sub's service account email), and as audience
+// cfg's public URL, else the URL sent to (Pub/Sub's default audience is
+// the push endpoint's URL), unless cfg's claims give `aud`.
+func jwtDeclSigner(decl VerifyConfig, cfg SignConfig, key crypto.Signer) (signature.Signer, error) {
+	claims := map[string]any{}
+	if len(decl.Issuers) > 0 {
+		claims["iss"] = decl.Issuers[0]
+	}
+	set := func(name, v string) {
+		switch v {
+		case "true", "false":
+			claims[name] = v == "true"
+		default:
+			claims[name] = v
+		}
+	}
+	for name, values := range decl.Claims {
+		if len(values) > 0 {
+			set(name, values[0])
+		}
+	}
+	for name, v := range cfg.Claims {
+		set(name, v)
+	}
+	jc := signature.JWTKeySignerConfig{Header: decl.Header, Scheme: decl.AuthScheme, Key: key, KeyID: cfg.KeyID, Claims: claims}
+	if _, ok := claims["aud"]; ok || cfg.PublicURL != "" {
+		if !ok {
+			claims["aud"] = cfg.PublicURL
+		}
+		return signature.NewJWTKeySigner(jc)
+	}
+	if _, err := signature.NewJWTKeySigner(jc); err != nil {
+		return nil, err
+	}
+	return signature.SignerFunc(func(r *http.Request, body []byte, at time.Time) ([]byte, error) {
+		c := jc
+		c.Claims = maps.Clone(claims)
+		c.Claims["aud"] = r.URL.String()
+		s, err := signature.NewJWTKeySigner(c)
+		if err != nil {
+			return nil, err
+		}
+		return s.Sign(r, body, at)
+	}), nil
 }
 
 // parsePrivateKey parses an ECDSA, RSA or Ed25519 private key.
@@ -304,4 +390,36 @@ func parsePrivateKey(text string) (crypto.Signer, error) {
 		return k, nil
 	}
 	return nil, errors.New("not an ECDSA, RSA or Ed25519 private key")
+}
+
+// guarded is the build of a block preset with its own rules: what a route
+// needs (checked at provision), and the deliveries it refuses before its
+// block sees them.
+func guarded(build func(VerifyConfig) (signature.Verifier, error), needs func(VerifyConfig) error, refuse func(*http.Request, []byte) error) func(VerifyConfig) (signature.Verifier, error) {
+	return func(cfg VerifyConfig) (signature.Verifier, error) {
+		if needs != nil {
+			if err := needs(cfg); err != nil {
+				return nil, err
+			}
+		}
+		v, err := build(cfg)
+		if err != nil || refuse == nil {
+			return v, err
+		}
+		return refusing{refuse: refuse, next: v}, nil
+	}
+}
+
+// refusing is a verifier that refuses some deliveries before its next.
+type refusing struct {
+	refuse func(*http.Request, []byte) error
+	next   signature.Verifier
+}
+
+// Verify implements signature.Verifier.
+func (v refusing) Verify(r *http.Request, body []byte) error {
+	if err := v.refuse(r, body); err != nil {
+		return err
+	}
+	return v.next.Verify(r, body)
 }

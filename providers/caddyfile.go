@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
@@ -17,6 +18,7 @@ import (
 //		secret          <secret>...
 //		public_key      <key>...
 //		header          <name> [scheme <auth scheme>]
+//		query           <name>                        (token, eventgrid)
 //		algorithm       <algorithm> | <field> { <value> <algorithm>... }
 //		encoding        hex | base64
 //		prefix          <string>
@@ -30,13 +32,14 @@ import (
 //		signature       <from> [prefix <p>] [encoding hex|base64] [format der|raw] [separator <s>] [skip <n>] [sets <s>]
 //		timestamp       <from> [unit s|ms|rfc3339] [separator <s>] [prefix <p>]
 //		secret_encoding raw | hex | base64 | whsec | nfkd | html_specialchars ...
-//		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; cache <duration> }
+//		cert_url        <from> { hosts <regexp>...; paths <regexp>...; subjects <regexp>...; trust chain|origin; cache <duration> }
 //		items           json:<path>
 //		max_items       <n>
 //		issuer          <iss>...                      (jwt)
 //		audience        <aud>...
 //		algorithms      <alg>...
 //		claim           <name> <value>...
+//		webhook_id      <id>                          (paypal, template)
 //	}
 
 // blockOptions are the subdirectives of the verify block that take their
@@ -47,7 +50,7 @@ var blockOptions = map[string]cfparse.Arity{
 	"jwks_file": cfparse.One, "encoding": cfparse.One, "prefix": cfparse.One, "tolerance": cfparse.One,
 	"url": cfparse.One, "padding": cfparse.One, "string": cfparse.One, "secret_encoding": cfparse.Some,
 	"items": cfparse.One, "max_items": cfparse.One, "issuer": cfparse.Some, "audience": cfparse.Some,
-	"algorithms": cfparse.Some, "claim": cfparse.Some,
+	"algorithms": cfparse.Some, "claim": cfparse.Some, "webhook_id": cfparse.One, "query": cfparse.One,
 }
 
 // UnmarshalBlock reads the subdirectives of a verify block into cfg; the
@@ -160,6 +163,13 @@ func (cfg *VerifyConfig) SetOption(name, v string, args []string, scheme string)
 			cfg.Claims = make(map[string][]string)
 		}
 		cfg.Claims[args[0]] = append(cfg.Claims[args[0]], args[1:]...)
+	case "webhook_id":
+		if err := checkWebhookID(scheme, v); err != nil {
+			return err
+		}
+		cfg.WebhookID = v
+	case "query":
+		cfg.Query = v
 	default:
 		return fmt.Errorf("unrecognized verify option '%s'", name)
 	}
@@ -290,7 +300,7 @@ func (cfg *VerifyConfig) parseTimestamp(d *caddyfile.Dispenser) error {
 }
 
 // parseCertURL reads `cert_url <from> { hosts <regexp>...; paths
-// <regexp>...; subjects <regexp>...; cache <duration> }`.
+// <regexp>...; subjects <regexp>...; trust chain|origin; cache <duration> }`.
 func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) != 1 {
@@ -310,6 +320,11 @@ func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 			c.Paths = append(c.Paths, vals...)
 		case "subjects":
 			c.Subjects = append(c.Subjects, vals...)
+		case "trust":
+			if len(vals) != 1 || (vals[0] != "chain" && vals[0] != "origin") {
+				return d.Errf("cert_url trust takes chain or origin, got %q", vals)
+			}
+			c.Trust = vals[0]
 		case "cache":
 			dur, err := cfparse.PositiveDuration("cert_url cache", vals[0])
 			if err != nil {
@@ -324,5 +339,18 @@ func (cfg *VerifyConfig) parseCertURL(d *caddyfile.Dispenser) error {
 		return d.Err("cert_url needs `hosts`: the anchored patterns of the hosts a certificate may be fetched from")
 	}
 	cfg.CertURL = c
+	return nil
+}
+
+// checkWebhookID is the rule of `webhook_id` as it is read: an id (or a
+// placeholder) without spaces, on a scheme whose string signs
+// {webhook_id} (paypal, a template; scheme "" while it is not known).
+func checkWebhookID(scheme, v string) error {
+	if strings.IndexFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("invalid webhook_id %q: a webhook id holds no spaces (PayPal's, in the app's webhook settings)", v)
+	}
+	if p, ok := presets[scheme]; ok && !p.takes("webhook_id") {
+		return fmt.Errorf("the %s preset takes no webhook_id: its signature covers no webhook id (paypal's does)", scheme)
+	}
 	return nil
 }

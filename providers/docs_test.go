@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -118,14 +120,21 @@ func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
 		}
-		decl.Secrets = []string{"block-secret"}
+		secret := "block-secret"
+		if decl.SecretEncoding == "hex" {
+			secret = hex.EncodeToString([]byte(secret))
+		}
+		decl.Secrets = []string{secret}
 		generic := mustBuild(t, decl)
-		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{"block-secret"}})
-		s, err := NewSigner(p.Name, SignConfig{Secret: "block-secret", PublicURL: "https://example.com/hook"})
+		preset := mustBuild(t, VerifyConfig{Scheme: p.Name, Secrets: []string{secret}})
+		s, err := NewSigner(p.Name, SignConfig{Secret: secret, PublicURL: "https://example.com/hook"})
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
 		}
 		body := []byte(`{"id":"evt_block","items":[{"id":"a"}]}`)
+		if p.decl.Items != "" {
+			body = itemsBody(t, p.decl.Items)
+		}
 		r := httptest.NewRequest(http.MethodPost, "https://example.com/hook", nil)
 		if body, err = s.Sign(r, body, time.Now()); err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
@@ -137,6 +146,33 @@ func TestBlockPresetsEqualTheirBlocks(t *testing.T) {
 			t.Errorf("%s: the preset refuses what it signs: %v", p.Name, err)
 		}
 	}
+}
+
+// itemsBody is a body with one item where a block's `items` path puts
+// them (json:a.#.b: {"a":[{"b":{"id":"a"}}]}).
+func itemsBody(t *testing.T, items string) []byte {
+	t.Helper()
+	path := strings.TrimPrefix(items, "json:")
+	before, after, _ := strings.Cut(path, "#")
+	var item any = map[string]any{"id": "a"}
+	inner := strings.Split(strings.Trim(after, "."), ".")
+	for i := len(inner) - 1; i >= 0; i-- {
+		if inner[i] != "" {
+			item = map[string]any{inner[i]: item}
+		}
+	}
+	var doc any = []any{item}
+	outer := strings.Split(strings.Trim(before, "."), ".")
+	for i := len(outer) - 1; i >= 0; i-- {
+		if outer[i] != "" {
+			doc = map[string]any{outer[i]: doc}
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestHandshakesAreInTheDocs: the Handshakes table of docs/providers.md has
@@ -198,4 +234,51 @@ func TestHandshakesAreInTheDocs(t *testing.T) {
 		return
 	}
 	t.Error("no `handshake` row in docs/caddyfile.md")
+}
+
+// TestBatchesAreInTheDocs: the Batches table of docs/providers.md has a
+// row for each preset that splits its requests and for no other, with
+// the path and the key sources the preset declares.
+func TestBatchesAreInTheDocs(t *testing.T) {
+	data, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	start := strings.Index(doc, "### Batches\n")
+	end := strings.Index(doc[start+1:], "\n### ")
+	if start < 0 || end < 0 {
+		t.Fatal("no Batches section in docs/providers.md")
+	}
+	span := regexp.MustCompile("`([^`]*)`")
+	rows := map[string]string{}
+	for _, line := range strings.Split(doc[start:start+1+end], "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		var spans [3][]string
+		for i := range min(len(cells), 3) {
+			for _, m := range span.FindAllStringSubmatch(cells[i], -1) {
+				spans[i] = append(spans[i], m[1])
+			}
+		}
+		rows[strings.Join(spans[0], " ")] = strings.Join(spans[1], " ") + " | " + strings.Join(spans[2], " ")
+	}
+	for _, p := range All() {
+		row, ok := rows[p.Name]
+		delete(rows, p.Name)
+		switch {
+		case p.Batch == nil && ok:
+			t.Errorf("the Batches table has %s, which does not split its requests", p.Name)
+		case p.Batch == nil:
+		case !ok:
+			t.Errorf("%s splits its requests: no row in the Batches table", p.Name)
+		case row != p.Batch.Path+" | "+strings.Join(p.Batch.Key, " "):
+			t.Errorf("%s: the Batches table says %q, the preset %q", p.Name, row, p.Batch.Path+" | "+strings.Join(p.Batch.Key, " "))
+		}
+	}
+	for name := range rows {
+		t.Errorf("the Batches table has a row for %s, which is no preset", name)
+	}
 }

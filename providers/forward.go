@@ -18,7 +18,12 @@ import (
 // scheme's signature or credential under cfg.
 func Credentials(cfg VerifyConfig) (headers, query []string) {
 	switch cfg.Scheme {
-	case "hmac", "token", "ed25519", "rsa":
+	case "token":
+		if cfg.Query != "" {
+			return nil, []string{cfg.Query}
+		}
+		return []string{cfg.Header}, nil
+	case "hmac", "ed25519", "rsa":
 		return []string{cfg.Header}, nil
 	case "jwt":
 		if cfg.Header != "" {
@@ -30,12 +35,16 @@ func Credentials(cfg VerifyConfig) (headers, query []string) {
 	if !ok {
 		return nil, nil
 	}
-	headers = p.Credentials
+	headers, query = p.Credentials, p.CredentialQuery
 	if cfg.Header != "" {
 		// a preset whose header is configured (evolution's token)
 		headers = append(headers[:len(headers):len(headers)], cfg.Header)
 	}
-	return headers, p.CredentialQuery
+	if cfg.Query != "" {
+		// a preset whose query parameter is configured (eventgrid's key)
+		query = append(query[:len(query):len(query)], cfg.Query)
+	}
+	return headers, query
 }
 
 // always is the resigns rule of a preset that always re-signs.

@@ -1,9 +1,8 @@
 package providers
 
 // GoCardless: `Webhook-Signature`, the HMAC-SHA256 hex of the body with the
-// endpoint's secret. A webhook holds several events, each with a stable id;
-// until batches are split a retry, which sends the same body again, is
-// deduplicated by its body.
+// endpoint's secret. A webhook holds several events, each with a stable id
+// by which it is deduplicated (docs/providers.md: Batches).
 func init() {
 	register(&Preset{
 		Name: "gocardless",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/tidwall/gjson"
+	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
@@ -34,13 +35,21 @@ type Handshake struct {
 	// open handshakes are unsigned checks that need no token: their
 	// answer gives back nothing but what the request sent, so anyone may
 	// get it (Dropbox's and Nylas's GET challenge, WooCommerce's
-	// activation ping, Intercom's HEAD). They are answered before the body
-	// is read, whether or not the route verifies signatures.
+	// activation ping, Intercom's HEAD, Microsoft Graph's
+	// validationToken). They are answered before the body is read,
+	// whether or not the route verifies signatures; the other unsigned
+	// ones check the route's verify_token (Meta's).
 	open bool
 
 	// answer returns the answer when the request is this handshake; body
 	// is the verified body, nil for unsigned handshakes.
 	answer func(hs *HandshakeState, r *http.Request, body []byte) (HandshakeAnswer, bool)
+
+	// preflight, beside a signed handshake, is an open one the same
+	// provider sends instead, answered before the body is read
+	// (CloudEvents' OPTIONS abuse protection beside Event Grid's
+	// validation event).
+	preflight func(r *http.Request) (HandshakeAnswer, bool)
 }
 
 // HandshakeAnswer is what the handler answers a handshake with.
@@ -53,6 +62,10 @@ type HandshakeAnswer struct {
 	// Refused answers a handshake whose token is wrong: Status with Body
 	// as the error.
 	Refused bool
+
+	// Header holds headers the answer carries beside its content type
+	// (CloudEvents' WebHook-Allowed-Origin); nil for none.
+	Header http.Header
 }
 
 // HandshakeState is a route's provisioned handshake.
@@ -60,6 +73,7 @@ type HandshakeState struct {
 	*Handshake
 	verifyToken [sha256.Size]byte // Meta's, as a digest
 	secret      []byte            // keyed handshakes
+	logger      *zap.Logger       // the route's
 }
 
 // Signed reports whether the handshake comes as a verified delivery (it
@@ -71,6 +85,19 @@ func (hs *HandshakeState) Signed() bool { return hs.signed }
 // verified body, nil for a handshake that is not signed.
 func (hs *HandshakeState) Answer(r *http.Request, body []byte) (HandshakeAnswer, bool) {
 	return hs.answer(hs, r, body)
+}
+
+// AnswerBeforeBody returns the answer when the request is a handshake
+// answered before its body is read: the preset's unsigned handshake, or
+// the open one that comes beside a signed handshake.
+func (hs *HandshakeState) AnswerBeforeBody(r *http.Request) (HandshakeAnswer, bool) {
+	switch {
+	case !hs.signed:
+		return hs.answer(hs, r, nil)
+	case hs.preflight != nil:
+		return hs.preflight(r)
+	}
+	return HandshakeAnswer{}, false
 }
 
 // HandshakeOff is the `handshake` value (on | off) that turns the
@@ -88,6 +115,10 @@ type HandshakeConfig struct {
 	Verified bool
 	// Secret is the route's first secret, unresolved (keyed handshakes).
 	Secret string
+	// Logger is the route's logger, for what a handshake does after its
+	// answer (SNS's confirmation). Default: Caddy's, named as the
+	// handler's.
+	Logger *zap.Logger
 }
 
 // NewHandshake sets up a preset's handshake with the rules the Caddyfile
@@ -106,7 +137,10 @@ func NewHandshake(preset string, cfg HandshakeConfig) (*HandshakeState, error) {
 		return nil, nil
 	}
 	hs := p.Handshake
-	state := &HandshakeState{Handshake: hs}
+	state := &HandshakeState{Handshake: hs, logger: cfg.Logger}
+	if state.logger == nil {
+		state.logger = caddy.Log().Named("http.handlers.webhook_idempotency")
+	}
 	repl := caddy.NewReplacer()
 	switch {
 	case hs.open:

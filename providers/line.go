@@ -19,8 +19,10 @@ func init() {
 			algorithm hmac-sha256
 			signature header:X-Line-Signature encoding base64
 		}`,
-		// the first event's id until batches are split: a redelivery keeps
-		// it, and changes the body
+		// each event by its webhookEventId, which a redelivery keeps while
+		// it changes the body (docs/providers.md: LINE); a request with no
+		// events (the console's check) by its first event's id, else its
+		// body
 		DefaultKey: []string{"json:events.0.webhookEventId", "body"},
 		Batch:      &Batch{Path: "json:events", Key: []string{"json:webhookEventId"}},
 		// a message event's token to reply as the bot

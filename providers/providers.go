@@ -11,6 +11,7 @@
 package providers
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -113,6 +114,16 @@ type Preset struct {
 	Credentials     []string
 	CredentialQuery []string
 
+	// needs, for a preset declared as a block, rejects a route that
+	// lacks what the preset cannot do without besides key material
+	// (Pub/Sub's audience and service account); nil for nothing more.
+	needs func(cfg VerifyConfig) error
+
+	// refuse, for a preset declared as a block, refuses before its block
+	// the deliveries the block would only call unsigned, with a reason of
+	// their own (Amazon SNS's raw messages); nil for none.
+	refuse func(r *http.Request, body []byte) error
+
 	// resigns tells whether the preset's signer re-signs a delivery, with
 	// the secret that verified it and a new time, without changing its
 	// body (forward signature resign); nil for never (a public key, a
@@ -134,12 +145,20 @@ type Answer struct {
 	Body        string
 }
 
-// Batch is a provider's batch: the `json:` path of its array of events
-// (`json:#` for a body that is the array), and the key sources of an item
-// within it, tried in order.
+// Batch is a provider's batch, which the handler's `batch` option takes
+// as its default (docs/caddyfile.md: Batches).
 type Batch struct {
+	// Path is the array of events: `json:<path>`, `json:#` for a body
+	// that is the array.
 	Path string
-	Key  []string
+
+	// Key lists an item's key sources, alternatives tried in order: `body`
+	// (the item's own bytes, hashed), or one or more `json:<path within
+	// the item>` joined by `+`, one key made of them all (the values
+	// joined by `+`, a `+` or `\` in a value escaped by `\`; an absent
+	// part empty, and the whole source absent only when every part is),
+	// for an item known only by several members.
+	Key []string
 }
 
 // AddressList is where a provider publishes the addresses it sends from:
@@ -177,6 +196,9 @@ func register(p *Preset) {
 	}
 	if p.Block != "" {
 		s, decl := blockScheme(p.Block)
+		if p.needs != nil || p.refuse != nil {
+			s.build = guarded(s.build, p.needs, p.refuse)
+		}
 		p.scheme, p.decl = s, &decl
 		if p.signer.build == nil {
 			p.signer = declSigner(decl)
@@ -247,6 +269,26 @@ func Redactions(scheme string) []string {
 		return p.Redact
 	}
 	return nil
+}
+
+// TokenPlaces are the header and the query parameter a route's scheme
+// reads a secret from as it is sent (a token compared as written, a
+// bearer JWT), not a signature over the body: credentials an archive or a
+// log never shows (docs/archive.md: Redaction). The fixed ones
+// (Authorization, X-Gitlab-Token, …) are internal/redact's SecretHeaders.
+func TokenPlaces(cfg VerifyConfig) (headers, query []string) {
+	switch cfg.Scheme {
+	case "token", "jwt", "evolution", "gitlab", "asaas", "eventgrid":
+	default:
+		return nil, nil
+	}
+	if cfg.Header != "" {
+		headers = []string{cfg.Header}
+	}
+	if cfg.Query != "" {
+		query = []string{cfg.Query}
+	}
+	return headers, query
 }
 
 // MaxBody is the default max_body of a scheme: its provider's, zero for a

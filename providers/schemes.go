@@ -43,9 +43,15 @@ type VerifyConfig struct {
 
 	// The header that carries the signature or token. Default: the
 	// scheme's own header (`Authorization` for `jwt`); required for
-	// `hmac`, `token`, `ed25519` and `rsa`. With `evolution`, a header
-	// selects the token mode (default: Evolution's JWT in `Authorization`).
+	// `hmac`, `token` (unless `query` is given), `ed25519` and `rsa`. With
+	// `evolution`, a header selects the token mode (default: Evolution's
+	// JWT in `Authorization`); with `eventgrid`, it carries the key.
 	Header string `json:"header,omitempty"`
+
+	// For `token` and `eventgrid`, instead of a header: the query
+	// parameter that carries the token (a secret the sender was given in
+	// the URL it delivers to). Default: none.
+	Query string `json:"query,omitempty"`
 
 	// The hash: for `hmac`, `sha1`, `sha256` or `sha512`; for `rsa`,
 	// `sha256` or `sha512`. Default: `sha256`.
@@ -162,8 +168,18 @@ type VerifyConfig struct {
 	JWTAlgorithms []string `json:"algorithms,omitempty"`
 
 	// For `jwt`: claims the token must carry, each with one of its
-	// values (compared as text). Default: none.
+	// values (compared as text); for `template`: members of the body the
+	// string signs, by their JSON path, each with one of its values
+	// (Amazon SNS's TopicArn). Default: none; `sns` needs its TopicArn.
 	Claims map[string][]string `json:"claims,omitempty"`
+
+	// For `paypal`, and a `template` whose string has `{webhook_id}`: the
+	// value signed in its place, PayPal's webhook id (the ID of the
+	// webhook the listener URL is registered as, in the app's settings),
+	// without spaces. Placeholders such as `{env.X}` are resolved at
+	// provision time. Default: none; required by those schemes, refused
+	// by any other.
+	WebhookID string `json:"webhook_id,omitempty"`
 
 	// keySet is the key set of jwks_url or jwks_file, loaded by
 	// Provision for a `jwt` scheme.
@@ -219,6 +235,11 @@ type CertURLConfig struct {
 	// certificate's names. Default: any.
 	Paths    []string `json:"paths,omitempty"`
 	Subjects []string `json:"subjects,omitempty"`
+	// What the certificate is trusted for: `chain`, a chain to the
+	// system's roots; or `origin`, having come over https from a host
+	// `hosts` allows, its dates, names and key still checked (Amazon SNS
+	// serves its certificate without its issuer). Default: chain.
+	Trust string `json:"trust,omitempty"`
 	// How long a fetched certificate is kept, at most until it expires.
 	// Default: 24h.
 	Cache caddy.Duration `json:"cache,omitempty"`
@@ -246,7 +267,7 @@ type scheme struct {
 }
 
 // verifyOptions is a set of the optional verify subdirectives.
-type verifyOptions uint8
+type verifyOptions uint16
 
 const (
 	optHeader verifyOptions = 1 << iota
@@ -254,6 +275,9 @@ const (
 	optURL
 	optKeyMaterial // private_key, jwks_url, jwks_file, decrypt (stone)
 	optKeySet      // jwks_url, jwks_file, issuer, audience, algorithms, claim (a jwt)
+	optWebhookID   // webhook_id (a template whose string signs {webhook_id})
+	optClaims      // claim (a jwt's, or a template's signed members)
+	optQuery       // query (a token in the query)
 )
 
 // genericSchemes are the schemes besides the presets, by name.
@@ -408,6 +432,16 @@ func Provision(ctx caddy.Context, cfg VerifyConfig) (*Verification, error) {
 		}
 		cfg.URL = u
 	}
+	if cfg.WebhookID != "" {
+		id, err := repl.ReplaceOrErr(cfg.WebhookID, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("resolving webhook_id: %v", err)
+		}
+		if id == "" {
+			return nil, errors.New("webhook_id is empty after resolving placeholders")
+		}
+		cfg.WebhookID = id
+	}
 	if err := checkKeyMaterial(cfg); err != nil {
 		return nil, err
 	}
@@ -483,6 +517,8 @@ func buildVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 		if err := p.checkOptions(cfg); err != nil {
 			return nil, err
 		}
+	} else if cfg.Query != "" && cfg.Scheme != "token" {
+		return nil, fmt.Errorf("%s takes no query (a token in the query is `verify token { query <name> }`)", cfg.Scheme)
 	}
 	return s.build(cfg)
 }
@@ -509,18 +545,24 @@ func (p *Preset) takes(option string) bool {
 	switch {
 	case option == "header":
 		return o&optHeader != 0
+	case option == "query":
+		return o&optQuery != 0
 	case option == "prefix":
 		return o&optPrefix != 0
 	case option == "url":
 		return o&optURL != 0
 	case option == "jwks_url" || option == "jwks_file":
 		return o&(optKeyMaterial|optKeySet) != 0
-	case option == "issuer" || option == "audience" || option == "claim":
+	case option == "issuer" || option == "audience":
 		return o&optKeySet != 0
+	case option == "claim":
+		return o&(optKeySet|optClaims) != 0
 	case sealedOptions[option]:
 		return o&optKeyMaterial != 0
 	case option == "public_key":
 		return p.scheme.keys != SecretKeys
+	case option == "webhook_id":
+		return o&optWebhookID != 0
 	}
 	return false
 }
@@ -534,6 +576,7 @@ func (cfg VerifyConfig) OptionsSet() []string {
 		set  bool
 	}{
 		{"header", cfg.Header != ""},
+		{"query", cfg.Query != ""},
 		{"prefix", cfg.Prefix != ""},
 		{"url", cfg.URL != ""},
 		{"private_key", cfg.PrivateKey != ""},
@@ -555,6 +598,7 @@ func (cfg VerifyConfig) OptionsSet() []string {
 		{"audience", len(cfg.Audiences) > 0},
 		{"algorithms", len(cfg.JWTAlgorithms) > 0},
 		{"claim", len(cfg.Claims) > 0},
+		{"webhook_id", cfg.WebhookID != ""},
 	} {
 		if o.set {
 			set = append(set, o.name)
@@ -618,11 +662,26 @@ func newHMACVerifier(cfg VerifyConfig) (signature.Verifier, error) {
 
 // newTokenVerifier builds the generic `token` scheme.
 func newTokenVerifier(cfg VerifyConfig) (signature.Verifier, error) {
-	if cfg.Header == "" {
-		return nil, errors.New("a header is required (header <name> in the verify block)")
-	}
 	if cfg.Algorithm != "" || cfg.Encoding != "" || cfg.URL != "" || cfg.Padding != "" {
 		return nil, errors.New("a token takes no algorithm, encoding, padding or url")
+	}
+	return headerOrQueryToken(cfg, "")
+}
+
+// headerOrQueryToken is a shared token in the header or the query
+// parameter cfg names; without either, a header is required (hint says
+// what else the scheme takes).
+func headerOrQueryToken(cfg VerifyConfig, hint string) (signature.Verifier, error) {
+	switch {
+	case cfg.Header != "" && cfg.Query != "":
+		return nil, errors.New("the token is in a header or in the query: give header or query, not both")
+	case cfg.Query != "":
+		if cfg.Prefix != "" {
+			return nil, errors.New("a token in the query takes no prefix")
+		}
+		return signature.NewQueryToken(cfg.Query, cfg.Secrets)
+	case cfg.Header == "":
+		return nil, errors.New("a header is required (header <name> in the verify block), or the query parameter that carries the token (query <name>)" + hint)
 	}
 	return signature.NewToken(cfg.Header, cfg.Prefix, cfg.Secrets)
 }

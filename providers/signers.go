@@ -33,6 +33,15 @@ type SignConfig struct {
 	// TokenHeader is the header of evolution's token mode (the route's
 	// `verify evolution { header … }`); "" for its JWT.
 	TokenHeader string
+	// TokenQuery is the query parameter of eventgrid's key (the route's
+	// `verify eventgrid { query … }`), instead of TokenHeader.
+	TokenQuery string
+	// WebhookID is PayPal's webhook id, which it signs (the route's
+	// `webhook_id`).
+	WebhookID string
+	// Claims are claims of a JSON Web Token a jwt preset sends, beside
+	// those its block checks (Pub/Sub's service account `email`).
+	Claims map[string]string
 }
 
 // presetSigner builds the signer of one preset.
@@ -41,6 +50,10 @@ type presetSigner struct {
 	// command's list and errors.
 	needs string
 	build func(cfg SignConfig) (signature.Signer, error)
+
+	// none, instead of a signer, says why no delivery of the preset can
+	// be signed (Pix's proof is the PSP's TLS client certificate).
+	none string
 }
 
 // Key material a preset signs with.
@@ -58,6 +71,9 @@ func NewSigner(preset string, cfg SignConfig) (signature.Signer, error) {
 		return nil, fmt.Errorf("unknown preset %q: want one of %s", preset, strings.Join(Names(), ", "))
 	}
 	if p.signer.build == nil {
+		if p.signer.none != "" {
+			return nil, fmt.Errorf("the %s preset cannot be signed by this command: %s", preset, p.signer.none)
+		}
 		return nil, fmt.Errorf("the %s preset cannot be signed by this command", preset)
 	}
 	s, err := p.signer.build(cfg)

@@ -28,6 +28,12 @@ const (
 	RSASHA1         = "rsa-sha1"
 	RSASHA256       = "rsa-sha256"
 	RSAPSSSHA256    = "rsa-pss-sha256"
+
+	// Token is no algorithm: the signature is one of the secrets itself,
+	// sent as it is (a shared token, such as Microsoft Graph's
+	// clientState), compared in constant time. A template of it has no
+	// string and no timestamp.
+	Token = "token"
 )
 
 // keyFamily is the kind of key an algorithm takes.
@@ -38,6 +44,7 @@ const (
 	familyEd25519
 	familyECDSA
 	familyRSA
+	familyToken
 )
 
 func (f keyFamily) String() string {
@@ -48,6 +55,8 @@ func (f keyFamily) String() string {
 		return "Ed25519"
 	case familyECDSA:
 		return "ECDSA P-256"
+	case familyToken:
+		return "token"
 	}
 	return "RSA"
 }
@@ -70,6 +79,7 @@ var algorithms = map[string]*algorithm{
 	RSASHA1:         {name: RSASHA1, family: familyRSA, hash: crypto.SHA1},
 	RSASHA256:       {name: RSASHA256, family: familyRSA, hash: crypto.SHA256},
 	RSAPSSSHA256:    {name: RSAPSSSHA256, family: familyRSA, hash: crypto.SHA256, pss: true},
+	Token:           {name: Token, family: familyToken},
 }
 
 // lookupAlgorithm returns the algorithm of a name, or an error that lists
@@ -318,9 +328,10 @@ func CheckTemplatePublicKey(algorithm, s string) error {
 	return err
 }
 
-// IsSymmetric reports whether a template algorithm is an HMAC (its
-// deliveries can be signed again with the route's secret).
+// IsSymmetric reports whether a template algorithm takes secrets, an
+// HMAC or a token (its deliveries can be signed again with the route's
+// secret).
 func IsSymmetric(name string) bool {
 	a, err := lookupAlgorithm(name)
-	return err == nil && a.family == familyHMAC
+	return err == nil && (a.family == familyHMAC || a.family == familyToken)
 }

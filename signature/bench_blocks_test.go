@@ -26,7 +26,8 @@ import (
 // HMAC-SHA256 of the same body, is the floor): an HMAC template over a
 // timestamp header and the body, and with the timestamp and the signature
 // as parameters of one header (`t=…,v1=…`), the right one in the second of
-// two sets (Persona rotating); Adyen's item fields in JSON; Ed25519,
+// two sets (Persona rotating); Adyen's item fields in JSON; a token in
+// each of ten items (Microsoft Graph's clientState); Ed25519,
 // ECDSA P-256 and RSA-SHA256 templates; RSA with the key from a cached
 // certificate (an SNS notification); and a JWT checked against a cached
 // key set (Pub/Sub push).
@@ -97,6 +98,20 @@ func BenchmarkTemplate(b *testing.B) {
 			b.Fatal(err)
 		}
 		d := sigtest.NewDelivery("/adyen", adyenBody(adyenItem(adyenSig)), time.Time{})
+		run(b, v, d.Req, d.Body)
+	})
+	b.Run("token-graph-items", func(b *testing.B) {
+		// Microsoft Graph: ten notifications, each clientState compared
+		v, err := signature.NewTemplate(signature.TemplateConfig{Algorithm: signature.Token, Items: "json:value.#",
+			Signature: signature.SignatureLocation{From: "json:clientState"}, Secrets: []string{"client-state-1"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		items := make([]string, 10)
+		for i := range items {
+			items[i] = `{"id":"n` + strconv.Itoa(i) + `","subscriptionId":"76619225-ff6b-4aa7-8b7a-a6bd2d5a8e8e","changeType":"created","resource":"Users/1/Messages/AAMkAGUw","clientState":"client-state-1"}`
+		}
+		d := sigtest.NewDelivery("/graph", []byte(`{"value":[`+strings.Join(items, ",")+`]}`), time.Time{})
 		run(b, v, d.Req, d.Body)
 	})
 	b.Run("ed25519", func(b *testing.B) {

@@ -23,7 +23,8 @@ import (
 // on a host that matches Hosts (and a path that matches Paths, when set):
 // a URL outside is ErrInvalid before any network access, so no request
 // can make the verifier fetch an address of its choosing. The certificate
-// must chain to Roots and be within its validity period; it is cached by
+// must chain to Roots (or, with TrustOrigin, have come from an allowed
+// host over https) and be within its validity period; it is cached by
 // URL until Cache has passed or the certificate expires, fetched once at a
 // time per URL. A fetch that fails (the network, a status other than 200)
 // is ErrUnavailable, the module's 503 with Retry-After, and is not tried
@@ -70,6 +71,17 @@ type CertURLConfig struct {
 	// document holds after the first are used as well.
 	Intermediates *x509.CertPool
 
+	// TrustOrigin trusts a certificate for where it came from instead of
+	// its chain: it was fetched over https, the server's own certificate
+	// verified by the client, from a host Hosts allows (and a path Paths
+	// allows). Its validity period, Subjects and key are still checked;
+	// Roots and Intermediates are not used. Amazon SNS serves its signing
+	// certificate alone, without the intermediate that issued it, and
+	// AWS's validators trust it so (AWS SDK for Java v2,
+	// SnsMessageManager's CertificateRetriever: the host, the certificate's
+	// name and validity; aws-php-sns-message-validator: the host).
+	TrustOrigin bool
+
 	// HTTPClient fetches the certificates; its redirect policy is
 	// replaced by one that follows at most three redirects, on the same
 	// host over https. Default: a client of its own, with the proxy of
@@ -112,6 +124,7 @@ type certFetcher struct {
 	cache, timeout         time.Duration
 	maxSize                int64
 	roots, intermediates   *x509.CertPool
+	trustOrigin            bool
 	client                 *http.Client
 	onError                func(string, error)
 
@@ -143,7 +156,7 @@ func (e *certEntry) finished() bool {
 func newCertFetcher(cfg CertURLConfig, family keyFamily) (*certFetcher, error) {
 	f := &certFetcher{
 		family: family, cache: cfg.Cache, timeout: cfg.Timeout, maxSize: cfg.MaxSize,
-		roots: cfg.Roots, intermediates: cfg.Intermediates, onError: cfg.OnError,
+		roots: cfg.Roots, intermediates: cfg.Intermediates, trustOrigin: cfg.TrustOrigin, onError: cfg.OnError,
 		entries: make(map[string]*certEntry),
 	}
 	if len(cfg.Hosts) == 0 {
@@ -162,6 +175,8 @@ func newCertFetcher(cfg CertURLConfig, family keyFamily) (*certFetcher, error) {
 	switch {
 	case f.cache < 0, f.timeout < 0, f.maxSize < 0:
 		return nil, errors.New("cache, timeout and max_size must not be negative")
+	case f.trustOrigin && (f.roots != nil || f.intermediates != nil):
+		return nil, errors.New("trust origin: a certificate trusted for where it came from is not checked against roots or intermediates")
 	}
 	if f.cache == 0 {
 		f.cache = DefaultCertCache
@@ -356,20 +371,29 @@ func (f *certFetcher) get(u string) (crypto.PublicKey, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	leaf := certs[0]
-	inter := x509.NewCertPool()
-	if f.intermediates != nil {
-		inter = f.intermediates.Clone()
-	}
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
 	t := now()
-	chains, err := leaf.Verify(x509.VerifyOptions{
-		Roots: f.roots, Intermediates: inter, CurrentTime: t,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
-	if err != nil {
-		return nil, time.Time{}, badCert("the certificate does not verify: %v", err)
+	chain := []*x509.Certificate{leaf}
+	if f.trustOrigin {
+		// fetched over https from an allowed host: the leaf's own dates
+		if t.Before(leaf.NotBefore) || t.After(leaf.NotAfter) {
+			return nil, time.Time{}, badCert("the certificate is not valid at %s (valid %s to %s)", t.UTC().Format(time.RFC3339), leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+	} else {
+		inter := x509.NewCertPool()
+		if f.intermediates != nil {
+			inter = f.intermediates.Clone()
+		}
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+		chains, err := leaf.Verify(x509.VerifyOptions{
+			Roots: f.roots, Intermediates: inter, CurrentTime: t,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+		})
+		if err != nil {
+			return nil, time.Time{}, badCert("the certificate does not verify: %v", err)
+		}
+		chain = chains[0]
 	}
 	if len(f.subjects) > 0 && !subjectMatches(f.subjects, leaf) {
 		return nil, time.Time{}, badCert("the certificate's names %q match no subject", leaf.DNSNames)
@@ -378,7 +402,7 @@ func (f *certFetcher) get(u string) (crypto.PublicKey, time.Time, error) {
 		return nil, time.Time{}, badCert("the certificate's key: %v", err)
 	}
 	expires := t.Add(f.cache)
-	for _, c := range chains[0] {
+	for _, c := range chain {
 		if c.NotAfter.Before(expires) {
 			expires = c.NotAfter
 		}
@@ -449,6 +473,11 @@ func fetchBounded(ctx context.Context, client *http.Client, u string, max int64,
 		return nil, fmt.Errorf("status %d", resp.StatusCode)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err == nil {
+		// a fetch the deadline cut short may read as a short document:
+		// it is unavailable, not a document that is no certificate
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -429,3 +429,50 @@ func TestCertURLRedirects(t *testing.T) {
 		t.Fatalf("a redirect to another host was followed (%d requests)", n)
 	}
 }
+
+// With TrustOrigin, a certificate served alone by an allowed host (as
+// Amazon SNS serves its own) is trusted for where it came from: no chain
+// is built, but its dates, names and key are still checked, and the URL
+// still has to be on the hosts.
+func TestCertURLTrustOrigin(t *testing.T) {
+	c := newCertCase(t)
+	rsaPub := &sigtest.RSAKey("cert-leaf").PublicKey
+	inter, _ := c.ca.issue(t, nil, "Test Intermediate", templateNow.Add(-time.Hour), templateNow.Add(48*time.Hour), true)
+	_, leafOnly := inter.issue(t, rsaPub, "signer.example.com", templateNow.Add(-time.Hour), templateNow.Add(time.Hour), false)
+	_, expired := inter.issue(t, rsaPub, "signer.example.com", templateNow.Add(-48*time.Hour), templateNow.Add(-time.Hour), false)
+	_, early := inter.issue(t, rsaPub, "signer.example.com", templateNow.Add(time.Hour), templateNow.Add(48*time.Hour), false)
+	_, ecKey := inter.issue(t, &ecdsaKey("cert-ec").PublicKey, "signer.example.com", templateNow.Add(-time.Hour), templateNow.Add(time.Hour), false)
+	c.srv.docs = map[string][]byte{
+		"/certs/leaf-only.pem": []byte(leafOnly),
+		"/certs/expired.pem":   []byte(expired),
+		"/certs/early.pem":     []byte(early),
+		"/certs/ec.pem":        []byte(ecKey),
+	}
+	origin := func(cu *signature.CertURLConfig) { cu.TrustOrigin, cu.Roots = true, nil }
+	// the same document, checked for its chain, has none to the roots
+	sigtest.WantReason(t, c.verify(c.verifier(), c.srv.URL+"/certs/leaf-only.pem"), signature.ErrInvalid)
+	v := c.verifier(origin)
+	for _, x := range []struct {
+		path string
+		want *signature.Error
+	}{
+		{"leaf-only", nil},
+		{"expired", signature.ErrInvalid},
+		{"early", signature.ErrInvalid},
+		{"ec", signature.ErrInvalid},
+	} {
+		t.Run(x.path, func(t *testing.T) {
+			sigtest.WantReason(t, c.verify(v, c.srv.URL+"/certs/"+x.path+".pem"), x.want)
+		})
+	}
+	named := c.verifier(origin, func(cu *signature.CertURLConfig) { cu.Subjects = []string{`sns\.amazonaws\.com`} })
+	sigtest.WantReason(t, c.verify(named, c.srv.URL+"/certs/leaf-only.pem"), signature.ErrInvalid)
+	hits := c.srv.hits.Load()
+	sigtest.WantReason(t, c.verify(v, strings.Replace(c.srv.URL, "https:", "http:", 1)+"/certs/leaf-only.pem"), signature.ErrInvalid)
+	if c.srv.hits.Load() != hits {
+		t.Fatal("an http URL was fetched")
+	}
+	if _, err := signature.NewTemplate(c.config(func(cu *signature.CertURLConfig) { cu.TrustOrigin = true })); err == nil || !strings.Contains(err.Error(), "trust origin") {
+		t.Fatalf("trust origin with roots: %v", err)
+	}
+}

@@ -88,11 +88,13 @@ func TestTemplateSignerErrors(t *testing.T) {
 		edit func(*signature.TemplateConfig)
 		key  crypto.Signer
 	}{
-		"a signature in the body": {func(c *signature.TemplateConfig) { c.Signature.From = "json:sig" }, nil},
-		"items":                   {func(c *signature.TemplateConfig) { c.Signature.From, c.Items = "json:sig", "json:items.#" }, nil},
-		"a key for HMAC":          {func(*signature.TemplateConfig) {}, ed25519.PrivateKey(sigtest.Ed25519Key("k"))},
-		"no secret":               {func(c *signature.TemplateConfig) { c.Secrets = nil }, nil},
-		"no key for RSA":          {func(c *signature.TemplateConfig) { c.Algorithm, c.Secrets = signature.RSASHA256, nil }, nil},
+		"a signature in the body the string signs": {func(c *signature.TemplateConfig) { c.Signature.From = "json:sig" }, nil},
+		"items of a body the string signs":         {func(c *signature.TemplateConfig) { c.Signature.From, c.Items = "json:sig", "json:items.#" }, nil},
+		"a key for a token": {func(c *signature.TemplateConfig) { c.String, c.Algorithm = "", signature.Token },
+			ed25519.PrivateKey(sigtest.Ed25519Key("k"))},
+		"a key for HMAC": {func(*signature.TemplateConfig) {}, ed25519.PrivateKey(sigtest.Ed25519Key("k"))},
+		"no secret":      {func(c *signature.TemplateConfig) { c.Secrets = nil }, nil},
+		"no key for RSA": {func(c *signature.TemplateConfig) { c.Algorithm, c.Secrets = signature.RSASHA256, nil }, nil},
 		"an ECDSA key for RSA": {func(c *signature.TemplateConfig) { c.Algorithm, c.Secrets = signature.RSASHA256, nil },
 			(*ecdsa.PrivateKey)(ecdsaKey("k"))},
 	} {

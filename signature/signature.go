@@ -92,6 +92,11 @@
 // Unicode NFKD, WordPress's HTML references), or tried under several
 // encodings at once.
 //
+// A template whose algorithm is Token has no string: the value where its
+// signature is must be one of the secrets, as written (a shared token in
+// a header, the query, or each item of a batch, as Microsoft Graph puts
+// its clientState in each change notification).
+//
 // JSON lets an object give a member twice, and readers disagree on which
 // counts (Go's encoding/json, JavaScript, PHP and Python take the last;
 // Go also matches names in any case), so a signed value could stand beside

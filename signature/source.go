@@ -32,8 +32,9 @@ func (k sourceKind) form() string {
 // or a query parameter.
 type source struct {
 	kind sourceKind
-	name string // a header's canonical name, a query parameter's name
-	leaf int    // a JSON member's span
+	name string   // a header's canonical name, a query parameter's name
+	leaf int      // a JSON member's span
+	path []string // a JSON member's names, for the signers that write it
 }
 
 // parseSource parses `header:<Name>`, `json:<path>` or `query:<name>`,
@@ -70,7 +71,8 @@ func parseSource(s string, paths *jsonPaths, allowed ...sourceKind) (source, err
 	if err != nil {
 		return source{}, fmt.Errorf("%q: %v", s, err)
 	}
-	return source{kind: kind, leaf: leaf}, nil
+	segs, _ := splitJSONPath(arg) // paths.add checked it
+	return source{kind: kind, leaf: leaf, path: segs}, nil
 }
 
 // queryParam returns the first value of a query parameter, decoded as

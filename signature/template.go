@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -24,12 +25,13 @@ import (
 type TemplateConfig struct {
 	// String is the template of the signed message: text, fields in
 	// braces and optional parts in brackets, as the package documentation
-	// describes (Templates). Required.
+	// describes (Templates). Required, except with Token, which signs
+	// nothing and takes none.
 	String string
 
 	// Algorithm is one of HMACSHA1, HMACSHA256, HMACSHA512, Ed25519,
-	// ECDSAP256SHA256, RSASHA1, RSASHA256 and RSAPSSSHA256. Required
-	// unless AlgorithmField is set.
+	// ECDSAP256SHA256, RSASHA1, RSASHA256, RSAPSSSHA256 and Token.
+	// Required unless AlgorithmField is set.
 	Algorithm string
 
 	// AlgorithmField, instead of Algorithm, chooses each delivery's
@@ -53,8 +55,8 @@ type TemplateConfig struct {
 	Tolerance time.Duration
 
 	// Secrets are the HMAC keys (several for rotation), decoded as
-	// SecretEncoding says. The HMAC algorithms need them; the others
-	// refuse them.
+	// SecretEncoding says, or the tokens Token accepts, as written. The
+	// HMAC algorithms and Token need them; the others refuse them.
 	Secrets []string
 
 	// SecretEncoding is how the secrets are written: "" or "raw" (used as
@@ -96,6 +98,14 @@ type TemplateConfig struct {
 	// MaxItems bounds the items of a delivery in Items mode; more is
 	// ErrInvalid. Default: 1000.
 	MaxItems int
+
+	// Claims are members of the body (of each item in Items mode), by
+	// their JSON path, each of which must hold one of the values listed
+	// (compared as text, a string decoded); an absent one is ErrInvalid.
+	// Each must be a {json.<path>} field of String, so that what is
+	// checked is signed: AWS tells receivers of Amazon SNS messages to
+	// "reject any message with an unexpected TopicArn".
+	Claims map[string][]string
 
 	// PublicURL gives the `{url}` of the string: the URL the provider
 	// was told to deliver to. Required when the string uses `{url}`.
@@ -199,12 +209,12 @@ func NewTemplate(cfg TemplateConfig) (Verifier, error) {
 // key material is not looked at.
 func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	v := &templateVerifier{paths: newJSONPaths(), publicURL: cfg.PublicURL, maxItems: cfg.MaxItems}
-	if strings.TrimSpace(cfg.String) == "" {
-		return nil, errors.New("string: required")
-	}
-	t, err := parseTemplate(cfg.String, v.paths)
-	if err != nil {
-		return nil, fmt.Errorf("string: %v", err)
+	t := &stringTemplate{}
+	if strings.TrimSpace(cfg.String) != "" {
+		var err error
+		if t, err = parseTemplate(cfg.String, v.paths); err != nil {
+			return nil, fmt.Errorf("string: %v", err)
+		}
 	}
 	v.tmpl = t
 	if t.url && cfg.PublicURL == nil {
@@ -212,6 +222,12 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 	}
 	if err := v.setAlgorithms(cfg); err != nil {
 		return nil, err
+	}
+	switch hasString := strings.TrimSpace(cfg.String) != ""; {
+	case v.family == familyToken && hasString:
+		return nil, errors.New("string: a token is compared as it is sent, nothing is signed: give no string")
+	case v.family != familyToken && !hasString:
+		return nil, errors.New("string: required")
 	}
 	if err := v.setSignature(cfg.Signature); err != nil {
 		return nil, err
@@ -228,6 +244,9 @@ func newTemplate(cfg TemplateConfig, keys bool) (*templateVerifier, error) {
 		}
 	}
 	if err := v.setItems(cfg.Items); err != nil {
+		return nil, err
+	}
+	if err := v.setClaims(cfg.Claims); err != nil {
 		return nil, err
 	}
 	if v.maxItems < 0 {
@@ -270,6 +289,7 @@ type templateVerifier struct {
 	tolerance time.Duration
 
 	keyrings map[*algorithm]keyring // HMAC
+	tokens   tokenSet               // Token
 	keys     []crypto.PublicKey     // public keys, or
 	certURL  source
 	certs    *certFetcher
@@ -277,7 +297,15 @@ type templateVerifier struct {
 	items    *itemPaths
 	maxItems int
 
+	claims []claimCheck
+
 	states sync.Pool // of *templateState
+}
+
+// claimCheck is a signed member and the values it may hold.
+type claimCheck struct {
+	src    source
+	values []string
 }
 
 // itemPaths is where the items of Items mode are: the array, and the
@@ -285,6 +313,8 @@ type templateVerifier struct {
 type itemPaths struct {
 	array *jsonPaths // one path, to the array; nil when the body is the array
 	inner *jsonPaths // one path within an element; nil when the element is the item
+
+	arrayPath, innerPath []string // their member names, for the signers
 }
 
 func (v *templateVerifier) setAlgorithms(cfg TemplateConfig) error {
@@ -342,6 +372,8 @@ func (v *templateVerifier) setSignature(loc SignatureLocation) error {
 		return errors.New("signature: sets split a header's value")
 	case loc.Sets != "" && loc.Sets == loc.Separator:
 		return errors.New("signature: sets and separator must differ")
+	case v.family == familyToken && loc.Encoding != "":
+		return errors.New("signature: a token is compared as it is sent: it has no encoding")
 	}
 	switch strings.ToLower(loc.Encoding) {
 	case "":
@@ -380,6 +412,9 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 		}
 		return nil
 	}
+	if v.family == familyToken {
+		return errors.New("timestamp: a token signs no time")
+	}
 	src, err := parseSource(cfg.Timestamp.From, v.paths, fromHeader, fromJSON, fromQuery)
 	if err != nil {
 		return fmt.Errorf("timestamp: %v", err)
@@ -407,6 +442,23 @@ func (v *templateVerifier) setTimestamp(cfg TemplateConfig) error {
 }
 
 func (v *templateVerifier) setKeys(cfg TemplateConfig) error {
+	if v.family == familyToken {
+		switch {
+		case len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "":
+			return errors.New("public_key: a token is one of the secrets, not a public key or a certificate")
+		case cfg.SecretEncoding != "":
+			return errors.New("secret_encoding: a token is compared as it is written")
+		case len(cfg.Secrets) == 0:
+			return errors.New("secret: a token needs the secrets it may be")
+		}
+		for i, s := range cfg.Secrets {
+			if s == "" {
+				return fmt.Errorf("secret %d: empty", i+1)
+			}
+		}
+		v.tokens = newTokenSet(cfg.Secrets)
+		return nil
+	}
 	if v.family == familyHMAC {
 		if len(cfg.PublicKeys) > 0 || cfg.CertURL.From != "" {
 			return errors.New("public_key: an HMAC algorithm takes secrets, not public keys or certificates")
@@ -542,6 +594,31 @@ func decodeWhsec(s string) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 }
 
+func (v *templateVerifier) setClaims(claims map[string][]string) error {
+	signed := map[int]bool{}
+	for _, p := range v.tmpl.parts {
+		if p.kind == partJSON {
+			signed[p.leaf] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
+		values := claims[name]
+		if len(values) == 0 {
+			return fmt.Errorf("claim %q: at least one value", name)
+		}
+		before := v.paths.leaves
+		src, err := parseSource("json:"+name, v.paths, fromJSON)
+		if err != nil {
+			return fmt.Errorf("claim: %v", err)
+		}
+		if v.paths.leaves != before || !signed[src.leaf] {
+			return fmt.Errorf("claim %q: not a {json.%s} field of the string: only what is signed can be checked", name, name)
+		}
+		v.claims = append(v.claims, claimCheck{src: src, values: values})
+	}
+	return nil
+}
+
 func (v *templateVerifier) setItems(items string) error {
 	if items == "" {
 		return nil
@@ -572,12 +649,14 @@ func (v *templateVerifier) setItems(items string) error {
 		if _, err := ip.array.add(before); err != nil {
 			return fmt.Errorf("items: %v", err)
 		}
+		ip.arrayPath, _ = splitJSONPath(before)
 	}
 	if after != "" {
 		ip.inner = newJSONPaths()
 		if _, err := ip.inner.add(after[1:]); err != nil {
 			return fmt.Errorf("items: %v", err)
 		}
+		ip.innerPath, _ = splitJSONPath(after[1:])
 	}
 	if v.sig.kind != fromJSON {
 		return errors.New("items: the items are signed one by one, so the signature is in each: read it with signature json:<path within the item>")

@@ -12,6 +12,7 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"hash"
 	"hash/crc32"
 	"net/http"
@@ -708,6 +709,41 @@ func TestTemplateAllocations(t *testing.T) {
 			}
 		}); n != 0 {
 			t.Errorf("%s: %v allocations per verify, want none", name, n)
+		}
+	}
+}
+
+// Claims are signed members the delivery must hold one of the values of:
+// an unexpected value, or none, is refused although the signature
+// matches; a member the string does not sign cannot be a claim.
+func TestTemplateClaims(t *testing.T) {
+	tmpl := `{json.topic}:{json.id}`
+	v := hmacTemplate(t, tmpl, func(c *signature.TemplateConfig) {
+		c.Signature = signature.SignatureLocation{From: "header:Sig"}
+		c.Claims = map[string][]string{"topic": {"orders", "refunds"}}
+	})
+	for body, want := range map[string]*signature.Error{
+		`{"topic":"orders","id":"1"}`:      nil,
+		`{"topic":"refunds","id":"1"}`:     nil,
+		`{"topic":"ord\u0065rs","id":"1"}`: nil,
+		`{"topic":"other","id":"1"}`:       signature.ErrInvalid,
+		`{"id":"1"}`:                       signature.ErrInvalid,
+		`{"topic":null,"id":"1"}`:          signature.ErrInvalid,
+	} {
+		d := sigtest.NewDelivery("/", []byte(body), time.Time{})
+		var doc struct{ Topic, ID string }
+		_ = json.Unmarshal([]byte(body), &doc)
+		d.Req.Header.Set("Sig", signHMAC("k", doc.Topic+":"+doc.ID))
+		sigtest.WantReason(t, v.Verify(d.Req, d.Body), want)
+	}
+	for name, claims := range map[string]map[string][]string{
+		"not signed": {"other": {"x"}},
+		"no value":   {"topic": {}},
+	} {
+		_, err := signature.NewTemplate(signature.TemplateConfig{String: tmpl, Algorithm: signature.HMACSHA256, Secrets: []string{"k"},
+			Signature: signature.SignatureLocation{From: "header:Sig"}, Claims: claims})
+		if err == nil || !strings.HasPrefix(err.Error(), "claim") {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

@@ -395,3 +395,81 @@ func TestTemplatePayPalVector(t *testing.T) {
 	lenient := payPalTemplate(t, vec, srv, vec.WebhookID, 10*365*24*time.Hour)
 	sigtest.WantReason(t, lenient.Verify(d.Req, d.Body), signature.ErrInvalid)
 }
+
+// Amazon SNS's own messages and signing certificate, as the AWS SDK for
+// Java v2 keeps them (testdata/sns-aws-sdk-java-v2.json), through the
+// configuration of the module's sns preset: SNS serves its certificate
+// without the intermediate that issued it, so no chain to the system's
+// roots can be built, and the certificate is trusted for having come from
+// an SNS host, its dates and name checked, as AWS's validators trust it.
+func TestTemplateSNSAWSMessages(t *testing.T) {
+	var vecs struct {
+		SigningCert string `json:"signing_cert"`
+		Vectors     []struct{ Name, Body string }
+	}
+	loadJSON(t, "sns-aws-sdk-java-v2.json", &vecs)
+	signature.SetClock(t, time.Date(2026, 3, 7, 0, 0, 0, 0, time.UTC))
+	srv := newCertServer(t, map[string][]byte{"/SimpleNotificationService-7506a1e35b36ef5a444dd1a8e7cc3ed8.pem": []byte(vecs.SigningCert)})
+	cfg := func(origin bool) signature.TemplateConfig {
+		c := signature.TemplateConfig{
+			String:          snsString,
+			AlgorithmField:  "json:SignatureVersion",
+			AlgorithmValues: map[string]string{"1": signature.RSASHA1, "2": signature.RSASHA256},
+			Signature:       signature.SignatureLocation{From: "json:Signature", Encoding: "base64"},
+			CertURL: signature.CertURLConfig{
+				From:  "json:SigningCertURL",
+				Hosts: []string{`127\.0\.0\.1`}, // the preset's: sns\.[a-zA-Z0-9-]{3,}\.amazonaws\.com(\.cn)?
+				Paths: []string{`/[^/]+\.pem`},
+				Subjects: []string{`sns\.amazonaws\.com(\.cn)?`, `sns-[a-z0-9-]+\.amazonaws\.com(\.cn)?`,
+					`(sns|sns-signing)\.[a-z0-9-]+\.amazonaws\.com(\.cn)?`},
+				TrustOrigin: origin,
+				HTTPClient:  srv.Client(),
+			},
+			Claims: map[string][]string{"TopicArn": {"arn:aws:sns:us-west-2:131990247566:dongie-standard-topic"}},
+		}
+		if !origin {
+			c.CertURL.Roots = nil // the system's
+		}
+		return c
+	}
+	v, err := signature.NewTemplate(cfg(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := srv.URL + "/SimpleNotificationService-7506a1e35b36ef5a444dd1a8e7cc3ed8.pem"
+	deliver := func(body string) *sigtest.Delivery {
+		// SigningCertURL is not signed: the certificate is served here
+		body = strings.Replace(body, "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-7506a1e35b36ef5a444dd1a8e7cc3ed8.pem", local, 1)
+		return sigtest.NewDelivery("/sns", []byte(body), time.Time{})
+	}
+	for _, vec := range vecs.Vectors {
+		t.Run(vec.Name, func(t *testing.T) {
+			d := deliver(vec.Body)
+			sigtest.WantReason(t, v.Verify(d.Req, d.Body), nil)
+			changed := deliver(strings.Replace(vec.Body, `"Timestamp" : "2026-03-06T`, `"Timestamp" : "2026-03-07T`, 1))
+			sigtest.WantReason(t, v.Verify(changed.Req, changed.Body), signature.ErrInvalid)
+		})
+	}
+	// the same certificate, checked for a chain to the system's roots:
+	// every real SNS message would be refused
+	chainCfg := cfg(false)
+	fetchErr := make(chan error, 1)
+	chainCfg.CertURL.OnError = func(_ string, err error) { fetchErr <- err }
+	chain, err := signature.NewTemplate(chainCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := deliver(vecs.Vectors[1].Body)
+	sigtest.WantReason(t, chain.Verify(d.Req, d.Body), signature.ErrInvalid)
+	if err := <-fetchErr; !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("refused for %v, want no chain to the system's roots", err)
+	}
+	// after the certificate's expiry, refused as well
+	signature.SetClock(t, time.Date(2026, 10, 15, 0, 0, 0, 0, time.UTC))
+	later, err := signature.NewTemplate(cfg(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = deliver(vecs.Vectors[1].Body)
+	sigtest.WantReason(t, later.Verify(d.Req, d.Body), signature.ErrInvalid)
+}

@@ -8,6 +8,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -137,8 +138,25 @@ func (v *templateVerifier) verifyItems(st *templateState, r *http.Request, body 
 }
 
 // verifyOne verifies one signed message (the delivery, or an item of it),
-// its JSON fields read into st.spans.
+// its JSON fields read into st.spans, and its claims.
 func (v *templateVerifier) verifyOne(st *templateState, r *http.Request, body []byte) error {
+	if err := v.verifySignature(st, r, body); err != nil {
+		return err
+	}
+	for _, c := range v.claims {
+		val, ok, err := v.value(st, c.src, r, body)
+		if err != nil {
+			return err
+		}
+		if !ok || !slices.Contains(c.values, val) {
+			return ErrInvalid
+		}
+	}
+	return nil
+}
+
+// verifySignature verifies the signature of one signed message.
+func (v *templateVerifier) verifySignature(st *templateState, r *http.Request, body []byte) error {
 	st.vals = st.vals[:0]
 	a := v.alg
 	if a == nil {
@@ -205,12 +223,22 @@ func (v *templateVerifier) verifySet(st *templateState, r *http.Request, body []
 		}
 	}
 	limit := maxAsymmetric
-	if a.family == familyHMAC {
+	if a.family == familyHMAC || a.family == familyToken {
 		limit = maxSignatures
 	}
 	n, err := v.candidates(st, r, body, limit, set, inSet)
 	if err != nil {
 		return err
+	}
+	if a.family == familyToken {
+		ok := false
+		for _, c := range st.cands[:n] {
+			ok = v.tokens.match(c) || ok
+		}
+		if !ok {
+			return ErrInvalid
+		}
+		return nil
 	}
 	if a.family == familyHMAC {
 		var sigs sigSet

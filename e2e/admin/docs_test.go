@@ -143,10 +143,12 @@ func decodeList(t *testing.T, b []byte) []map[string]any {
 
 // TestAdminAnswersAsDocumented: the answers of every admin API route, read
 // from a real Caddy with real traffic (the file store, an archive with
-// redeliver_to, an inbox that dead-letters), have the fields docs/admin.md
-// documents, under the same names, and every documented field but those
-// this setup cannot produce is seen.
+// redeliver_to, an inbox that dead-letters, Caddy's tracing and the
+// global trace_url), have the fields docs/admin.md documents, under the
+// same names, and every documented field but those this setup cannot
+// produce is seen.
 func TestAdminAnswersAsDocumented(t *testing.T) {
+	testkit.Traces(t)
 	app := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		if strings.HasPrefix(r.URL.Path, "/refuse") {
 			// an answer kept cut (keep_response 200), and not UTF-8
@@ -171,6 +173,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	sites := func(inboxPolicy string) string {
 		return fmt.Sprintf(`http://127.0.0.1:%[1]d {
 	handle /archive {
+		tracing
 		webhook_idempotency {
 			source docs_archive
 			archive {
@@ -204,6 +207,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 		reverse_proxy %[3]s
 	}
 	handle /inbox {
+		tracing
 		webhook_idempotency {
 			source docs_inbox
 			archive
@@ -222,7 +226,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 `, port, app.URL, app.Addr(), inboxPolicy)
 	}
 	route := "route json:down=* " + down
-	c := testkit.StartCaddy(t, "", sites(route))
+	c := testkit.StartCaddy(t, "webhook_idempotency {\n\t\ttrace_url https://traces.example/{trace_id}\n\t}", sites(route))
 	site := testkit.SiteURL(port)
 	for _, d := range []struct{ key, body string }{{"k1", `{"a":1}`}, {"k2", "\xff\xfe not utf-8"}, {"k1", `{"a":1}`}} {
 		if resp, b := testkit.Post(t, site+"/archive", []byte(d.body), "Idempotency-Key", d.key); resp.StatusCode != http.StatusOK {

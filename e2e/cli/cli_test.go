@@ -8,7 +8,9 @@ package cli
 
 import (
 	"bufio"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -32,6 +34,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/webhookguard/caddy-webhook-idempotency"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/keyset"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
@@ -110,8 +114,9 @@ type presetRoute struct {
 }
 
 // routeFor configures preset on /p/<preset> with key material made for the
-// test, and returns the flags `send` signs with.
-func routeFor(t *testing.T, dir, preset string) presetRoute {
+// test, and returns the flags `send` signs with; hosts stands in for the
+// hosts SNS and PayPal serve their certificates from.
+func routeFor(t *testing.T, dir, preset string, hosts *testkit.Hosts) presetRoute {
 	t.Helper()
 	secret := "cli-secret-" + preset
 	if strings.HasPrefix(providers.SignerNeeds(preset), "--secret (whsec_…)") {
@@ -156,6 +161,50 @@ func routeFor(t *testing.T, dir, preset string) presetRoute {
 				"--kid", "cli-kid",
 			},
 		}
+	case "sns", "paypal":
+		// their certificates come from their hosts (a stand-in here), each
+		// named as the preset requires
+		k, _ := rsa.GenerateKey(rand.Reader, 2048)
+		key := writeFile(t, dir, preset+".pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
+		if preset == "paypal" {
+			hosts.Serve("/v1/notifications/certs/CERT-cli", sigtest.SelfSignedCert(t, k, "messageverificationcerts.sandbox.paypal.com"))
+			return presetRoute{"webhook_idempotency paypal {\n\tverify paypal {\n\t\twebhook_id WH-CLI-1\n\t}\n}", []string{"--private-key", key, "--webhook-id", "WH-CLI-1",
+				"--header", "Paypal-Cert-Url: https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-cli"}}
+		}
+		hosts.Serve("/SimpleNotificationService-cli.pem", sigtest.SelfSignedCert(t, k, "sns.amazonaws.com"))
+		const topic = "arn:aws:sns:us-east-1:123456789012:cli"
+		body := `{"Type":"Notification","MessageId":"cli-sns-1","TopicArn":"` + topic + `","Message":"hello","Timestamp":"2026-12-06T07:36:32.000Z",` +
+			`"SignatureVersion":"2","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-cli.pem"}`
+		return presetRoute{"webhook_idempotency sns {\n\tclaim TopicArn " + topic + "\n}", []string{"--private-key", key, "--body", body}}
+	case "pubsub":
+		// Google's key set (a file here, by kid), the subscription's
+		// audience and its service account
+		k, _ := rsa.GenerateKey(rand.Reader, 2048)
+		set := writeFile(t, dir, "pubsub-keys.json", sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"cli-kid": k}))
+		key := writeFile(t, dir, "pubsub.pem", pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k)))
+		const audience, account = "https://hooks.example.com/pubsub", "push@cli.iam.gserviceaccount.com"
+		return presetRoute{fmt.Sprintf("webhook_idempotency pubsub {\n\tjwks_file %s\n\taudience %s\n\tclaim email %s\n}", set, audience, account),
+			[]string{"--private-key", key, "--kid", "cli-kid", "--public-url", audience, "--claim", "email=" + account}}
+	case "sendgrid":
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		pubDER, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+		der, _ := x509.MarshalPKCS8PrivateKey(k)
+		key := writeFile(t, dir, "sendgrid.pem", pemBlock("PRIVATE KEY", der))
+		return presetRoute{fmt.Sprintf("webhook_idempotency sendgrid {\n\tpublic_key %s\n}", base64.StdEncoding.EncodeToString(pubDER)), []string{"--private-key", key}}
+	case "adyen":
+		// the HMAC key is hex; the signer writes each item's signature
+		secret = hex.EncodeToString([]byte(secret))
+		body := `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"CLI0000000000001","merchantAccountCode":"Acme",` +
+			`"merchantReference":"order-1","amount":{"value":1000,"currency":"EUR"},"eventCode":"AUTHORISATION","success":"true"}}]}`
+		return presetRoute{fmt.Sprintf("webhook_idempotency adyen {\n\tsecret %s\n}", secret), []string{"--secret", secret, "--body", body}}
+	case "graph":
+		// the signer writes the clientState into each notification
+		body := `{"value":[{"id":"cli-n1","subscriptionId":"s1","changeType":"created","resource":"Users/1/Messages/1"}]}`
+		return presetRoute{fmt.Sprintf("webhook_idempotency graph {\n\tsecret %s\n}", secret), []string{"--secret", secret, "--body", body}}
+	case "eventgrid":
+		// the key in the query parameter the subscription's URL carries
+		return presetRoute{fmt.Sprintf("webhook_idempotency eventgrid {\n\tverify eventgrid {\n\t\tquery code\n\t\tsecret %s\n\t}\n}", secret),
+			[]string{"--secret", secret, "--token-query", "code", "--body", `[{"id":"cli-e1","eventType":"Acme.Cli","subject":"s","data":{},"dataVersion":"1"}]`}}
 	case "efi":
 		// Efí's fallback without mutual TLS: the hmac token and its address
 		return presetRoute{fmt.Sprintf("webhook_idempotency efi {\n\tsecret %s\n\tallow_ips 127.0.0.1\n}", secret), []string{"--secret", secret}}
@@ -179,6 +228,10 @@ func TestSendEveryPreset(t *testing.T) {
 		fmt.Fprintf(w, `{"path":%q,"call":%d}`, r.URL.Path, call)
 	})
 	names, unsigned := presets(t)
+	hosts := testkit.NewHosts(t, "sns.us-east-1.amazonaws.com", "api-m.sandbox.paypal.com")
+	old := keyset.Client
+	keyset.Client = hosts.Client()
+	t.Cleanup(func() { keyset.Client = old })
 	for _, p := range unsigned {
 		// a preset added without a signer is refused, not sent unsigned
 		if out, code := caddyCLI(t, "webhook-idempotency", "send", p, "--url", "http://127.0.0.1:1/", "--secret", "x"); code == 0 || !strings.Contains(out, "the "+p+" preset "+unsignable) {
@@ -190,7 +243,7 @@ func TestSendEveryPreset(t *testing.T) {
 	port := testkit.FreePort(t)
 	fmt.Fprintf(&site, "http://127.0.0.1:%d {\n\theader >Webhook-Idempotency-Result {http.webhook_idempotency.result}\n", port)
 	for _, p := range names {
-		routes[p] = routeFor(t, dir, p)
+		routes[p] = routeFor(t, dir, p, hosts)
 		fmt.Fprintf(&site, "\thandle /p/%s {\n\t%s\n\t\treverse_proxy %s\n\t}\n", p, indent(routes[p].config), app.Addr())
 	}
 	// a route told the public URL the provider signs (behind a proxy)
@@ -264,7 +317,7 @@ func TestSendRefusals(t *testing.T) {
 		{[]string{"stone", "--url", url}, "give --private-key (a signing key whose public half the route's jwks_file holds under --kid) and --encrypt-to"},
 		{[]string{"woovi", "--url", url, "--secret", "x"}, "woovi signs with its RSA key, which only Woovi holds"},
 		{[]string{"stripe", "--url", url}, "this preset signs with --secret"},
-		{[]string{"stirpe", "--url", url, "--secret", "x"}, `Error: unknown preset "stirpe": want one of asaas, asana,`},
+		{[]string{"stirpe", "--url", url, "--secret", "x"}, `Error: unknown preset "stirpe": want one of adyen, asaas, asana,`},
 		{[]string{"stripe", "--secret", "x"}, "--url is required"},
 	} {
 		out, code := caddyCLI(t, append([]string{"webhook-idempotency", "send"}, tc.args...)...)

@@ -157,7 +157,13 @@ func TestRetriesWithNewBytesAreReplayed(t *testing.T) {
 		resp, body := testkit.Post(t, base+c.path, []byte(c.first), c.sign(c.first)...)
 		testkit.WantNew(t, resp, body, http.StatusOK)
 		resp, body = testkit.Post(t, base+c.path, []byte(c.retry), c.sign(c.retry)...)
-		if resp.Header.Get(testkit.ReplayedHeader) != "true" || !strings.Contains(string(body), fmt.Sprintf(`{"call":%d}`, i+1)) {
+		want := fmt.Sprintf(`{"call":%d}`, i+1)
+		if c.path == "/line" {
+			// a batch (its events): a batch of seen events gets LINE's
+			// success answer, an empty 200 (docs/caddyfile.md: Batches)
+			want = ""
+		}
+		if resp.Header.Get(testkit.ReplayedHeader) != "true" || string(body) != want {
 			t.Fatalf("%s: the retry got %d %s, want the first answer replayed", c.path, resp.StatusCode, body)
 		}
 		up.WantCalls(t, int64(i+1))

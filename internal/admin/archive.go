@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
@@ -119,13 +122,34 @@ func handleEvents(w http.ResponseWriter, r *http.Request, src *adminSource) erro
 	return writeJSON(w, eventList{Events: events, Cursor: cursor})
 }
 
+// eventAnswer is one archived event as the admin API answers it: with the
+// URL of its trace in the operator's trace viewer, when the global option
+// trace_url sets one.
+type eventAnswer struct {
+	archive.Event
+	TraceURL string `json:"trace_url,omitempty"`
+}
+
+// TraceIDPlaceholder stands for a trace id in the trace_url template.
+const TraceIDPlaceholder = "{trace_id}"
+
+// traceURL fills the running configuration's trace_url in with traceID;
+// "" without either.
+func traceURL(traceID string) string {
+	tmpl := runningSettings().TraceURL
+	if tmpl == "" || traceID == "" {
+		return ""
+	}
+	return strings.ReplaceAll(tmpl, TraceIDPlaceholder, traceID)
+}
+
 // handleEvent answers one archived event, whole.
 func handleEvent(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error {
 	ev, err := findEvent(r.Context(), src, id)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, ev)
+	return writeJSON(w, eventAnswer{Event: ev, TraceURL: traceURL(ev.TraceID)})
 }
 
 // findEvent returns one archived event, whole, or a 404.
@@ -256,6 +280,9 @@ func errNotRedeliverable(ev *archive.Event) error {
 	return nil
 }
 
+// spanRedeliver is the name of the span of a redelivery to redeliver_to.
+const spanRedeliver = "webhook_idempotency.redeliver"
+
 // redeliverTimeout bounds one redelivery to redeliver_to.
 const redeliverTimeout = 10 * time.Second
 
@@ -285,6 +312,10 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 	}
 	ctx, cancel := context.WithTimeout(ctx, redeliverTimeout)
 	defer cancel()
+	// a span of its own, linked to the request the event was archived for
+	// (docs/operating.md: Traces)
+	ctx, span := req.Trace.StartDelivery(ctx, spanRedeliver, attribute.String("webhook.source", req.Source))
+	defer span.End()
 	hr, err := req.NewRequest(ctx, t.url)
 	if err != nil {
 		out.Error = err.Error()
@@ -299,17 +330,21 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 			return out
 		}
 	}
+	event.InjectTrace(ctx, hr.Header)
 	resp, err := redeliverClient.Do(hr)
 	if err != nil {
 		out.Error = err.Error()
+		span.SetStatus(codes.Error, "no answer")
 		return out
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	out.Status = resp.StatusCode
 	out.Delivered = resp.StatusCode >= 200 && resp.StatusCode <= 299
 	if !out.Delivered {
 		out.Error = "redeliver_to answered " + resp.Status
+		span.SetStatus(codes.Error, out.Error)
 	}
 	return out
 }

@@ -103,6 +103,7 @@ func readSendFlags(fl caddycmd.Flags, preset string) (*sendFlags, error) {
 		cfg: providers.SignConfig{
 			Secret: fl.String("secret"), KeyID: fl.String("kid"),
 			PublicURL: fl.String("public-url"), TokenHeader: fl.String("token-header"),
+			WebhookID: fl.String("webhook-id"), TokenQuery: fl.String("token-query"),
 		},
 	}
 	if sf.url == "" {
@@ -136,6 +137,20 @@ func readSendFlags(fl caddycmd.Flags, preset string) (*sendFlags, error) {
 				sf.body = []byte(v)
 			}
 		}
+	}
+	claims, err := fl.GetStringArray("claim")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		name, value, ok := strings.Cut(c, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("--claim %q: want name=value", c)
+		}
+		if sf.cfg.Claims == nil {
+			sf.cfg.Claims = map[string]string{}
+		}
+		sf.cfg.Claims[strings.TrimSpace(name)] = value
 	}
 	headers, err := fl.GetStringArray("header")
 	if err != nil {
@@ -328,7 +343,14 @@ is configured with. ` + "`send list`" + ` lists the presets and what each needs.
   --public-url    twilio, square, hubspot: the URL the provider signs (the
                   route's url), when it is not --url
   --token-header  evolution: send the secret as a token in this header
-                  instead of a JWT
+                  instead of a JWT; eventgrid: the header of its key
+  --token-query   eventgrid: the query parameter of its key
+  --webhook-id    paypal: the webhook id PayPal signs (the route's
+                  webhook_id)
+  --claim         pubsub: a claim of the token, name=value (repeatable),
+                  beside the issuer and email_verified: the route's
+                  service account, email=<name>@<project>.iam.gserviceaccount.com;
+                  the audience is --public-url, else --url
   --body          the body: @file, or the text itself
   --header        an extra header, "Name: value" (repeatable)
   --id            the delivery id (default: a random evt_…)
@@ -360,7 +382,10 @@ func deliveryFlags(cmd *cobra.Command) {
 	f.String("encrypt-to", "", "stone: a file with the partner's RSA public key")
 	f.String("kid", "", "stone: the signing key's kid")
 	f.String("public-url", "", "The URL the provider signs, when it is not --url")
-	f.String("token-header", "", "evolution: send the secret as a token in this header")
+	f.String("token-header", "", "evolution, eventgrid: send the secret as a token in this header")
+	f.String("token-query", "", "eventgrid: send the secret in this query parameter")
+	f.String("webhook-id", "", "paypal: the webhook id PayPal signs (the route's webhook_id)")
+	f.StringArray("claim", nil, "pubsub: a claim of the token, name=value (repeatable)")
 	f.StringArray("header", nil, "An extra header, Name: value (repeatable)")
 	f.String("id", "", "The delivery id")
 	f.String("method", http.MethodPost, "The method")

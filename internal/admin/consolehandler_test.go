@@ -160,7 +160,7 @@ func TestCheckOrigin(t *testing.T) {
 // whose page is at its root, answers the summary at api/console.
 func TestConsoleSourceNamedConsole(t *testing.T) {
 	owner := new(int)
-	Publish(owner, []Route{&countingRoute{source: "console", counts: map[string]int64{}}})
+	Publish(owner, []Route{&countingRoute{source: "console", counts: map[string]int64{}}}, Settings{})
 	t.Cleanup(func() { Withdraw(owner) })
 	admin := func(path string) *httptest.ResponseRecorder {
 		t.Helper()

@@ -57,7 +57,7 @@ func (r *countingRoute) Guard(string, store.KeyInfo) string { return "" }
 func TestMinutesRing(t *testing.T) {
 	rt := &countingRoute{source: fmt.Sprintf("minutes_ring_%d", time.Now().UnixNano()), counts: map[string]int64{}}
 	owner := new(int)
-	Publish(owner, []Route{rt})
+	Publish(owner, []Route{rt}, Settings{})
 	t.Cleanup(func() { Withdraw(owner) })
 	src := rt.source
 	t0 := time.Now().Add(24 * time.Hour).Truncate(time.Minute)

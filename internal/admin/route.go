@@ -58,16 +58,33 @@ type Route interface {
 // which then leaves the new one's in place.
 var running atomic.Pointer[published]
 
-// published is one configuration's routes.
+// published is one configuration's routes and settings.
 type published struct {
-	owner  any
-	routes []Route
+	owner    any
+	routes   []Route
+	settings Settings
 }
 
-// Publish makes routes the running configuration's, owner naming the
-// configuration (its App) for Withdraw.
-func Publish(owner any, routes []Route) {
-	running.Store(&published{owner: owner, routes: routes})
+// Settings are what the operator surface takes of a configuration's
+// global webhook_idempotency option.
+type Settings struct {
+	// TraceURL is the URL of a delivery's trace in the operator's trace
+	// viewer, `{trace_id}` standing for its trace id; "" for none.
+	TraceURL string
+}
+
+// Publish makes routes and settings the running configuration's, owner
+// naming the configuration (its App) for Withdraw.
+func Publish(owner any, routes []Route, s Settings) {
+	running.Store(&published{owner: owner, routes: routes, settings: s})
+}
+
+// runningSettings returns the settings of the running configuration.
+func runningSettings() Settings {
+	if p := running.Load(); p != nil {
+		return p.settings
+	}
+	return Settings{}
 }
 
 // Withdraw removes owner's routes, unless another configuration's have

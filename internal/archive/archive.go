@@ -346,7 +346,7 @@ const (
 )
 
 // fieldCount is the most fields and values of an entry.
-const fieldCount = 36
+const fieldCount = 42
 
 // appendFields appends the entry's fields and values to f: everything but
 // the body, which the backends store apart.
@@ -383,6 +383,12 @@ func (e *Entry) appendFields(f []any) []any {
 	}
 	if e.Attempts.Total > 0 {
 		f = append(f, event.FieldHistory, event.AppendHistory(make([]byte, 0, e.attemptsSize()), &e.Attempts))
+	}
+	if e.Trace.Parent != "" {
+		f = append(f, event.FieldTraceParent, e.Trace.Parent)
+		if e.Trace.State != "" {
+			f = append(f, event.FieldTraceState, e.Trace.State)
+		}
 	}
 	return f
 }

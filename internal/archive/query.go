@@ -54,7 +54,11 @@ type Event struct {
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
+	// TraceID is the trace of the request, when it was traced
+	// (docs/operating.md: Traces).
+	TraceID string `json:"trace_id,omitempty"`
 
+	trace       event.Trace // the request's span context, which a redelivery links to
 	headerBlock string
 	attempts    event.History // History's source
 	body        []byte
@@ -100,6 +104,7 @@ func eventFromFields(id string, get func(string) (string, bool), withBody bool) 
 			ev.Size = &n
 		}
 	}
+	ev.setTrace(event.Trace{Parent: field(event.FieldTraceParent), State: field(event.FieldTraceState)})
 	if s, ok := get(fieldBodySize); ok {
 		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
 			ev.BodyStored, ev.BodySize = true, &n
@@ -155,6 +160,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		ev.Size = &size
 	}
 	ev.SetAttempts(e.Attempts)
+	ev.setTrace(e.Trace)
 	if e.HasBody {
 		n := len(e.Body)
 		ev.BodySize = &n
@@ -170,6 +176,11 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 func (ev *Event) SetAttempts(h event.History) {
 	ev.attempts = h
 	ev.History = event.ShowHistory(h, ev.Headers != nil)
+}
+
+// setTrace sets the event's trace.
+func (ev *Event) setTrace(t event.Trace) {
+	ev.trace, ev.TraceID = t, t.TraceID()
 }
 
 // whole fills in the headers and the body (read by the backend), for
@@ -198,7 +209,7 @@ func (ev *Event) Request() event.Request {
 	return event.Request{
 		Source: ev.Source, Key: ev.Key, Method: ev.Method, URI: ev.URI, Host: ev.Host,
 		Proto: ev.Proto, Remote: ev.Remote, Headers: event.UnredactedHeaders(ev.headerBlock),
-		Body: ev.body, Received: ev.Received,
+		Body: ev.body, Received: ev.Received, Trace: ev.trace,
 	}
 }
 

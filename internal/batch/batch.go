@@ -88,7 +88,10 @@ func Split(body []byte, path string, max int) (*Batch, error) {
 		if !root.IsArray() {
 			return nil, ErrNotABatch
 		}
+		// gjson's Raw of a document keeps the white space after the
+		// value: the array ends at its ']', what follows is the envelope's
 		root.Index = len(body) - len(strings.TrimLeft(string(body), " \t\r\n"))
+		root.Raw = strings.TrimRight(root.Raw, " \t\r\n")
 		if err := b.walkArray(body, 0, root, segs, max); err != nil {
 			return nil, err
 		}

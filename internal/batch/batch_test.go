@@ -20,6 +20,12 @@ func TestSplitAndEnvelope(t *testing.T) {
 			keepOdd: `[{"sg_event_id":"b"}]`,
 		},
 		{
+			name: "the array with white space around it (SendGrid's CRLF)", path: "#",
+			body:    " [{\"sg_event_id\":\"a\"},{\"sg_event_id\":\"b\"}]\r\n",
+			items:   []string{`{"sg_event_id":"a"}`, `{"sg_event_id":"b"}`},
+			keepOdd: " [{\"sg_event_id\":\"b\"}]\r\n",
+		},
+		{
 			name: "an array member (Pix)", path: "pix",
 			body:    `{"pix":[{"endToEndId":"E1"},{"endToEndId":"E2"}],"x":1}`,
 			items:   []string{`{"endToEndId":"E1"}`, `{"endToEndId":"E2"}`},

@@ -62,6 +62,9 @@ type Request struct {
 	// Secret is the index of the route's secret that verified the
 	// delivery, for re-signing it with that one (internal/forward).
 	Secret int
+	// Trace is the span context of the request that accepted the
+	// delivery (trace.go); zero when it was not traced.
+	Trace Trace
 }
 
 // PublicURL is the URL the provider sent the request to.

@@ -81,6 +81,7 @@ func (ib *Inbox) DeadLetters(ctx context.Context, destination, start string, cou
 				LastError:   ev.LastError,
 				Received:    ev.Received,
 				Failed:      ev.Failed,
+				TraceID:     ev.Trace.TraceID(),
 			})
 			ib.showBody(&out[len(out)-1], ev.Body)
 		}

@@ -217,4 +217,7 @@ type DeadLetter struct {
 	// History is the event's attempts, at every destination, with the
 	// answers' headers and bodies (docs/inbox.md#attempts).
 	History *event.HistoryView `json:"history,omitempty"`
+	// TraceID is the trace of the request that accepted the event, when
+	// it was traced (docs/operating.md: Traces).
+	TraceID string `json:"trace_id,omitempty"`
 }

@@ -231,6 +231,9 @@ func fields(ev *event.Request, attempts, base, group string) []any {
 	if group != "" {
 		f = append(f, fieldGroup, group)
 	}
+	if ev.Trace.Parent != "" {
+		f = append(f, event.FieldTraceParent, ev.Trace.Parent, event.FieldTraceState, ev.Trace.State)
+	}
 	return f
 }
 
@@ -251,6 +254,7 @@ func fromFields(id string, f func(name string) string) Event {
 			Method: f(event.FieldMethod), URI: f(event.FieldURI), Host: f(event.FieldHost),
 			Proto: f(event.FieldProto), Remote: f(event.FieldRemote), Headers: f(event.FieldHeaders),
 			Body: []byte(f(event.FieldBody)), Received: event.UnixMilli(f(event.FieldReceived)),
+			Trace: event.Trace{Parent: f(event.FieldTraceParent), State: f(event.FieldTraceState)},
 		},
 		ID: id, Attempts: attempts, Base: base, LastStatus: status,
 		LastError: f(event.FieldLastError), Failed: event.UnixMilli(f(event.FieldFailed)),

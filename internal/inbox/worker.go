@@ -336,15 +336,22 @@ func (ib *Inbox) deliver(m message) {
 
 	// an event whose deliveries keep killing their worker is not tried for ever
 	if attempt-ev.Base > len(ib.cfg.Retries)+1 {
+		_, span := ib.startAttempt(ev, attempt)
+		defer span.End()
 		if err := ib.deadLetter(bg, m, attempt-1, 0, "retries exhausted: the worker delivering it stopped without an answer"); err != nil {
 			logger.Warn("dead-lettering an inbox event failed; it will be reclaimed", zap.Error(err))
+		} else {
+			traceAttempt(span, outcomeDeadLettered, 0, time.Time{}, reasonExhausted)
 		}
 		return
 	}
+	// a stale event is not attempted: it has no attempt's span
 	if ib.stale(bg, m, logger) {
 		return
 	}
-	status, asked, tried, derr := ib.post(ev, attempt, m.answer)
+	actx, span := ib.startAttempt(ev, attempt)
+	defer span.End()
+	status, asked, tried, derr := ib.post(actx, ev, attempt, m.answer)
 	ib.countAttempt(status, derr, m.probe)
 	// recorded with the outcome, in the same commit or just before it
 	m.logged = ib.toLog(&m, tried)
@@ -364,15 +371,18 @@ func (ib *Inbox) deliver(m message) {
 				ib.metrics.lag.Observe(time.Since(ev.Received).Seconds())
 			}
 			logger.Debug("inbox event delivered", zap.Int("status", status))
+			traceAttempt(span, outcomeDelivered, status, time.Time{}, "")
 		}
 	case derr == nil && status == http.StatusLoopDetected:
 		err = ib.deadLetter(bg, m, attempt, status, "delivery loop: HTTP 508 from deliver_to, which leads back to a route this event came through; point deliver_to at the application")
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonLoop)
 			logger.Warn("inbox event dead-lettered: deliver_to leads back to a route the event came through (HTTP 508)", zap.String("deliver_to", ib.cfg.DeliverTo))
 		}
 	case derr == nil && permanentFailure(status):
 		err = ib.deadLetter(bg, m, attempt, status, "permanent failure: HTTP "+strconv.Itoa(status))
 		if err == nil {
+			traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonRefused)
 			logger.Warn("inbox event dead-lettered: the application refused it", zap.Int("status", status))
 		}
 	default:
@@ -391,11 +401,13 @@ func (ib *Inbox) deliver(m message) {
 			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
 			if err == nil {
 				ib.metrics.retried.Inc()
+				traceAttempt(span, outcomeRetried, status, due, "")
 				logger.Info("inbox delivery failed; retry scheduled", zap.Int("status", status), zap.String("error", reason), zap.Time("due", due))
 			}
 		} else {
 			err = ib.deadLetter(bg, m, attempt, status, "retries exhausted: "+reason)
 			if err == nil {
+				traceAttempt(span, outcomeDeadLettered, status, time.Time{}, reasonExhausted)
 				logger.Warn("inbox event dead-lettered: retries exhausted", zap.Int("status", status), zap.String("error", reason))
 			}
 		}
@@ -403,6 +415,7 @@ func (ib *Inbox) deliver(m message) {
 	if err != nil {
 		// the event stays in delivery and is reclaimed: delivered again, never lost
 		logger.Warn("recording an inbox delivery's outcome failed; the event will be reclaimed and attempted again", zap.Error(err))
+		traceUnrecorded(span)
 	}
 }
 
@@ -430,9 +443,10 @@ func permanentFailure(status int) bool {
 // post sends one attempt to deliver_to and returns its status and, for a
 // 429 or 503, the wait its Retry-After asks for (0 when it asks none), and
 // the attempt as its event's history keeps it; keep, unless nil, captures
-// the application's answer.
-func (ib *Inbox) post(ev *Event, attempt int, keep *Answer) (int, time.Duration, event.Attempt, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ib.cfg.Timeout)
+// the application's answer. ctx holds the attempt's span, whose context
+// the application gets.
+func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer) (int, time.Duration, event.Attempt, error) {
+	ctx, cancel := context.WithTimeout(ctx, ib.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	failed := func(err error) (int, time.Duration, event.Attempt, error) {
@@ -461,6 +475,7 @@ func (ib *Inbox) post(ev *Event, attempt int, keep *Answer) (int, time.Duration,
 			return failed(err)
 		}
 	}
+	event.InjectTrace(ctx, req.Header)
 	resp, err := ib.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

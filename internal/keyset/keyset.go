@@ -8,6 +8,7 @@
 package keyset
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,6 +31,13 @@ var Timing = struct {
 	Retry        time.Duration // retry while no set is loaded
 	FetchTimeout time.Duration // one fetch
 }{signature.DefaultKeySetRefresh, signature.DefaultKeySetMinRefresh, signature.DefaultKeySetRetry, signature.DefaultFetchTimeout}
+
+// Client is the HTTP client of the fetches the schemes make: key sets,
+// the certificates deliveries name, Amazon SNS's subscription
+// confirmations. Nil, its value: each fetch has a client of its own, with
+// the system's roots and the environment's proxy. The module's own tests
+// point it at servers of their own; nothing else changes it.
+var Client *http.Client
 
 // RetryAfter is the Retry-After of a 503 while no key set is loaded: the
 // next fetch is at most this far away.
@@ -65,6 +73,7 @@ func Load(logger *zap.Logger, url, file string, algs ...string) (*Set, error) {
 		cfg := signature.KeySetConfig{
 			Algorithms: algs,
 			Timeout:    Timing.FetchTimeout, Refresh: Timing.Refresh, MinRefresh: Timing.MinRefresh, Retry: Timing.Retry,
+			HTTPClient: Client,
 			OnFetch: func(err error) {
 				switch {
 				case err != nil && !loaded.Load():

@@ -39,7 +39,9 @@ var SecretHeaders = []string{
 
 // credentialFragments mark a header or query parameter name as a
 // credential's when the name, in lower case without '-', '_' and '.',
-// contains one; credentialNames when it is one, with or without an `x`
+// contains one (`saskey`: Azure Event Grid's access key, `aeg-sas-key` in
+// a header or the query, https://learn.microsoft.com/azure/event-grid/security-authenticate-publishing-clients);
+// credentialNames when it is one, with or without an `x`
 // before it (X-Auth, X-Key, X-Pass). Signature headers are not
 // credentials (they prove nothing without the secret, and an auditor
 // checks an event with them), but a signature or a code in a URL's query
@@ -49,7 +51,7 @@ var SecretHeaders = []string{
 var (
 	credentialFragments = byteStrings("authorization", "cookie", "token", "secret", "password", "passwd",
 		"apikey", "accesskey", "privatekey", "credential", "session", "authkey", "webhookkey", "signingkey",
-		"jwt", "bearer")
+		"jwt", "bearer", "saskey")
 	credentialNames = byteStrings("auth", "key", "pwd", "pass", "otp")
 	queryFragments  = byteStrings("signature")
 	queryNames      = byteStrings("sig", "code", "hmac")
@@ -101,6 +103,7 @@ func credentialName(name string, query bool) bool {
 type Redactor struct {
 	headers     map[string]bool // canonical names redacted whatever they look like
 	keepHeaders map[string]bool // canonical names never redacted for their name alone
+	query       map[string]bool // query parameters redacted whatever they look like
 	keepQuery   map[string]bool // query parameters never redacted for their name alone
 	paths       [][]string      // JSON paths, split into segments
 }
@@ -109,7 +112,7 @@ type Redactor struct {
 // `json:<path>`, checked by ParseRule) and more header names to
 // redact.
 func New(rules []string, headers ...string) (*Redactor, error) {
-	rd := &Redactor{headers: make(map[string]bool), keepHeaders: make(map[string]bool), keepQuery: make(map[string]bool)}
+	rd := &Redactor{headers: make(map[string]bool), keepHeaders: make(map[string]bool), query: make(map[string]bool), keepQuery: make(map[string]bool)}
 	for _, h := range headers {
 		rd.headers[textproto.CanonicalMIMEHeaderKey(h)] = true
 	}
@@ -136,6 +139,10 @@ func (rd *Redactor) KeepHeader(name string) {
 // KeepQuery marks a query parameter that is never redacted for its name
 // alone, as KeepHeader does for a header.
 func (rd *Redactor) KeepQuery(name string) { rd.keepQuery[name] = true }
+
+// RedactQuery marks a query parameter that is redacted whatever its name
+// looks like: one a route's scheme reads its secret from.
+func (rd *Redactor) RedactQuery(name string) { rd.query[name] = true }
 
 // RedactsHeader reports whether a header's values are redacted: it is
 // named (SecretHeaders, the route's, a rule), or its name looks like a
@@ -167,9 +174,9 @@ func (rd *Redactor) Header(h http.Header) http.Header {
 	return out
 }
 
-// uri returns uri with the value of every query parameter whose name looks
-// like a credential's (and that the route takes no key from) replaced by
-// "[redacted]", every other byte as it is.
+// uri returns uri with the value of every query parameter marked by
+// RedactQuery, or whose name looks like a credential's (and that the route
+// takes no key from), replaced by "[redacted]", every other byte as it is.
 func (rd *Redactor) URI(uri string) string {
 	path, query, ok := strings.Cut(uri, "?")
 	if rd == nil || !ok {
@@ -183,7 +190,7 @@ func (rd *Redactor) URI(uri string) string {
 		if n, err := url.QueryUnescape(name); err == nil {
 			name = n
 		}
-		if hasValue && !rd.keepQuery[name] && credentialName(name, true) {
+		if hasValue && (rd.query[name] || (!rd.keepQuery[name] && credentialName(name, true))) {
 			pairs[i] = pair[:strings.IndexByte(pair, '=')+1] + Value
 			changed = true
 		}

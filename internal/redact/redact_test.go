@@ -122,7 +122,7 @@ func TestCredentialNames(t *testing.T) {
 	for _, name := range []string{
 		"X-Auth-Key", "X-Auth", "X-Webhook-Key", "X-Signing-Key", "X-Jwt", "X-Bearer", "Jwt", "Bearer",
 		"X-Api-Key", "X-Auth-Token", "X-Webhook-Secret", "Auth", "Key", "X-Key", "Pass", "X-Pass", "Otp", "X-Otp",
-		"Auth-Key", "X-Client-Secret", "X-Access-Token",
+		"Auth-Key", "X-Client-Secret", "X-Access-Token", "Aeg-Sas-Key", "Aeg-Sas-Token",
 	} {
 		if !rd.RedactsHeader(name) {
 			t.Errorf("header %s is kept", name)
@@ -136,7 +136,7 @@ func TestCredentialNames(t *testing.T) {
 			t.Errorf("header %s is redacted", name)
 		}
 	}
-	for _, q := range []string{"jwt", "bearer", "pass", "auth_key", "otp", "authKey", "x-auth", "api_key", "token", "sig", "signature", "code"} {
+	for _, q := range []string{"jwt", "bearer", "pass", "auth_key", "otp", "authKey", "x-auth", "api_key", "token", "sig", "signature", "code", "aeg-sas-key", "aeg-sas-token"} {
 		uri := "/hook?a=1&" + q + "=s3cr3t"
 		if got := rd.URI(uri); got != "/hook?a=1&"+q+"=[redacted]" {
 			t.Errorf("query %s: %s", q, got)

@@ -303,6 +303,22 @@ async function showEvent(id) {
 		['handling', ev.duration_ms + ' ms'], ['body SHA-256', ev.body_sha256]]) {
 		meta.append(el('dt', k), el('dd', v));
 	}
+	// the trace of the request, linked to the trace viewer when the
+	// global option trace_url names one (an http(s) URL, checked by Caddy)
+	if (ev.trace_id) {
+		const dd = el('dd');
+		dd.id = 'event-trace';
+		if (ev.trace_url) {
+			const a = el('a', ev.trace_id);
+			a.href = ev.trace_url;
+			a.target = '_blank';
+			a.rel = 'noopener noreferrer';
+			dd.append(a);
+		} else {
+			dd.textContent = ev.trace_id;
+		}
+		meta.append(el('dt', 'trace'), dd);
+	}
 	const tbody = $('#event-headers tbody');
 	tbody.replaceChildren();
 	for (const name of Object.keys(ev.headers || {}).sort()) {

@@ -1,4 +1,6 @@
-package webhookidempotency
+// Package jsonmember reads the JSON a `json:` key is read from
+// (docs/caddyfile.md: Members given twice).
+package jsonmember
 
 import (
 	"bytes"
@@ -8,13 +10,13 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The JSON a `json:` key is read from (docs/caddyfile.md: Members given
-// twice). JSON lets an object give a member twice and readers disagree on
+// JSON lets an object give a member twice and readers disagree on
 // which counts (gjson takes the first; Go's encoding/json, JavaScript and
 // Python the last), so a key path is read in one pass over the objects on
 // the path, each scanned to its end for a second member of the name taken.
 
-// jsonMember returns the value at a plain path (see checkJSONPath), as
+// Get returns the value at a plain path (names and array indexes
+// separated by dots, as a key source checks it), as
 // gjson.Get does on valid JSON: names match object members, numbers also
 // index arrays. When an object on the path gives the member it takes
 // more than once (names compared without regard to case, as Go's
@@ -22,7 +24,7 @@ import (
 // empty. The body is read once, up to the end of the outermost object on
 // the path; values off the path are skipped, not parsed. res may be a view
 // of body. A body that is not JSON yields nothing.
-func jsonMember(body []byte, path string) (res gjson.Result, ambiguous string) {
+func Get(body []byte, path string) (res gjson.Result, ambiguous string) {
 	sc := jsonScanner{b: body}
 	sc.space()
 	if bytes.HasPrefix(sc.b[sc.i:], utf8BOM) {
