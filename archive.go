@@ -286,6 +286,9 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		Duration: time.Since(rs.start),
 		BodyHash: rs.bodyHash,
 	}
+	if rs.attempt[0].Number > 0 {
+		e.Attempts = event.History{Total: 1, Attempts: rs.attempt[:]}
+	}
 	if bs := rs.batch; bs != nil {
 		e.Items = make([]archive.Item, len(bs.values))
 		for i, v := range bs.values {
@@ -309,6 +312,32 @@ func (rs *requestState) archiveEntry(result string, status int) *archive.Entry {
 		}
 	}
 	return e
+}
+
+// answered records the application's answer to the request, the one
+// attempt of dedup mode, kept with the archived event
+// (docs/archive.md#attempts): its status (0 when the next handler failed
+// without one), how long it took, its headers and body within
+// keep_response, and the next handler's error. A body streamed past
+// max_response is not held, and not kept.
+func (rs *requestState) answered(rec *recorder, err error, handed time.Time) {
+	a := &rs.attempt[0]
+	*a = event.Attempt{At: handed, Destination: event.NextHandler, Number: 1, Status: rec.status, Latency: time.Since(handed)}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	keep := rs.h.keepResponse
+	if keep == 0 || rec.status == 0 {
+		return
+	}
+	a.Headers, a.Truncated = event.KeptHeaders(rec.Header(), rs.h.archive.Config().Redact.RedactsHeader, keep)
+	if rec.streaming {
+		a.Truncated = true
+		return
+	}
+	var cut bool
+	a.Body, cut = event.KeptBody(rec.record[rec.headerEnd:], keep-len(a.Headers))
+	a.Truncated = a.Truncated || cut
 }
 
 // archive appends the request's event in the background, unless it went

@@ -216,6 +216,16 @@ func BenchmarkServeHTTPMemory(b *testing.B) {
 	benchServeHTTP(b, benchSizes, false, memoryBenchHandler(false))
 }
 
+// BenchmarkServeHTTPMemoryArchive is BenchmarkServeHTTPMemory at 1 KiB with
+// an archive: a new delivery's event, with the application's answer as
+// its attempt, goes out with its key's completion; a replay's through the
+// background queue.
+func BenchmarkServeHTTPMemoryArchive(b *testing.B) {
+	benchServeHTTP(b, benchSizes[:1], false, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(benchMemoryStore), Archive: &ArchiveConfig{}})
+	})
+}
+
 // BenchmarkServeHTTPMemorySigned is BenchmarkServeHTTPMemory with `github`
 // verification (HMAC-SHA256 of the body in X-Hub-Signature-256). The
 // Idempotency-Key header is not signed, so each new key is claimed with its
@@ -256,6 +266,16 @@ func BenchmarkServeHTTPFileParallel(b *testing.B) {
 // against one redis-server started for the whole benchmark. Each call goes
 // out alone (one request at a time): a new delivery is two round trips
 // (claim, complete), a replay one.
+// BenchmarkServeHTTPRedisArchive is BenchmarkServeHTTPRedis at 1 KiB with
+// an archive: a new delivery's event goes out in its completion's pipeline.
+func BenchmarkServeHTTPRedisArchive(b *testing.B) {
+	srv := testkit.StartRedis(b)
+	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
+	benchServeHTTP(b, benchSizes[:1], false, func(b *testing.B) *Handler {
+		return newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store), Archive: &ArchiveConfig{}})
+	})
+}
+
 func BenchmarkServeHTTPRedis(b *testing.B) {
 	srv := testkit.StartRedis(b)
 	store := fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())

@@ -85,6 +85,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_body      <size>
 //		body_timeout  <duration>
 //		max_response  <size>
+//		keep_response <size> | 0
 //		methods       <method>...
 //		fail          open | closed
 //		replay_guard  flag | reject | off
@@ -214,7 +215,7 @@ var lineOptions = map[string]cfparse.Arity{
 	"source": cfparse.One, "provider": cfparse.One, "secret": cfparse.Some, "header": cfparse.One,
 	"key": cfparse.Some, "ttl": cfparse.One, "lease": cfparse.One, "in_flight": cfparse.Some,
 	"cache_status": cfparse.Some, "mismatch": cfparse.One, "max_body": cfparse.One, "body_timeout": cfparse.One,
-	"max_response": cfparse.One, "methods": cfparse.Some, "fail": cfparse.One, "public_key": cfparse.Some,
+	"max_response": cfparse.One, "keep_response": cfparse.One, "methods": cfparse.Some, "fail": cfparse.One, "public_key": cfparse.Some,
 	"verify_token": cfparse.One, "handshake": cfparse.One, "private_key": cfparse.One, "jwks_url": cfparse.One,
 	"jwks_file": cfparse.One, "decrypt": cfparse.None, "replay_guard": cfparse.One,
 	"issuer": cfparse.Some, "audience": cfparse.Some, "claim": cfparse.Some,
@@ -352,6 +353,12 @@ func (h *Handler) setOption(name, v string, args []string, keySet, headerSet *bo
 		} else {
 			h.MaxResponse = size
 		}
+	case "keep_response":
+		n, err := parseKeepResponse(v)
+		if err != nil {
+			return err
+		}
+		h.KeepResponse = &n
 	case "methods":
 		for _, m := range args {
 			if !validMethod(m) {

@@ -266,6 +266,16 @@ func TestCaddyfileParse(t *testing.T) {
 			want:  Handler{MaxBody: 65536, MaxResponse: 1},
 		},
 		{
+			name:  "keep_response: a size, or 0 for none",
+			input: "webhook_idempotency {\n\tkeep_response 16KiB\n}",
+			want:  Handler{KeepResponse: new(int64(16 << 10))},
+		},
+		{
+			name:  "keep_response 0 on the directive line",
+			input: "webhook_idempotency keep_response 0",
+			want:  Handler{KeepResponse: new(int64(0))},
+		},
+		{
 			name:  "sizes in decimal units",
 			input: "webhook_idempotency {\n\tmax_body 2MB\n\tmax_response 512KB\n}",
 			want:  Handler{MaxBody: 2000000, MaxResponse: 512000},
@@ -425,6 +435,8 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		{"max_body bad unit", "webhook_idempotency {\n\tmax_body 5MX\n}", `invalid max_body '5MX': unhandled size name: mx, at Testfile:2`},
 		{"max_body zero", "webhook_idempotency {\n\tmax_body 0\n}", "invalid max_body '0': must be between 1 byte and 1TiB, at Testfile:2"},
 		{"max_response bad", "webhook_idempotency {\n\tmax_response -1\n}", `invalid max_response '-1': strconv.ParseFloat: parsing "": invalid syntax, at Testfile:2`},
+		{"keep_response too large", "webhook_idempotency {\n\tkeep_response 1MiB\n}", "invalid keep_response 1048576: want 0 (none) to 65536 bytes (64KiB), at Testfile:2"},
+		{"keep_response bad", "webhook_idempotency {\n\tkeep_response lots\n}", "invalid keep_response 'lots': want a size such as 4KiB, or 0 for none, at Testfile:2"},
 		{"methods missing", "webhook_idempotency {\n\tmethods\n}", "'methods' needs at least one value, at Testfile:2"},
 		{"methods bad", "webhook_idempotency {\n\tmethods POST P0ST\n}", "invalid method 'P0ST', at Testfile:2"},
 		{"fail missing", "webhook_idempotency {\n\tfail\n}", "'fail' takes exactly one value, got 0, at Testfile:2"},

@@ -113,6 +113,14 @@ type Handler struct {
 	// sent untouched and recorded without its body. Default: 1MiB.
 	MaxResponse int64 `json:"max_response,omitempty"`
 
+	// What is kept of each answer of the application, with the event's
+	// attempts (docs/archive.md#attempts): its headers (redacted as the
+	// archive redacts a request's), then its body, in this many bytes
+	// together; 0 keeps neither (each attempt's time, destination,
+	// status, latency and error are kept all the same). At most 64KiB.
+	// Default: 4KiB.
+	KeepResponse *int64 `json:"keep_response,omitempty"`
+
 	// Request methods that are processed; others pass through untouched.
 	// Default: `["POST", "PUT", "PATCH", "DELETE"]`.
 	Methods []string `json:"methods,omitempty"`
@@ -204,6 +212,7 @@ type Handler struct {
 	guardMode    guardMode
 	failClosed   bool
 	rejectDiffs  bool
+	keepResponse int         // bytes kept of each answer with its attempt (keep_response)
 	logger       *zap.Logger // carries the source
 	metrics      *handlerMetrics
 	sourceValue  any           // Source, boxed once for the replacer
@@ -372,6 +381,13 @@ func (h *Handler) provisionOptions() error {
 	}
 	if h.MaxResponse == 0 {
 		h.MaxResponse = defaultMaxResponse
+	}
+	h.keepResponse = event.DefaultKeepResponse
+	if h.KeepResponse != nil {
+		if err := checkKeepResponse(*h.KeepResponse); err != nil {
+			return err
+		}
+		h.keepResponse = int(*h.KeepResponse)
 	}
 	if h.InFlight == "" {
 		h.InFlight = inFlightConflict.String()

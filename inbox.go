@@ -366,7 +366,12 @@ func (h *Handler) newInbox() (*inbox.Inbox, error) {
 		return nil, err
 	}
 	h.answerWithin = ic.AnswerWithin
-	return inbox.New(ic, h.store.backend)
+	ib, err := inbox.New(ic, h.store.backend)
+	if err == nil && h.archive != nil {
+		// an archived inbox event shows the attempts its inbox keeps
+		h.archive.ReadAttempts(ib.Attempts)
+	}
+	return ib, err
 }
 
 // inboxConfig resolves the inbox's configuration with the parser's rules:
@@ -463,6 +468,13 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 	}
 	if err := h.policyConfig(&ic); err != nil {
 		return inbox.Config{}, err
+	}
+	// an event's attempts, kept as long as the archive keeps events
+	// (docs/inbox.md#attempts)
+	ic.KeepResponse = h.keepResponse
+	if h.archive != nil {
+		ac := h.archive.Config()
+		ic.AttemptsLife, ic.AttemptsMax = ac.Retention, ac.MaxEvents
 	}
 	return ic, nil
 }

@@ -196,6 +196,34 @@ func parseSize(s string) (int64, error) {
 	return int64(n), nil
 }
 
+// maxKeepResponse is the largest keep_response: an event keeps up to
+// event.MaxAttempts answers.
+const maxKeepResponse = 64 << 10
+
+// parseKeepResponse parses keep_response: a size, or 0 (or off) to keep
+// no answer's headers and body.
+func parseKeepResponse(s string) (int64, error) {
+	if s == "0" || s == "off" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid keep_response '%s': want a size such as 4KiB, or 0 for none", s)
+	}
+	if err := checkKeepResponse(int64(min(n, 1<<62))); err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
+
+// checkKeepResponse is keep_response's rule: 0 to 64KiB.
+func checkKeepResponse(n int64) error {
+	if n < 0 || n > maxKeepResponse {
+		return fmt.Errorf("invalid keep_response %d: want 0 (none) to %d bytes (64KiB)", n, maxKeepResponse)
+	}
+	return nil
+}
+
 // validMethod reports whether m is an HTTP method token.
 func validMethod(m string) bool {
 	if m == "" {

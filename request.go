@@ -52,6 +52,9 @@ type requestState struct {
 	result   string        // the result, once set
 	status   *statusWriter // learns the answer's status
 	archived bool          // the event was archived
+	// the application's answer, the one attempt of dedup mode (set
+	// when the next handler has answered; Number 0 before)
+	attempt [1]event.Attempt
 
 	trace *requestTrace // nil unless the request is traced (tracing.go)
 }
@@ -541,6 +544,10 @@ func (rs *requestState) serve(c claimed) error {
 		}
 	}()
 	rs.handOn()
+	var handed time.Time
+	if h.archive != nil {
+		handed = time.Now()
+	}
 	err := rs.next.ServeHTTP(rec, rs.r)
 	returned = true
 	rn.stop()
@@ -554,6 +561,9 @@ func (rs *requestState) serve(c claimed) error {
 		// nothing written: net/http answers 200 with an empty body
 		rec.WriteHeader(http.StatusOK)
 		status = http.StatusOK
+	}
+	if h.archive != nil {
+		rs.answered(rec, err, handed)
 	}
 	if err == nil && rec.writeErr == nil && !gone && c.completes(status) {
 		if cerr := rn.complete(func() error { return c.complete(rec.record, status) }); cerr != nil {

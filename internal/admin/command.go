@@ -30,6 +30,8 @@ Commands of the webhook_idempotency module:
   trigger   send a provider's published example of an event type,
             signed as the provider signs it
   key       show a key's state through the admin API
+  show      show a key's state and every attempt of its event, with the
+            application's answers
   forget    forget a key, so that the provider's next retry is processed
   tail      print a source's newest archived events, and follow new ones
   pause     pause a source's inbox deliveries, or one destination's
@@ -64,7 +66,7 @@ inbox deliver what it holds (its pending count at 0) before the switch.
 			migrate.Flags().String("from", "", "The file store's file")
 			migrate.Flags().String("to", "", "The Redis URL")
 			migrate.Flags().String("key-prefix", store.DefaultKeyPrefix, "The redis store's key_prefix")
-			cmd.AddCommand(migrate, newSendCommand(), newTriggerCommand(), newReconcileCommand())
+			cmd.AddCommand(migrate, newSendCommand(), newTriggerCommand(), newReconcileCommand(), newShowCommand())
 			cmd.AddCommand(newAdminCommands()...)
 		},
 	})

@@ -163,6 +163,7 @@ type tailEvent struct {
 	URI        string    `json:"uri"`
 	Remote     string    `json:"remote"`
 	Reason     string    `json:"reason"`
+	History    *history  `json:"history"`
 }
 
 // eventIDLess orders archive event ids, `<ms>-<seq>`.
@@ -244,8 +245,8 @@ func cmdTail(fl caddycmd.Flags) (int, error) {
 					ev.Method, ev.URI, ev.Remote, ev.Reason, ev.Key)
 				continue
 			}
-			fmt.Printf("%s  %-17s %3d  %8.1fms  %s %s  %s  %s\n", ev.Received.Format(time.RFC3339Nano), ev.Result, ev.Status,
-				ev.DurationMs, ev.Method, ev.URI, ev.Key, ev.ID)
+			printEventLine(os.Stdout, ev)
+			printHistory(os.Stdout, ev.History, "    ", false)
 		}
 		if !follow {
 			return caddy.ExitCodeSuccess, nil
@@ -287,7 +288,9 @@ forgotten (its delivery is being processed); an absent one is an error.
 Prints the newest events of a source's archive through the admin API
 (GET /webhook_idempotency/<source>/events), oldest first, one line each:
 when received, result, status, handling time, request line, key and event
-id. With --follow it then polls for new events (every --interval) and
+id, and below it a line for each attempt of the event as known then: when,
+the status (or the error of an attempt that got no answer), the latency
+and the destination (show <source> <key> adds the application's answers). With --follow it then polls for new events (every --interval) and
 prints them as they are archived. --json prints each event as the API
 answers it, one JSON object per line. The route needs an archive.
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -23,6 +24,9 @@ type keyStatus struct {
 	RecordedAt  *time.Time     `json:"recorded_at,omitempty"`   // completed: when, from the expiry and the route's ttl
 	ExpiresAt   *time.Time     `json:"expires_at,omitempty"`    // completed
 	Corrupt     bool           `json:"corrupt,omitempty"`       // completed, but the record cannot be read
+	// History is the attempts of the key's event, with an inbox, as long
+	// as it keeps them (docs/inbox.md#attempts).
+	History *event.HistoryView `json:"history,omitempty"`
 }
 
 // keyStore returns the store and the store key of a source's key.
@@ -73,7 +77,15 @@ func handleKey(w http.ResponseWriter, r *http.Request, src *adminSource, key str
 	if err != nil {
 		return storeError(src.name, err)
 	}
-	return writeJSON(w, keyAnswer(info, src, rt, key, storeKey))
+	st := keyAnswer(info, src, rt, key, storeKey)
+	if ib := rt.Inbox(); ib != nil {
+		hs, err := ib.Attempts(r.Context(), key)
+		if err != nil {
+			return storeError(src.name, err)
+		}
+		st.History = event.ShowHistory(hs[0], true)
+	}
+	return writeJSON(w, st)
 }
 
 // handleForget forgets a completed key so that the provider's next retry

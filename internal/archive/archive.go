@@ -11,9 +11,11 @@
 package archive
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -78,7 +80,19 @@ type Archive struct {
 	queue   *queue
 	metrics *archiveMetrics
 	logger  *zap.Logger
+	// attempts reads the attempts of events an inbox delivered; nil
+	// without an inbox (ReadAttempts)
+	attempts AttemptsReader
 }
+
+// AttemptsReader returns the attempts of the event of each key, as an
+// inbox keeps them (none for a key it has none of), in one round trip.
+type AttemptsReader func(ctx context.Context, keys ...string) ([]event.History, error)
+
+// ReadAttempts makes the archive show, with an event its route's inbox
+// accepted (or a reconciliation entered there), the attempts the inbox
+// keeps of it (docs/archive.md#attempts). Called before the route serves.
+func (a *Archive) ReadAttempts(r AttemptsReader) { a.attempts = r }
 
 // backend is a store's side of the archive.
 type backend interface {
@@ -207,8 +221,9 @@ func (a *Archive) Event(ctx context.Context, id event.ID) (Event, bool, error) {
 		return Event{}, false, nil
 	}
 	ev, ok, err := a.backend.event(ctx, id)
-	if ok {
+	if ok && err == nil {
 		ev.whole()
+		err = a.fillAttempts(ctx, &ev)
 	}
 	return ev, ok, err
 }
@@ -271,6 +286,9 @@ type Entry struct {
 	// Items are the keys of a batch's items, in the request's order
 	// (docs/caddyfile.md: Batches); nil for a request of one event.
 	Items []Item
+	// Attempts is the application's answer to the request, in dedup mode
+	// (docs/archive.md#attempts); none otherwise.
+	Attempts event.History
 }
 
 // Item is one item of an archived batch: its key, and whether the request
@@ -289,8 +307,32 @@ func (e *Entry) OwnBody() {
 	}
 }
 
+// ownAttempts copies the attempts out of the request's buffers, for an
+// entry kept as it is (the memory store's ring).
+func (e *Entry) ownAttempts() {
+	if len(e.Attempts.Attempts) == 0 {
+		return
+	}
+	as := slices.Clone(e.Attempts.Attempts)
+	for i := range as {
+		as[i].Body = bytes.Clone(as[i].Body)
+	}
+	e.Attempts.Attempts = as
+}
+
 // size is what the entry costs the queue.
-func (e *Entry) size() int { return len(e.Headers) + len(e.Body) + 256 }
+func (e *Entry) size() int { return len(e.Headers) + len(e.Body) + 256 + e.attemptsSize() }
+
+// attemptsSize is about what the entry's attempts take encoded, a little
+// more.
+func (e *Entry) attemptsSize() int {
+	n := 0
+	for i := range e.Attempts.Attempts {
+		a := &e.Attempts.Attempts[i]
+		n += len(a.Destination) + len(a.Headers) + len(a.Body) + len(a.Error) + 96
+	}
+	return n
+}
 
 // Fields of an archived event besides those of internal/event. An event's
 // body is stored apart from these (see backend), and body_size says that
@@ -338,6 +380,9 @@ func (e *Entry) appendFields(f []any) []any {
 	}
 	if len(e.Items) > 0 {
 		f = append(f, fieldItems, encodeItems(e.Items))
+	}
+	if e.Attempts.Total > 0 {
+		f = append(f, event.FieldHistory, event.AppendHistory(make([]byte, 0, e.attemptsSize()), &e.Attempts))
 	}
 	if e.Trace.Parent != "" {
 		f = append(f, event.FieldTraceParent, e.Trace.Parent)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +48,9 @@ func exportStores(t *testing.T) map[string]func(t *testing.T, source string) *Ar
 			cancel()
 			t.Fatal(err)
 		}
+		archiveStores.Store(a, s)
 		t.Cleanup(func() {
+			archiveStores.Delete(a)
 			a.Stop()
 			cleanup()
 			cancel()
@@ -78,6 +81,9 @@ func exportStores(t *testing.T) map[string]func(t *testing.T, source string) *Ar
 		},
 	}
 }
+
+// archiveStores holds the store of each archive exportStores opened.
+var archiveStores sync.Map
 
 // exportEntry is the i-th event of a case: key k<i>, its own body.
 func exportEntry(source string, i int, result string) *Entry {

@@ -116,13 +116,15 @@ func newMemoryBackend(s *memstore.Store, a *Archive) (*memoryBackend, error) {
 
 func (m *memoryBackend) completeAndAppend(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, e *Entry) (err, appendErr error) {
 	err = m.store.CompleteGuarded(ctx, key, guard, owner, record, ttl)
-	e.OwnBody() // the ring outlives the request's buffer
+	e.OwnBody() // the ring outlives the request's buffers
+	e.ownAttempts()
 	m.ring.add(e, m.retention)
 	return err, nil
 }
 
 func (m *memoryBackend) appendBatch(_ context.Context, es []*Entry) error {
 	for _, e := range es {
+		e.ownAttempts()
 		m.ring.add(e, m.retention)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 )
 
 // Reading the archive back: the events as the admin API shows them, and
@@ -44,7 +45,12 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	Size   *int64 `json:"size,omitempty"`
 	// Items are a batch's items (docs/caddyfile.md: Batches).
-	Items        []Item              `json:"items,omitempty"`
+	Items []Item `json:"items,omitempty"`
+	// History is the times the event was handed to the application
+	// (docs/archive.md#attempts); the answers' headers and bodies with the
+	// whole event only.
+	History *event.HistoryView `json:"history,omitempty"`
+
 	Headers      map[string][]string `json:"headers,omitempty"`
 	Body         *string             `json:"body,omitempty"`
 	BodyEncoding string              `json:"body_encoding,omitempty"` // "base64" when the body is not UTF-8
@@ -54,6 +60,7 @@ type Event struct {
 
 	trace       event.Trace // the request's span context, which a redelivery links to
 	headerBlock string
+	attempts    event.History // History's source
 	body        []byte
 	bodyRead    bool // body holds what is stored (see setBody)
 }
@@ -86,6 +93,11 @@ func eventFromFields(id string, get func(string) (string, bool), withBody bool) 
 	}
 	if s, ok := get(fieldItems); ok {
 		ev.Items = decodeItems(s)
+	}
+	if s, ok := get(event.FieldHistory); ok {
+		if h, err := event.ParseHistory([]byte(s)); err == nil {
+			ev.SetAttempts(h)
+		}
 	}
 	if s, ok := get(fieldSize); ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
@@ -147,6 +159,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		size := e.Size
 		ev.Size = &size
 	}
+	ev.SetAttempts(e.Attempts)
 	ev.setTrace(e.Trace)
 	if e.HasBody {
 		n := len(e.Body)
@@ -158,6 +171,13 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 	return ev
 }
 
+// SetAttempts sets the event's attempts (an inbox event's, kept by the
+// inbox), shown whole when the event is.
+func (ev *Event) SetAttempts(h event.History) {
+	ev.attempts = h
+	ev.History = event.ShowHistory(h, ev.Headers != nil)
+}
+
 // setTrace sets the event's trace.
 func (ev *Event) setTrace(t event.Trace) {
 	ev.trace, ev.TraceID = t, t.TraceID()
@@ -167,6 +187,9 @@ func (ev *Event) setTrace(t event.Trace) {
 // showing one event.
 func (ev *Event) whole() {
 	ev.Headers = event.ParseHeaderBlock(ev.headerBlock)
+	if ev.History != nil {
+		ev.History = event.ShowHistory(ev.attempts, true)
+	}
 	if ev.BodyStored && ev.bodyRead {
 		// a view of the body, not a copy: an export of large bodies would
 		// otherwise leave one copy of each behind it. The body is never
@@ -264,8 +287,22 @@ func (q Query) filtered() bool { return q.Key != "" || q.Result != "" || q.Statu
 // headers and bodies, and the cursor that continues the search ("" when
 // nothing older is left). It reads at most ScanMax events, and no body:
 // the first page asks for as many events as are wanted, the next ones
-// (when filters left some out) for more, up to 256.
+// (when filters left some out) for more, up to 256. The events an inbox
+// delivered come with its attempts.
 func (a *Archive) Find(ctx context.Context, q Query) ([]Event, string, error) {
+	out, cursor, err := a.find(ctx, q)
+	if err != nil || a.attempts == nil {
+		return out, cursor, err
+	}
+	evs := make([]*Event, len(out))
+	for i := range out {
+		evs[i] = &out[i]
+	}
+	return out, cursor, a.fillAttempts(ctx, evs...)
+}
+
+// find is Find without the inbox's attempts.
+func (a *Archive) find(ctx context.Context, q Query) ([]Event, string, error) {
 	out := []Event{}
 	hi, lo, ok := q.bounds(a.cutoff())
 	if !ok {
@@ -343,6 +380,11 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			}
 			for _, ev := range group {
 				ev.whole()
+			}
+			if err := a.fillAttempts(ctx, group...); err != nil {
+				return err
+			}
+			for _, ev := range group {
 				err := emit(ev)
 				*ev = Event{} // let the body go
 				if err != nil {
@@ -356,6 +398,34 @@ func (a *Archive) Export(ctx context.Context, q Query, limit int, emit func(*Eve
 			return nil
 		}
 		hi = last.Prev()
+	}
+	return nil
+}
+
+// fillAttempts sets, on the events an inbox delivered (accepted, or
+// entered by a reconciliation, with no attempts of their own; a batch's
+// items are events of their own, under their keys), the attempts their
+// inbox keeps, in one read.
+func (a *Archive) fillAttempts(ctx context.Context, evs ...*Event) error {
+	if a.attempts == nil {
+		return nil
+	}
+	var keys []string
+	var at []*Event
+	for _, ev := range evs {
+		if ev.History == nil && len(ev.Items) == 0 && (ev.Result == results.New || ev.Result == results.Reconciled) {
+			keys, at = append(keys, ev.Key), append(at, ev)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	hs, err := a.attempts(ctx, keys...)
+	if err != nil {
+		return fmt.Errorf("reading the inbox's attempts: %w", err)
+	}
+	for i, h := range hs {
+		at[i].SetAttempts(h)
 	}
 	return nil
 }

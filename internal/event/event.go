@@ -42,6 +42,7 @@ const (
 	FieldDurationUS = "duration_us" // archive
 	FieldBodySHA256 = "body_sha256" // archive
 	FieldRedacted   = "redacted"    // archive: "body" when values of the body were redacted
+	FieldHistory    = "history"     // the attempts (AppendHistory)
 )
 
 // Request is a delivery as it is stored: the request as the application

@@ -156,16 +156,17 @@ func (a *Answer) Wait(ctx context.Context, d time.Duration) []byte {
 
 // read captures the application's answer to the attempt: a 2xx, with its
 // body up to maxBody, as the record that would replace respond.
-func (a *Answer) read(resp *http.Response) {
+func (a *Answer) read(resp *http.Response) []byte {
 	a.inbox.metrics.answer.Observe(time.Since(a.start).Seconds())
 	body, err := io.ReadAll(io.LimitReader(resp.Body, a.maxBody+1))
 	if err != nil || int64(len(body)) > a.maxBody || resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return
+		return body
 	}
 	rec := append(record.Encode(make([]byte, 0, 256+len(body)), resp.StatusCode, resp.Header, &a.bodyHash), body...)
 	a.mu.Lock()
 	a.captured = rec
 	a.mu.Unlock()
+	return body
 }
 
 // take returns the application's answer to record, unless the provider

@@ -485,6 +485,9 @@ func (q *fileQueue) remove(ctx context.Context, m message, d done) error {
 	sid, _ := event.ParseID(m.id)
 	storeKey := m.ev.StoreKey
 	err := fs.file.Update(ctx, func(tx *bolt.Tx) error {
+		if err := q.logTx(tx, m); err != nil {
+			return err
+		}
 		if err := tx.Bucket(fs.events).Delete(sid.Key()); err != nil {
 			return err
 		}
@@ -580,6 +583,9 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 		if err != nil {
 			return err
 		}
+		if err := q.logTx(tx, m); err != nil {
+			return err
+		}
 		return b.Put(sid.Key(), encode(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
@@ -606,6 +612,9 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		}
 		f, err := event.ReadFields(v)
 		if err != nil {
+			return err
+		}
+		if err := q.logTx(tx, m); err != nil {
 			return err
 		}
 		delete(f, fieldStarted)

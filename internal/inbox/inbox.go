@@ -103,6 +103,17 @@ type Config struct {
 	// Archive archives an event the inbox ended without delivering it
 	// (results.Stale); nil when the route has no archive.
 	Archive func(ev *event.Request, result string)
+
+	// KeepResponse is what is kept of each answer with its attempt: its
+	// headers, then its body, this many bytes together; 0 for neither
+	// (keep_response, docs/inbox.md#attempts).
+	KeepResponse int
+	// AttemptsLife is how long an event's history lives after its last
+	// attempt, when longer than its key's accept ttl (the archive's
+	// retention); AttemptsMax bounds the source's histories (the
+	// archive's max_events), 0 for no bound besides their life.
+	AttemptsLife time.Duration
+	AttemptsMax  int
 }
 
 // Route is a destination of a source's events besides deliver_to, and the

@@ -2,11 +2,14 @@ package inbox
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 )
 
 // What the admin API reads and does: counts, dead letters, redelivery.
@@ -80,6 +83,7 @@ func (ib *Inbox) DeadLetters(ctx context.Context, destination, start string, cou
 				Failed:      ev.Failed,
 				TraceID:     ev.Trace.TraceID(),
 			})
+			ib.showBody(&out[len(out)-1], ev.Body)
 		}
 	}
 	if len(dests) > 1 {
@@ -88,7 +92,37 @@ func (ib *Inbox) DeadLetters(ctx context.Context, destination, start string, cou
 			out = out[:count]
 		}
 	}
+	keys := make([]string, len(out))
+	for i := range out {
+		keys[i] = out[i].Key
+	}
+	hs, err := ib.Attempts(ctx, keys...)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hs {
+		out[i].History = event.ShowHistory(h, true)
+	}
 	return out, nil
+}
+
+// showBody sets a dead letter's body as the admin API shows it: redacted
+// by the archive's rules, or left out saying why.
+func (ib *Inbox) showBody(dl *DeadLetter, body []byte) {
+	shown, changed, err := ib.cfg.Redact.Body(body)
+	switch {
+	case errors.Is(err, redact.ErrNotStrictJSON):
+		dl.BodyOmitted = err.Error()
+		return
+	case err != nil:
+		dl.BodyOmitted = "redaction failed: " + err.Error()
+		return
+	}
+	s := string(shown)
+	if !utf8.ValidString(s) {
+		s, dl.BodyEncoding = base64.StdEncoding.EncodeToString(shown), "base64"
+	}
+	dl.Body, dl.BodyRedacted = &s, changed
 }
 
 // deadOwner returns the inbox of destination ("" for any) holding the

@@ -94,6 +94,10 @@ type queue interface {
 	// forgetDestination removes a route from the record of the source's
 	// routes.
 	forgetDestination(ctx context.Context, id string) error
+	// attempts returns the histories of the source's events
+	// (attempts.go). delivered, schedule and deadLetter record m.logged,
+	// when set, with the outcome.
+	attempts() attemptLog
 	// close releases what the queue holds of its store; started tells
 	// whether the workers ran (and left state behind to tidy).
 	close(started bool)
@@ -115,6 +119,9 @@ type message struct {
 	// probe marks the one attempt a destination's open breaker lets
 	// through.
 	probe bool
+	// logged is the attempt just made, recorded in the event's history
+	// with its outcome; nil for none.
+	logged *logged
 }
 
 // admission is an event's place in one destination's queue, for accept.
@@ -200,6 +207,16 @@ type DeadLetter struct {
 	LastError   string      `json:"last_error"`
 	Received    time.Time   `json:"received"`
 	Failed      time.Time   `json:"failed"`
+	// Body is the event's body, redacted as the archive redacts one
+	// (base64 with BodyEncoding when it is not UTF-8); BodyOmitted says
+	// why it is not shown, BodyRedacted that values of it were redacted.
+	Body         *string `json:"body,omitempty"`
+	BodyEncoding string  `json:"body_encoding,omitempty"`
+	BodyRedacted bool    `json:"body_redacted,omitempty"`
+	BodyOmitted  string  `json:"body_omitted,omitempty"`
+	// History is the event's attempts, at every destination, with the
+	// answers' headers and bodies (docs/inbox.md#attempts).
+	History *event.HistoryView `json:"history,omitempty"`
 	// TraceID is the trace of the request that accepted the event, when
 	// it was traced (docs/operating.md: Traces).
 	TraceID string `json:"trace_id,omitempty"`

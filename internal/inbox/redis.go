@@ -661,6 +661,7 @@ func (q *redisQueue) moveDue(ctx context.Context, now time.Time) error {
 }
 
 func (q *redisQueue) delivered(ctx context.Context, m message, d done) error {
+	q.logAttempt(ctx, m)
 	ctx, cancel := q.call(ctx)
 	defer cancel()
 	p := q.part(m.lane)
@@ -721,6 +722,7 @@ func (q *redisQueue) newest(ctx context.Context, m message) (string, error) {
 }
 
 func (q *redisQueue) schedule(ctx context.Context, m message, attempts, status int, reason string, due time.Time) error {
+	q.logAttempt(ctx, m)
 	ctx, cancel := q.call(ctx)
 	defer cancel()
 	p := q.part(m.lane)
@@ -734,6 +736,7 @@ func (q *redisQueue) schedule(ctx context.Context, m message, attempts, status i
 }
 
 func (q *redisQueue) deadLetter(ctx context.Context, m message, attempts, status int, reason string, failed time.Time) error {
+	q.logAttempt(ctx, m)
 	ctx, cancel := q.call(ctx)
 	defer cancel()
 	p := q.part(m.lane)

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
@@ -352,8 +351,10 @@ func (ib *Inbox) deliver(m message) {
 	}
 	actx, span := ib.startAttempt(ev, attempt)
 	defer span.End()
-	status, asked, derr := ib.post(actx, ev, attempt, m.answer)
+	status, asked, tried, derr := ib.post(actx, ev, attempt, m.answer)
 	ib.countAttempt(status, derr, m.probe)
+	// recorded with the outcome, in the same commit or just before it
+	m.logged = ib.toLog(&m, tried)
 
 	var err error
 	switch {
@@ -440,15 +441,20 @@ func permanentFailure(status int) bool {
 }
 
 // post sends one attempt to deliver_to and returns its status and, for a
-// 429 or 503, the wait its Retry-After asks for (0 when it asks none);
-// keep, unless nil, captures the application's answer. ctx holds the
-// attempt's span, whose context the application gets.
-func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer) (int, time.Duration, error) {
+// 429 or 503, the wait its Retry-After asks for (0 when it asks none), and
+// the attempt as its event's history keeps it; keep, unless nil, captures
+// the application's answer. ctx holds the attempt's span, whose context
+// the application gets.
+func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer) (int, time.Duration, event.Attempt, error) {
 	ctx, cancel := context.WithTimeout(ctx, ib.cfg.Timeout)
 	defer cancel()
+	start := time.Now()
+	failed := func(err error) (int, time.Duration, event.Attempt, error) {
+		return 0, 0, ib.attemptOf(attempt, start, nil, nil, err), err
+	}
 	req, err := ev.NewRequest(ctx, ib.cfg.DeliverTo)
 	if err != nil {
-		return 0, 0, err
+		return failed(err)
 	}
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
 	if ib.cfg.Namespace != "" {
@@ -466,28 +472,29 @@ func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer)
 		// each attempt is signed at its own time (docs/inbox.md: What the
 		// application receives)
 		if err := f.Apply(req, ev.Body, forward.Delivery{Key: ev.Key, Secret: ev.Secret, PublicURL: ev.PublicURL()}, time.Now()); err != nil {
-			return 0, 0, err
+			return failed(err)
 		}
 	}
 	event.InjectTrace(ctx, req.Header)
 	resp, err := ib.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("timeout after %s", ib.cfg.Timeout)
+			err = fmt.Errorf("timeout after %s", ib.cfg.Timeout)
 		}
-		return 0, 0, err
+		return failed(err)
 	}
+	var body []byte
 	if keep != nil {
-		keep.read(resp)
+		body = keep.read(resp)
 	} else {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		body = ib.readAnswer(resp)
 	}
 	_ = resp.Body.Close()
 	var wait time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		wait = event.RetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	return resp.StatusCode, wait, nil
+	return resp.StatusCode, wait, ib.attemptOf(attempt, start, resp, body, nil), nil
 }
 
 // retryWait is the wait before retry n: the schedule's step with jitter,

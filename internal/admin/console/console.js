@@ -183,6 +183,7 @@ async function show() {
 		break;
 	case 'key':
 		$('#key-state').replaceChildren();
+		$('#key-attempts-section').hidden = true;
 		break;
 	}
 }
@@ -328,12 +329,10 @@ async function showEvent(id) {
 		}
 	}
 	let body = ev.body_omitted ? '(not archived: ' + ev.body_omitted + ')' : '(not archived)';
-	if (ev.body !== undefined) {
-		body = ev.body;
-		if (ev.body_encoding === 'base64') body = '(base64) ' + body;
-		else try { body = JSON.stringify(JSON.parse(body), null, 2); } catch (e) { /* not JSON */ }
-	}
+	if (ev.body !== undefined) body = formatBody(ev.body, ev.body_encoding);
 	$('#event-body').textContent = body;
+	showItems(ev.items || []);
+	showHistory($('#event-attempts-section'), $('#event-attempts'), $('#event-attempts-count'), ev.history);
 	// Redeliver is offered only where the API would do it
 	const why = notRedeliverable(sources.get(source) || {}, ev);
 	$('#event-redeliver').hidden = !!why;
@@ -341,6 +340,66 @@ async function showEvent(id) {
 	$('#event-redeliver-note').hidden = !why;
 	$('#event-redeliver-note').textContent = why ? 'Not redeliverable: ' + why + '.' : '';
 	$('#event-detail').hidden = false;
+}
+
+// showItems lists a batch's items; a click searches the archive for one.
+function showItems(items) {
+	const tbody = $('#event-items tbody');
+	tbody.replaceChildren();
+	for (const it of items) {
+		const tr = el('tr');
+		tr.append(el('td', it.key), el('td', it.new ? 'yes' : 'no (seen before)'));
+		tr.addEventListener('click', guard(() => {
+			for (const n of filterNames) $('#filter-' + n).value = '';
+			$('#filter-key').value = it.key;
+			return go({ event: '', tab: 'archive' });
+		}));
+		tbody.append(tr);
+	}
+	$('#event-items-section').hidden = items.length === 0;
+}
+
+// formatBody writes a kept body for reading: JSON indented, base64 said.
+function formatBody(body, encoding) {
+	if (encoding === 'base64') return '(base64) ' + body;
+	try { return JSON.stringify(JSON.parse(body), null, 2); } catch (e) { return body; }
+}
+
+// showHistory renders an event's attempts (the history shape) into box,
+// oldest first, each with the application's answer as kept; section is
+// hidden when there is none.
+function showHistory(section, box, countEl, h) {
+	box.replaceChildren();
+	section.hidden = !h || !h.total;
+	if (section.hidden) return;
+	countEl.textContent = h.total > h.attempts.length
+		? '(the last ' + h.attempts.length + ' of ' + h.total + ')'
+		: '(' + h.total + ')';
+	for (const a of h.attempts) {
+		const ok = a.status >= 200 && a.status < 300;
+		const div = el('div', null, 'attempt ' + (ok ? 'ok' : 'failed'));
+		const outcome = a.status ? 'HTTP ' + a.status : 'no answer';
+		div.append(el('div', '#' + a.attempt + ' · ' + when(a.at) + ' · ' + outcome + ' · ' + a.latency_ms + ' ms · ' +
+			a.destination, 'attempt-line'));
+		if (a.error) div.append(el('div', a.error, 'status-error'));
+		const names = Object.keys(a.headers || {}).sort();
+		if (names.length) {
+			const table = el('table');
+			const tbody = el('tbody');
+			for (const name of names) {
+				for (const v of a.headers[name]) {
+					const tr = el('tr');
+					tr.append(el('td', name), el('td', v));
+					tbody.append(tr);
+				}
+			}
+			table.append(tbody);
+			div.append(table);
+		}
+		if (a.body !== undefined) div.append(el('pre', formatBody(a.body, a.body_encoding)));
+		if (a.truncated) div.append(el('p', 'The answer was longer: keep_response kept this much.', 'hint'));
+		box.append(div);
+	}
 }
 
 async function redeliverEvent() {
@@ -389,10 +448,34 @@ async function loadDead() {
 		actions.append(redeliver, ' ', discard);
 		tr.append(el('td', d.id), el('td', d.key), el('td', d.uri), el('td', d.attempts), el('td', d.last_status),
 			el('td', d.last_error), el('td', when(d.failed)), actions);
-		tbody.append(tr);
+		tbody.append(tr, deadDetail(d, tr.children.length));
 	}
 	$('#dead-empty').hidden = list.length > 0;
 	$('#dead-redeliver-all').hidden = list.length === 0;
+}
+
+// deadDetail is the row below a dead letter: its body and its attempts,
+// folded.
+function deadDetail(d, span) {
+	const tr = el('tr', null, 'dead-detail');
+	const td = el('td');
+	td.colSpan = span;
+	const details = el('details');
+	details.append(el('summary', 'Body and attempts'));
+	let body = d.body_omitted ? '(not shown: ' + d.body_omitted + ')' : '(none)';
+	if (d.body !== undefined) body = formatBody(d.body, d.body_encoding);
+	details.append(el('h5', 'Body' + (d.body_redacted ? ' (values redacted)' : '')), el('pre', body, 'dead-body'));
+	const section = el('div');
+	const count = el('span', null, 'muted');
+	const heading = el('h5', 'Attempts ');
+	heading.append(count);
+	const box = el('div', null, 'attempts');
+	section.append(heading, box);
+	showHistory(section, box, count, d.history);
+	details.append(section);
+	td.append(details);
+	tr.append(td);
+	return tr;
 }
 
 async function deadAction(method, path, done) {
@@ -403,7 +486,7 @@ async function deadAction(method, path, done) {
 
 async function redeliverAllDead() {
 	const source = view.source;
-	const n = document.querySelectorAll('#dead tbody tr').length;
+	const n = document.querySelectorAll('#dead tbody tr[data-id]').length;
 	if (!await confirmAction('Redeliver every dead letter of ' + source + ' (' + n + ' listed) to the application, each with a fresh retry schedule?', 'Redeliver all')) return;
 	const out = await call('POST', enc(source) + '/dead/redeliver');
 	say(count(out.redelivered, 'dead letter') + ' redelivered', true);
@@ -446,6 +529,7 @@ async function lookUpKey() {
 	for (const k of ['state', 'store_key', 'lease_left_ms', 'status', 'recorded_at', 'expires_at']) {
 		if (st[k] !== undefined) dl.append(el('dt', k), el('dd', st[k]));
 	}
+	showHistory($('#key-attempts-section'), $('#key-attempts'), $('#key-attempts-count'), st.history);
 }
 
 async function forgetKey() {
