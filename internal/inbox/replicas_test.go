@@ -37,7 +37,9 @@ func TestRedisInboxRefusedAcceptanceIsWithdrawn(t *testing.T) {
 				}
 				addrs = c.Addrs()
 			}
-			s := openRedisStoreWith(t, &redisstore.Store{Addresses: addrs, Replicas: 1, ReplicasTimeout: caddy.Duration(200 * time.Millisecond)})
+			// the timeout is what the healthy replica has to acknowledge the
+			// head on a loaded machine; each refusal below waits it out
+			s := openRedisStoreWith(t, &redisstore.Store{Addresses: addrs, Replicas: 1, ReplicasTimeout: caddy.Duration(2 * time.Second)})
 			ib := newOrderedInbox(t, s, "withdrawn", "http://127.0.0.1:9", nil) // never started: no worker takes anything
 			q := ib.q.(*redisQueue)
 			p := q.parts[0]
