@@ -91,7 +91,7 @@ func TestShowPrintsTheAttempts(t *testing.T) {
 		out = mustCLI(t, "webhook-idempotency", "show", "bare", "evt_b", "--address", admin)
 		return strings.Contains(out, "\n  attempt 1  "), out
 	})
-	if !regexp.MustCompile(`(?m)^  attempt 1  \S+Z\s+200\s+[\d.]+ms  ` + regexp.QuoteMeta(app.URL) + `/bare$`).MatchString(out) ||
+	if !regexp.MustCompile(`(?m)^  attempt 1  \S+Z\s+200\s+[\d.]+ms  `+regexp.QuoteMeta(app.URL)+`/bare$`).MatchString(out) ||
 		strings.Contains(out, "archived") {
 		t.Fatalf("show of an inbox event without an archive:\n%s", out)
 	}
