@@ -44,6 +44,12 @@ func TestShowPrintsTheAttempts(t *testing.T) {
 			}
 		}
 	}
+	handle /bare {
+		webhook_idempotency {
+			source bare
+			inbox %[2]s/bare
+		}
+	}
 	handle /direct {
 		webhook_idempotency {
 			source direct
@@ -55,8 +61,9 @@ func TestShowPrintsTheAttempts(t *testing.T) {
 	admin := fmt.Sprintf("localhost:%d", c.AdminPort)
 	resp, _ := testkit.Post(t, testkit.SiteURL(port)+"/inbox", []byte(`{"id":"evt_q"}`), "Idempotency-Key", "evt_q")
 	resp2, _ := testkit.Post(t, testkit.SiteURL(port)+"/direct", []byte(`{"id":"evt_d"}`), "Idempotency-Key", "evt_d")
-	if resp.StatusCode != http.StatusAccepted || resp2.StatusCode != http.StatusOK {
-		t.Fatalf("deliveries: %s, %s", resp.Status, resp2.Status)
+	resp3, _ := testkit.Post(t, testkit.SiteURL(port)+"/bare", []byte(`{"id":"evt_b"}`), "Idempotency-Key", "evt_b")
+	if resp.StatusCode != http.StatusAccepted || resp2.StatusCode != http.StatusOK || resp3.StatusCode != http.StatusAccepted {
+		t.Fatalf("deliveries: %s, %s, %s", resp.Status, resp2.Status, resp3.Status)
 	}
 
 	var out string
@@ -77,6 +84,16 @@ func TestShowPrintsTheAttempts(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^    attempt 1  \S+Z\s+200\s+[\d.]+ms  next$`).MatchString(out) ||
 		!strings.Contains(out, "\n        X-App: yes\n") || !strings.Contains(out, `{"received":true}`) {
 		t.Fatalf("show of a delivery in dedup mode:\n%s", out)
+	}
+
+	// an inbox without an archive: the key's event, its attempts
+	testkit.WaitFor(t, 10*time.Second, "evt_b's attempt shown", func() (bool, string) {
+		out = mustCLI(t, "webhook-idempotency", "show", "bare", "evt_b", "--address", admin)
+		return strings.Contains(out, "\n  attempt 1  "), out
+	})
+	if !regexp.MustCompile(`(?m)^  attempt 1  \S+Z\s+200\s+[\d.]+ms  `+regexp.QuoteMeta(app.URL)+`/bare$`).MatchString(out) ||
+		strings.Contains(out, "archived") {
+		t.Fatalf("show of an inbox event without an archive:\n%s", out)
 	}
 
 	out = mustCLI(t, "webhook-idempotency", "tail", "queued", "--address", admin)

@@ -17,6 +17,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 )
 
 // The admin API from the command line (docs/admin.md): a key's state,
@@ -153,17 +155,17 @@ func pauseCommand(fl caddycmd.Flags, op string) (int, error) {
 
 // tailEvent is what tail reads of an archived event.
 type tailEvent struct {
-	ID         string    `json:"id"`
-	Received   time.Time `json:"received"`
-	Key        string    `json:"key"`
-	Result     string    `json:"result"`
-	Status     int       `json:"status"`
-	DurationMs float64   `json:"duration_ms"`
-	Method     string    `json:"method"`
-	URI        string    `json:"uri"`
-	Remote     string    `json:"remote"`
-	Reason     string    `json:"reason"`
-	History    *history  `json:"history"`
+	ID         string             `json:"id"`
+	Received   time.Time          `json:"received"`
+	Key        string             `json:"key"`
+	Result     string             `json:"result"`
+	Status     int                `json:"status"`
+	DurationMs float64            `json:"duration_ms"`
+	Method     string             `json:"method"`
+	URI        string             `json:"uri"`
+	Remote     string             `json:"remote"`
+	Reason     string             `json:"reason"`
+	History    *event.HistoryView `json:"history"`
 }
 
 // eventIDLess orders archive event ids, `<ms>-<seq>`.
@@ -290,8 +292,9 @@ Prints the newest events of a source's archive through the admin API
 when received, result, status, handling time, request line, key and event
 id, and below it a line for each attempt of the event as known then: when,
 the status (or the error of an attempt that got no answer), the latency
-and the destination (show <source> <key> adds the application's answers). With --follow it then polls for new events (every --interval) and
-prints them as they are archived. --json prints each event as the API
+and the destination (show <source> <key> adds the application's
+answers). With --follow it then polls for new events (every --interval)
+and prints them as they are archived. --json prints each event as the API
 answers it, one JSON object per line. The route needs an archive.
 
 With --refused it prints the source's refused requests instead

@@ -14,35 +14,16 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 )
 
 // `show <source> <key>`: a key's state, its event's attempts and its
 // archived events, each with its attempts (docs/operating.md#commands).
 
-// history is an event's attempts as the admin API answers them (the
-// history shape of docs/admin.md).
-type history struct {
-	Total    int           `json:"total"`
-	Attempts []attemptView `json:"attempts"`
-}
-
-// attemptView is one attempt as the admin API answers it.
-type attemptView struct {
-	At           time.Time           `json:"at"`
-	Destination  string              `json:"destination"`
-	Attempt      int                 `json:"attempt"`
-	Status       int                 `json:"status"`
-	LatencyMs    float64             `json:"latency_ms"`
-	Error        string              `json:"error"`
-	Truncated    bool                `json:"truncated"`
-	Headers      map[string][]string `json:"headers"`
-	Body         *string             `json:"body"`
-	BodyEncoding string              `json:"body_encoding"`
-}
-
 // printHistory writes h's attempts, one line each, indented; whole adds
 // each answer's headers and body below its line.
-func printHistory(w io.Writer, h *history, indent string, whole bool) {
+func printHistory(w io.Writer, h *event.HistoryView, indent string, whole bool) {
 	if h == nil || h.Total == 0 {
 		return
 	}
@@ -107,11 +88,11 @@ func show(fl caddycmd.Flags, w io.Writer, source, key string) error {
 		return err
 	}
 	var st struct {
-		State      string     `json:"state"`
-		Status     int        `json:"status"`
-		RecordedAt *time.Time `json:"recorded_at"`
-		ExpiresAt  *time.Time `json:"expires_at"`
-		History    *history   `json:"history"`
+		State      string             `json:"state"`
+		Status     int                `json:"status"`
+		RecordedAt *time.Time         `json:"recorded_at"`
+		ExpiresAt  *time.Time         `json:"expires_at"`
+		History    *event.HistoryView `json:"history"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		return fmt.Errorf("the admin API answered %q: %v", body, err)
@@ -128,12 +109,22 @@ func show(fl caddycmd.Flags, w io.Writer, source, key string) error {
 		fmt.Fprintln(w, "inbox attempts:")
 		printHistory(w, st.History, "  ", true)
 	}
+	body, err = adminRequest(fl, http.MethodGet, sourcePath(source))
+	if err != nil {
+		return err
+	}
+	var src struct {
+		Archive *struct{} `json:"archive"`
+	}
+	if err := json.Unmarshal(body, &src); err != nil {
+		return fmt.Errorf("the admin API answered %q: %v", body, err)
+	}
+	if src.Archive == nil {
+		return nil // the source keeps no archive: the key's state is all there is
+	}
 	q := url.Values{"key": {key}, "count": {fmt.Sprint(showEvents)}}
 	body, err = adminRequest(fl, http.MethodGet, sourcePath(source, "events")+"?"+q.Encode())
 	if err != nil {
-		if strings.Contains(err.Error(), "no archive") {
-			return nil // the route keeps none: the key's state is all there is
-		}
 		return err
 	}
 	var list struct {

@@ -2,8 +2,8 @@ package inbox
 
 import (
 	"fmt"
-	"maps"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
