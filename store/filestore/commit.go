@@ -398,14 +398,16 @@ func (a *applier) loop() {
 
 // apply commits items in one transaction, then finishes their writes and
 // moves the values that were pending to the cache. The file is synced
-// before it returns unless the store syncs on an interval and nothing in
-// items was answered as on disk already.
+// before it returns, whatever the sync setting: a commit bbolt does not
+// sync may reach the disk with its meta page ahead of the pages it names,
+// which a power loss then leaves as a damaged file, not merely an older
+// one; and the writes that are not completions (an inbox's acceptance
+// above all) are promised on disk once answered (docs/stores.md).
 func (d *db) apply(items []applyItem) error {
 	var seq uint64
 	for _, it := range items {
 		seq = max(seq, it.seq)
 	}
-	d.bolt.NoSync = d.syncEvery.Load() > 0 && seq == 0
 	d.txKeys = d.txKeys[:0]
 	err := d.update(func(tx *bolt.Tx) error {
 		for _, it := range items {
