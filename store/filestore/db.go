@@ -274,9 +274,6 @@ func (d *db) Destruct() error {
 	d.done.Wait()
 	d.building.Wait()
 	d.writeFreelist()
-	if d.syncEvery.Load() > 0 {
-		_ = d.bolt.Sync()
-	}
 	if d.log != nil {
 		if d.log.dirty.Load() {
 			_ = d.log.sync()
@@ -295,7 +292,6 @@ func (d *db) Destruct() error {
 // check has read them.
 func (d *db) writeFreelist() {
 	d.bolt.NoFreelistSync = false
-	d.bolt.NoSync = false
 	if err := d.bolt.Update(func(*bolt.Tx) error { return nil }); err != nil {
 		d.logger.Warn("file store: writing the list of free pages at close failed; the next open rebuilds it", zap.String("path", d.path), zap.Error(err))
 	}
@@ -335,7 +331,8 @@ func (d *db) applySync() {
 	}
 }
 
-// syncLoop syncs the file every interval while the setting is one.
+// syncLoop syncs the log every interval while the setting is one (every
+// commit of the tree is synced, whatever the setting: apply).
 func (d *db) syncLoop() {
 	defer d.done.Done()
 	var tick <-chan time.Time
@@ -358,9 +355,6 @@ func (d *db) syncLoop() {
 			return
 		case <-d.syncKick:
 		case <-tick:
-			if err := d.bolt.Sync(); err != nil {
-				d.logger.Warn("file store: syncing the file failed", zap.String("path", d.path), zap.Error(err))
-			}
 			if d.log != nil && d.log.dirty.Load() {
 				if err := d.log.sync(); err != nil {
 					d.logger.Warn("file store: syncing the file's log failed", zap.String("path", d.path), zap.Error(err))

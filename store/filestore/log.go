@@ -42,7 +42,8 @@ import (
 // it holds (bucket `log`, key `applied`). When a record does not fit in
 // what is left of its segment, it goes at the start of the other one, once
 // the tree holds every record there (it does, long since: those records
-// are a segment older, and the tree takes records within applyDelay). At
+// are a segment older, and the tree takes records within applyDelay, or
+// once a quarter of a segment of them waits: commit.go). At
 // open, each segment's records are read from its start while each is whole
 // (its CRC) and follows the one before it (its sequence number; what an
 // earlier pass left further on has smaller numbers, all held by the tree);
@@ -271,12 +272,15 @@ func (l *wal) sync() error {
 }
 
 // fits reports whether puts fit in a segment of the log.
-func fits(puts []put) bool {
-	n := logHeader
+func fits(puts []put) bool { return logHeader+putsSize(puts) <= segSize }
+
+// putsSize is the most bytes puts take in a record of the log.
+func putsSize(puts []put) int {
+	n := 0
 	for _, p := range puts {
 		n += 9 + 2*binary.MaxVarintLen64 + len(p.key) + len(p.payload)
 	}
-	return n <= segSize
+	return n
 }
 
 // fdatasync flushes a file's data (and what is needed to read it back).
