@@ -59,30 +59,19 @@ type Series struct {
 type Percentiles struct{ P50, P99 []float64 }
 
 // Read returns the source's series over a window ending now: what the
-// store holds, and what this recorder counted since its last flush.
+// store holds, and what this recorder counted since its last flush. A nil
+// Recorder reads a series that counted nothing.
 func (r *Recorder) Read(ctx context.Context, w Window, now time.Time) (Series, error) {
 	stepSecs, unitSecs := int64(w.Step/time.Second), int64(w.tier.unit/time.Second)
 	steps := w.Steps()
 	firstStep := now.Unix()/stepSecs - int64(steps) + 1
 	first, last := firstStep*stepSecs/unitSecs, w.tier.unitOf(now)
-
-	ctx, cancel := context.WithTimeout(ctx, r.b.timeout())
-	defer cancel()
-	r.mu.Lock()
-	bs, err := r.b.buckets(ctx, w.tier, first, last)
-	if err == nil {
-		if bs == nil {
-			bs = map[int64]fields{}
+	bs := map[int64]fields{}
+	if r != nil {
+		var err error
+		if bs, err = r.buckets(ctx, w.tier, first, last, now); err != nil {
+			return Series{}, err
 		}
-		pending := r.pendingLocked(now)
-		if bs[last] == nil {
-			bs[last] = fields{}
-		}
-		bs[last].apply(pending, true)
-	}
-	r.mu.Unlock()
-	if err != nil {
-		return Series{}, err
 	}
 
 	s := Series{
@@ -106,6 +95,27 @@ func (r *Recorder) Read(ctx context.Context, w Window, now time.Time) (Series, e
 		}
 	}
 	return s, nil
+}
+
+// buckets reads a tier's buckets from unit first to last, the last with
+// what this recorder counted since its last flush.
+func (r *Recorder) buckets(ctx context.Context, t tier, first, last int64, now time.Time) (map[int64]fields, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.b.timeout())
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	bs, err := r.b.buckets(ctx, t, first, last)
+	if err != nil {
+		return nil, err
+	}
+	if bs == nil {
+		bs = map[int64]fields{}
+	}
+	if bs[last] == nil {
+		bs[last] = fields{}
+	}
+	bs[last].apply(r.pendingLocked(now), true)
+	return bs, nil
 }
 
 // add adds a bucket's field to step i.
@@ -155,24 +165,15 @@ type Totals struct {
 }
 
 // Totals returns the source's counts: what the store holds, and what this
-// recorder counted since its last flush.
+// recorder counted since its last flush. A nil Recorder counted nothing.
 func (r *Recorder) Totals(ctx context.Context) (Totals, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.b.timeout())
-	defer cancel()
 	now := time.Now()
-	r.mu.Lock()
-	f, err := r.b.totals(ctx)
-	var pending *write
-	if err == nil {
-		if f == nil {
-			f = fields{}
+	f, unflushed := fields{}, false
+	if r != nil {
+		var err error
+		if f, unflushed, err = r.totals(ctx, now); err != nil {
+			return Totals{}, err
 		}
-		pending = r.pendingLocked(now)
-		f.apply(pending, false)
-	}
-	r.mu.Unlock()
-	if err != nil {
-		return Totals{}, err
 	}
 	t := Totals{Results: make(map[string]int64, len(results.All)), Deliveries: make(map[string]int64, 3)}
 	for _, res := range results.All {
@@ -184,10 +185,28 @@ func (r *Recorder) Totals(ctx context.Context) (Totals, error) {
 	switch {
 	case f[fieldSince] > 0:
 		t.Since = time.Unix(f[fieldSince], 0).UTC()
-	case len(pending.counts) > 0: // counted, not flushed yet
+	case unflushed: // counted, not flushed yet
 		t.Since = now.UTC().Truncate(time.Second)
 	}
 	return t, nil
+}
+
+// totals reads the totals, with what this recorder counted since its last
+// flush, and whether it counted anything since.
+func (r *Recorder) totals(ctx context.Context, now time.Time) (f fields, unflushed bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.b.timeout())
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, err = r.b.totals(ctx); err != nil {
+		return nil, false, err
+	}
+	if f == nil {
+		f = fields{}
+	}
+	pending := r.pendingLocked(now)
+	f.apply(pending, false)
+	return f, len(pending.counts) > 0, nil
 }
 
 // pendingLocked is what the recorder counted since its last flush, as a
