@@ -17,6 +17,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -253,6 +254,7 @@ func (r adminRoute) Refusals() *archive.Archive {
 func (r adminRoute) Inbox() *inbox.Inbox                         { return r.h.inbox }
 func (r adminRoute) Archive() *archive.Archive                   { return r.h.archive }
 func (r adminRoute) Results() map[string]int64                   { return r.h.metrics.results() }
+func (r adminRoute) Series() *series.Recorder                    { return r.h.series }
 func (r adminRoute) Guards() bool                                { return r.h.guards() }
 func (r adminRoute) Guard(key string, info store.KeyInfo) string { return r.h.recordGuard(key, info) }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 )
@@ -195,6 +196,8 @@ type Handler struct {
 	inbox        *inbox.Inbox
 	drops        []func(ev *event.Request) bool // the inbox's drop rules
 	answerWithin time.Duration                  // respond app within; 0 for off
+	series       *series.Recorder               // counts and series kept in the store (internal/series)
+	seriesDone   func()                         // gives the use of series back
 	refusals     *refusals                      // the list of refused requests (refusals.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
@@ -294,6 +297,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.checkBatchStore(); err != nil {
 		return err
 	}
+	if h.series, h.seriesDone, err = series.Use(h.Source, h.store.backend, h.logger); err != nil {
+		return fmt.Errorf("series: %v", err)
+	}
+	h.metrics.series = h.series
 	if h.refusals, err = h.newRefusals(); err != nil {
 		return err
 	}
@@ -462,6 +469,11 @@ func (h *Handler) Cleanup() error {
 		h.archive.Stop()
 	}
 	h.refusals.stop()
+	if h.seriesDone != nil {
+		// after the inbox: its last deliveries are counted
+		h.seriesDone()
+		h.seriesDone = nil
+	}
 	if h.ownedStore != nil {
 		err := h.ownedStore.Cleanup()
 		h.ownedStore = nil
@@ -476,6 +488,7 @@ func (h *Handler) Cleanup() error {
 // answer. A provider's handshake is answered on the way (handshake.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rs := h.newRequest(w, r, next)
+	defer rs.handled()
 	if answered, err := rs.edgeRefused(); answered {
 		return err
 	}

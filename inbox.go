@@ -387,6 +387,7 @@ func (h *Handler) inboxConfig() (inbox.Config, error) {
 		TTL:         time.Duration(h.TTL),
 		Namespace:   h.namespace(),
 		Forward:     h.fwd.later,
+		Series:      h.series,
 		Logger:      h.logger,
 	}
 	if cfg.TLS != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 )
 
 // Each handler's series of the module's collectors (internal/metrics,
@@ -38,6 +39,8 @@ type handlerMetrics struct {
 	duration    [numStoreOps]prometheus.Observer
 
 	unrecorded prometheus.Counter // answers whose recording finally failed (lease.go)
+
+	series *series.Recorder // the counts kept in the store, once the store is known
 }
 
 // registerMetrics registers the collectors in the configuration's registry
@@ -58,10 +61,12 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 	return m, nil
 }
 
-// countResult counts one request's result.
+// countResult counts one request's result, in the metric and in the
+// store's counts.
 func (m *handlerMetrics) countResult(result string) {
 	if i := results.Index(result); i >= 0 {
 		m.requests[i].Inc()
+		m.series.Result(i)
 	}
 }
 

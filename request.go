@@ -47,9 +47,10 @@ type requestState struct {
 	answer      *inbox.Answer  // the attempt at acceptance, with respond app within
 	batch       *batchState    // the items of a batch (batch.go); nil for one delivery
 
+	start  time.Time // when the handler got the request
+	result string    // the result, once set
+
 	// with an archive (archive.go)
-	start    time.Time     // when the handler got the request
-	result   string        // the result, once set
 	status   *statusWriter // learns the answer's status
 	archived bool          // the event was archived
 	// the application's answer, the one attempt of dedup mode (set
@@ -85,11 +86,33 @@ func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyh
 	if rs.extra != nil {
 		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
 	}
-	if h.archive != nil {
-		rs.start = now()
-	}
+	rs.start = now()
 	rs.startTrace()
 	return rs
+}
+
+// handled counts the handling time of a delivery, when the request was
+// one (not skipped, nor a handshake, and with a result).
+func (rs *requestState) handled() {
+	switch rs.result {
+	case "", results.Skipped, results.Handshake:
+		return
+	}
+	rs.h.series.Handled(time.Since(rs.start))
+}
+
+// callNext hands the request to the next handler, the application, and
+// counts the time it took to answer.
+func (rs *requestState) callNext(w http.ResponseWriter) error {
+	return rs.callNextSince(w, time.Now())
+}
+
+// callNextSince is callNext for a caller that took the time it hands the
+// request on (start).
+func (rs *requestState) callNextSince(w http.ResponseWriter, start time.Time) error {
+	err := rs.next.ServeHTTP(w, rs.r)
+	rs.h.series.App(time.Since(start))
+	return err
 }
 
 // set sets a placeholder and the access-log field of the same name.
@@ -390,7 +413,7 @@ func (rs *requestState) dispatch(res store.ClaimResult) error {
 		if rs.h.inFlight == inFlightProceed && rs.h.inbox == nil {
 			rs.setResult(results.New)
 			rs.handOn()
-			return rs.next.ServeHTTP(rs.w, rs.r)
+			return rs.callNext(rs.w)
 		}
 		return rs.conflict(res)
 	}
@@ -544,11 +567,8 @@ func (rs *requestState) serve(c claimed) error {
 		}
 	}()
 	rs.handOn()
-	var handed time.Time
-	if h.archive != nil {
-		handed = time.Now()
-	}
-	err := rs.next.ServeHTTP(rec, rs.r)
+	handed := time.Now()
+	err := rs.callNextSince(rec, handed)
 	returned = true
 	rn.stop()
 	rs.traceStep(spanComplete)
@@ -625,7 +645,7 @@ func (rs *requestState) storeFailed(op storeOp, err error) error {
 	}
 	rs.setResult(results.Bypassed)
 	rs.handOn()
-	return rs.next.ServeHTTP(rs.w, rs.r)
+	return rs.callNext(rs.w)
 }
 
 // Error bodies.

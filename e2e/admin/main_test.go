@@ -26,14 +26,25 @@ type redeliveryOutcome struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// minutesAnswer is the JSON of a source's last hour, as docs/admin.md
+// minutesAnswer is the JSON of a source's series, as docs/admin.md
 // documents it.
 type minutesAnswer struct {
-	Source      string    `json:"source"`
-	From        time.Time `json:"from"`
-	StepSeconds int       `json:"step_seconds"`
-	New         []int64   `json:"new"`
-	Replayed    []int64   `json:"replayed"`
-	Invalid     []int64   `json:"invalid"`
-	Failed      []int64   `json:"failed"`
+	Source            string             `json:"source"`
+	Window            string             `json:"window"`
+	From              time.Time          `json:"from"`
+	StepSeconds       int                `json:"step_seconds"`
+	New               []int64            `json:"new"`
+	Replayed          []int64            `json:"replayed"`
+	Invalid           []int64            `json:"invalid"`
+	Failed            []int64            `json:"failed"`
+	Results           map[string][]int64 `json:"results"`
+	HandlingP50       []*float64         `json:"handling_p50_ms"`
+	HandlingP99       []*float64         `json:"handling_p99_ms"`
+	AppP50            []*float64         `json:"app_p50_ms"`
+	AppP99            []*float64         `json:"app_p99_ms"`
+	InboxDelivered    []int64            `json:"inbox_delivered"`
+	InboxRetried      []int64            `json:"inbox_retried"`
+	InboxDeadLettered []int64            `json:"inbox_dead_lettered"`
+	InboxBacklog      []int64            `json:"inbox_backlog"`
+	LagP50            []*float64         `json:"lag_p50_ms"`
 }

@@ -1,12 +1,14 @@
 package admin
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +138,116 @@ func TestAdminMinutes(t *testing.T) {
 	}
 	adminExpectError(t, c, http.MethodPost, "/webhook_idempotency/"+src+"/minutes", http.StatusMethodNotAllowed)
 	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/nosuch/minutes", http.StatusNotFound)
+}
+
+// TestAdminMinutesWindows: the series read over the last hour, day and
+// week count the same deliveries, in steps of a minute, five minutes and
+// an hour; the application's answer time (an upstream that takes 30 ms)
+// and the handling time around it are read as percentiles, null for a
+// step without requests; another window is a 400.
+func TestAdminMinutesWindows(t *testing.T) {
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+		time.Sleep(30 * time.Millisecond)
+	})
+	port := testkit.FreePort(t)
+	src := fmt.Sprintf("minutes_windows_%d", time.Now().UnixNano())
+	c := testkit.StartCaddy(t, "", minutesSite(port, src, up))
+	url := testkit.SiteURL(port) + "/hook"
+	for i, key := range []string{"w1", "w2", "w3", "w1"} {
+		if resp := minutesPost(t, url, `{"n":"`+key+`"}`, key); resp.StatusCode != http.StatusOK {
+			t.Fatalf("delivery %d: %s", i, resp.Status)
+		}
+	}
+	for _, w := range []struct {
+		name        string
+		steps, step int
+	}{{"", 60, 60}, {"1h", 60, 60}, {"24h", 288, 300}, {"7d", 168, 3600}} {
+		var m minutesAnswer
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+src+"/minutes?window="+w.name, &m)
+		if m.Window != cmp.Or(w.name, "1h") || m.StepSeconds != w.step || len(m.New) != w.steps || len(m.AppP50) != w.steps || len(m.HandlingP99) != w.steps {
+			t.Fatalf("window %q: %s, step %d, %d steps", w.name, m.Window, m.StepSeconds, len(m.New))
+		}
+		if sumOf(m.New) != 3 || sumOf(m.Replayed) != 1 || sumOf(m.Results["new"]) != 3 || m.InboxBacklog != nil {
+			t.Fatalf("window %q: new %d, replayed %d, results %v", w.name, sumOf(m.New), sumOf(m.Replayed), m.Results)
+		}
+		// the deliveries are in the last step, or the one before when a
+		// step ended meanwhile
+		if app, handling := maxOf(m.AppP50), maxOf(m.HandlingP99); app < 30*0.875 || handling < app {
+			t.Fatalf("window %q: app p50 %v, handling p99 %v", w.name, app, handling)
+		}
+		if m.AppP50[0] != nil || m.HandlingP50[0] != nil {
+			t.Fatalf("window %q: the first step has percentiles without requests", w.name)
+		}
+	}
+	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/"+src+"/minutes?window=2h", http.StatusBadRequest)
+}
+
+// maxOf is the highest value of a list of percentiles, 0 for none.
+func maxOf(ps []*float64) float64 {
+	m := 0.0
+	for _, p := range ps {
+		if p != nil {
+			m = max(m, *p)
+		}
+	}
+	return m
+}
+
+// TestAdminMinutesInboxFailures: an inbox whose application keeps failing
+// charts its attempts as failed (6 retries and a dead letter: 7), in its
+// own series too, with its backlog while the event waited; the source's
+// deliveries count them.
+func TestAdminMinutesInboxFailures(t *testing.T) {
+	app := testkit.NewUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	port := testkit.FreePort(t)
+	src := fmt.Sprintf("minutes_inbox_%d", time.Now().UnixNano())
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	webhook_idempotency {
+		source %s
+		inbox {
+			deliver_to %s
+			retries 300ms 300ms 300ms 300ms 300ms 300ms
+			jitter 0%%
+			timeout 5s
+		}
+	}
+}
+`, port, src, app.URL))
+	if resp, b := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"n":1}`), "Idempotency-Key", "f1"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept: %s %s", resp.Status, b)
+	}
+	testkit.Eventually(t, 30*time.Second, "the dead letter counted", func() bool {
+		var m minutesAnswer
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+src+"/minutes", &m)
+		return sumOf(m.InboxDeadLettered) == 1
+	})
+	for _, window := range []string{"1h", "7d"} {
+		var m minutesAnswer
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+src+"/minutes?window="+window, &m)
+		if sumOf(m.New) != 1 || sumOf(m.Failed) != 7 || sumOf(m.InboxRetried) != 6 || sumOf(m.InboxDeadLettered) != 1 || sumOf(m.InboxDelivered) != 0 {
+			t.Fatalf("%s: new %d, failed %d, retried %d, dead-lettered %d", window, sumOf(m.New), sumOf(m.Failed), sumOf(m.InboxRetried), sumOf(m.InboxDeadLettered))
+		}
+		if slices.Max(m.InboxBacklog) < 1 || slices.ContainsFunc(m.LagP50, func(p *float64) bool { return p != nil }) {
+			t.Fatalf("%s: backlog %v, lag %v", window, m.InboxBacklog, m.LagP50)
+		}
+		var p50 int
+		for _, p := range m.AppP50 {
+			if p != nil {
+				p50++
+			}
+		}
+		if p50 == 0 {
+			t.Fatalf("%s: no application time for 7 answered attempts", window)
+		}
+	}
+	var st struct {
+		Deliveries map[string]int64 `json:"deliveries"`
+		Results    map[string]int64 `json:"results"`
+	}
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+src, &st)
+	if st.Deliveries["retried"] != 6 || st.Deliveries["dead_lettered"] != 1 || st.Results["new"] != 1 {
+		t.Fatalf("source: deliveries %v, results %v", st.Deliveries, st.Results)
+	}
 }

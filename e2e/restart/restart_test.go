@@ -47,6 +47,7 @@ type caddyProcess struct {
 	cmd     *exec.Cmd
 	dataDir string
 	config  string
+	admin   int // the admin endpoint's port
 	log     *bytes.Buffer
 	exited  chan struct{}
 }
@@ -62,7 +63,9 @@ func startCaddyProcess(t *testing.T, dataDir, sites, probe string) *caddyProcess
 	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return runCaddyProcess(t, dataDir, config, probe)
+	p := runCaddyProcess(t, dataDir, config, probe)
+	p.admin = admin
+	return p
 }
 
 func runCaddyProcess(t *testing.T, dataDir, config, probe string) *caddyProcess {

@@ -18,11 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/archive"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -40,7 +42,7 @@ func init() {
 //	GET    /webhook_idempotency/                                every source
 //	GET    /webhook_idempotency/console                         the console
 //	GET    /webhook_idempotency/<source>                        one source
-//	GET    /webhook_idempotency/<source>/minutes                the last hour, per minute
+//	GET    /webhook_idempotency/<source>/minutes[?window=]      its series: 1h, 24h or 7d
 //	GET    /webhook_idempotency/<source>/keys/<key>             a key's state
 //	DELETE /webhook_idempotency/<source>/keys/<key>             forget a key
 //	GET    /webhook_idempotency/<source>/keys?key=<key>         the same, any key
@@ -295,8 +297,15 @@ type sourceStatus struct {
 	Store string `json:"store"`
 	// Routes is the number of handlers with this source.
 	Routes int `json:"routes"`
-	// Results counts requests by result since this Caddy process started.
-	Results map[string]int64 `json:"results"`
+	// Results counts requests by result, as kept in the store: every
+	// instance's since ResultsSince. When the store did not answer, this
+	// process's since it started, and ResultsSince is left out.
+	Results      map[string]int64 `json:"results"`
+	ResultsSince time.Time        `json:"results_since,omitzero"`
+	// Deliveries counts the inbox's delivery attempts by outcome
+	// (delivered, retried, dead_lettered), as kept in the store, when the
+	// source has an inbox.
+	Deliveries map[string]int64 `json:"deliveries,omitempty"`
 	// Inbox tells whether a route of the source has an inbox; its counts
 	// (pending, scheduled, dead) follow when it has.
 	Inbox bool `json:"inbox"`
@@ -366,18 +375,24 @@ func (s *adminSource) health() *storeHealth {
 func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 	first := s.routes[0]
 	st := sourceStatus{
-		Source:  s.name,
-		Store:   first.StoreModule(),
-		Routes:  len(s.routes),
-		Results: first.Results(),
+		Source: s.name,
+		Store:  first.StoreModule(),
+		Routes: len(s.routes),
 		// no store call: a file store checks its files every 5 s
 		StoreHealth: s.health(),
 	}
+	// the counts are read beside the inbox's and the archive's, so that a
+	// store that does not answer costs its timeout once
+	var tot series.Totals
+	var totErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { tot, totErr = first.Series().Totals(r.Context()) })
 	var failed error // the first store error; the other counts are still read
 	for _, rt := range s.routes {
 		st.AllowIPs = append(st.AllowIPs, rt.AllowLists()...)
 	}
-	if ib, err := s.inbox(); err == nil {
+	ib, _ := s.inbox()
+	if ib != nil {
 		st.Inbox = true
 		if c, err := ib.Counts(r.Context()); err != nil {
 			failed = err
@@ -406,6 +421,16 @@ func (s *adminSource) status(r *http.Request) (sourceStatus, error) {
 		} else {
 			st.Archive.Events = &n
 		}
+	}
+	wg.Wait()
+	switch {
+	case totErr != nil:
+		failed = cmp.Or(failed, totErr)
+		st.Results = first.Results()
+	case ib != nil:
+		st.Results, st.ResultsSince, st.Deliveries = tot.Results, tot.Since, tot.Deliveries
+	default:
+		st.Results, st.ResultsSince = tot.Results, tot.Since
 	}
 	if failed != nil {
 		return st, storeError(s.name, failed)

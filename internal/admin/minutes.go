@@ -1,28 +1,21 @@
 package admin
 
 import (
+	"fmt"
+	"math"
 	"net/http"
-	"sync"
+	"strconv"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/query"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 )
 
-// The last hour of each source's results, a minute at a time, for the
-// console's charts (docs/admin.md#minutes): drawn from the requests
-// counter the module already keeps (caddy_webhook_idempotency_requests_total),
-// sampled every few seconds while the admin endpoint runs and whenever
-// the route is read, into a small ring per source in this process. The
-// ring survives config reloads, as the counters do; a restart empties it.
-
-// minutesKept is how many minutes a source's ring holds.
-const minutesKept = 60
-
-// minuteSampleEvery is how often the running configuration's counters
-// are read into the rings.
-const minuteSampleEvery = 5 * time.Second
+// A source's series over the last hour, day or week, for the console's
+// charts (docs/admin.md#minutes): read from the counts the route keeps in
+// its store (internal/series), which every instance sharing the store adds
+// to and which survive restarts and reloads.
 
 // The series of the charts, each a sum of results.
 const (
@@ -30,12 +23,12 @@ const (
 	seriesReplayed        // replayed
 	seriesInvalid         // invalid_signature
 	seriesFailed          // answered with an error, or passed on without deduplication
-	numSeries
 )
 
 // resultSeries maps a result to its series; -1 for the results that are
-// no delivery (skipped, handshake). A result not named here (a result
-// added later) counts as failed.
+// no delivery (skipped, handshake) or no failure of one (filtered: an
+// inbox's drop rule answered it). A result not named here (a result added
+// later) counts as failed.
 func resultSeries(result string) int {
 	switch result {
 	case results.New:
@@ -44,129 +37,109 @@ func resultSeries(result string) int {
 		return seriesReplayed
 	case results.InvalidSignature:
 		return seriesInvalid
-	case results.Skipped, results.Handshake:
+	case results.Skipped, results.Handshake, results.Filtered:
 		return -1
 	}
 	return seriesFailed
 }
 
-// minuteCounts are one minute's counts of each series.
-type minuteCounts struct {
-	minute int64 // Unix minutes
-	counts [numSeries]int64
-}
-
-// sourceMinutes is a source's ring and the counter values last read.
-type sourceMinutes struct {
-	last    map[string]int64 // by result
-	buckets [minutesKept]minuteCounts
-}
-
-// minutesHistory holds every source's ring.
-var minutesHistory = struct {
-	sync.Mutex
-	sources map[string]*sourceMinutes
-}{sources: make(map[string]*sourceMinutes)}
-
-// sampleMinutes reads the counters of every source of the running
-// configuration and adds what they counted since the last read to the
-// current minute. A source read for the first time adds all its counters
-// hold: the sampling starts with the admin endpoint, so what they counted
-// before is only what came in since the source's provision, moments ago.
-func sampleMinutes(now time.Time) {
-	minute := now.Unix() / 60
-	for _, name := range runningSourceNames() {
-		rs := sourceRoutes(name)
-		if len(rs) == 0 {
-			continue
-		}
-		values := rs[0].Results()
-		minutesHistory.Lock()
-		sm := minutesHistory.sources[name]
-		if sm == nil {
-			sm = &sourceMinutes{last: make(map[string]int64, len(results.All))}
-			minutesHistory.sources[name] = sm
-		}
-		b := &sm.buckets[minute%minutesKept]
-		if b.minute != minute {
-			*b = minuteCounts{minute: minute}
-		}
-		for res, v := range values {
-			if s := resultSeries(res); s >= 0 && v > sm.last[res] {
-				b.counts[s] += v - sm.last[res]
-			}
-			sm.last[res] = v
-		}
-		minutesHistory.Unlock()
-	}
-}
-
-// minutesAnswer is a source's last hour as the admin API answers it: a
-// value per minute for each series, oldest first, the last one the
-// current minute (still counting).
+// minutesAnswer is a source's window as the admin API answers it: a value
+// per step for each series, oldest first, the last one the current step
+// (still counting).
 type minutesAnswer struct {
 	Source string `json:"source"`
-	// From is the start of the first minute.
+	// Window is the span read: 1h, 24h or 7d.
+	Window string `json:"window"`
+	// From is the start of the first step.
 	From time.Time `json:"from"`
-	// StepSeconds is the length of each step: 60.
+	// StepSeconds is the length of each step: 60, 300 or 3600.
 	StepSeconds int     `json:"step_seconds"`
 	New         []int64 `json:"new"`
 	Replayed    []int64 `json:"replayed"`
 	Invalid     []int64 `json:"invalid"`
-	Failed      []int64 `json:"failed"`
+	// Failed counts the requests of the other results, and the inbox's
+	// failed delivery attempts.
+	Failed []int64 `json:"failed"`
+	// Results are the requests by result, each result counted in the
+	// window.
+	Results     map[string][]int64 `json:"results"`
+	HandlingP50 millis             `json:"handling_p50_ms"`
+	HandlingP99 millis             `json:"handling_p99_ms"`
+	AppP50      millis             `json:"app_p50_ms"`
+	AppP99      millis             `json:"app_p99_ms"`
+	// With an inbox.
+	InboxDelivered    []int64 `json:"inbox_delivered,omitempty"`
+	InboxRetried      []int64 `json:"inbox_retried,omitempty"`
+	InboxDeadLettered []int64 `json:"inbox_dead_lettered,omitempty"`
+	InboxBacklog      []int64 `json:"inbox_backlog,omitempty"`
+	LagP50            millis  `json:"lag_p50_ms,omitempty"`
+	LagP99            millis  `json:"lag_p99_ms,omitempty"`
 }
 
-// minutesOf returns a source's last hour up to now.
-func minutesOf(source string, now time.Time) minutesAnswer {
-	last := now.Unix() / 60
-	first := last - minutesKept + 1
-	out := minutesAnswer{
-		Source: source, From: time.Unix(first*60, 0).UTC(), StepSeconds: 60,
-		New: make([]int64, minutesKept), Replayed: make([]int64, minutesKept),
-		Invalid: make([]int64, minutesKept), Failed: make([]int64, minutesKept),
-	}
-	minutesHistory.Lock()
-	defer minutesHistory.Unlock()
-	sm := minutesHistory.sources[source]
-	if sm == nil {
-		return out
-	}
-	for m := first; m <= last; m++ {
-		b := sm.buckets[m%minutesKept]
-		if b.minute != m {
+// millis are durations in milliseconds, to the microsecond; null for a
+// step that counted none.
+type millis []float64
+
+// MarshalJSON implements json.Marshaler.
+func (m millis) MarshalJSON() ([]byte, error) {
+	out := append(make([]byte, 0, 8*len(m)), '[')
+	for i, v := range m {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if math.IsNaN(v) {
+			out = append(out, "null"...)
 			continue
 		}
-		i := m - first
-		out.New[i], out.Replayed[i] = b.counts[seriesNew], b.counts[seriesReplayed]
-		out.Invalid[i], out.Failed[i] = b.counts[seriesInvalid], b.counts[seriesFailed]
+		out = strconv.AppendFloat(out, math.Round(v*1000)/1000, 'f', -1, 64)
+	}
+	return append(out, ']'), nil
+}
+
+// minutesOf shapes a source's series as the answer.
+func minutesOf(source string, w series.Window, s series.Series, inbox bool) minutesAnswer {
+	n := w.Steps()
+	out := minutesAnswer{
+		Source: source, Window: w.Name, From: s.From, StepSeconds: int(w.Step / time.Second),
+		New: make([]int64, n), Replayed: make([]int64, n), Invalid: make([]int64, n), Failed: make([]int64, n),
+		Results:     s.Results,
+		HandlingP50: s.Handled.P50, HandlingP99: s.Handled.P99, AppP50: s.App.P50, AppP99: s.App.P99,
+	}
+	chart := [...][]int64{seriesNew: out.New, seriesReplayed: out.Replayed, seriesInvalid: out.Invalid, seriesFailed: out.Failed}
+	for res, counts := range s.Results {
+		k := resultSeries(res)
+		if k < 0 {
+			continue
+		}
+		for i, v := range counts {
+			chart[k][i] += v
+		}
+	}
+	for i := range n {
+		out.Failed[i] += s.Retried[i] + s.DeadLettered[i]
+	}
+	if inbox {
+		out.InboxDelivered, out.InboxRetried, out.InboxDeadLettered = s.Delivered, s.Retried, s.DeadLettered
+		out.InboxBacklog, out.LagP50, out.LagP99 = s.Backlog, s.Lag.P50, s.Lag.P99
 	}
 	return out
 }
 
-// handleMinutes answers a source's last hour, a minute at a time.
-func handleMinutes(w http.ResponseWriter, _ *http.Request, src *adminSource) error {
-	now := time.Now()
-	sampleMinutes(now)
-	return writeJSON(w, minutesOf(src.name, now))
+// handleMinutes answers a source's series over a window,
+// ?window=1h (the default), 24h or 7d.
+func handleMinutes(w http.ResponseWriter, r *http.Request, src *adminSource) error {
+	name := query.Value(r.URL.RawQuery, "window")
+	if name == "" {
+		name = series.Windows[0].Name
+	}
+	win, ok := series.WindowNamed(name)
+	if !ok {
+		return apiError(http.StatusBadRequest, fmt.Errorf("invalid window %q: want 1h, 24h or 7d", name))
+	}
+	s, err := src.routes[0].Series().Read(r.Context(), win, time.Now())
+	if err != nil {
+		return storeError(src.name, err)
+	}
+	_, noInbox := src.inbox()
+	return writeJSON(w, minutesOf(src.name, win, s, noInbox == nil))
 }
-
-// Provision starts the sampling of the per-minute counts, which stops
-// with the admin endpoint (every config load replaces it).
-func (a *AdminAPI) Provision(ctx caddy.Context) error {
-	go func() {
-		tick := time.NewTicker(minuteSampleEvery)
-		defer tick.Stop()
-		sampleMinutes(time.Now())
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				sampleMinutes(time.Now())
-			}
-		}
-	}()
-	return nil
-}
-
-var _ caddy.Provisioner = (*AdminAPI)(nil)

@@ -1,7 +1,8 @@
 package admin
 
 import (
-	"fmt"
+	"encoding/json"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -11,20 +12,16 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// countingRoute is a Route whose results the test sets.
+// countingRoute is a Route with the process's counts the test sets, and no
+// series.
 type countingRoute struct {
 	source string
 	mu     sync.Mutex
 	counts map[string]int64
-}
-
-func (r *countingRoute) add(result string, n int64) {
-	r.mu.Lock()
-	r.counts[result] += n
-	r.mu.Unlock()
 }
 
 func (r *countingRoute) Results() map[string]int64 {
@@ -37,6 +34,7 @@ func (r *countingRoute) Results() map[string]int64 {
 	return out
 }
 
+func (r *countingRoute) Series() *series.Recorder           { return nil }
 func (r *countingRoute) Source() string                     { return r.source }
 func (r *countingRoute) Store() store.Store                 { return nil }
 func (r *countingRoute) StoreModule() string                { return "memory" }
@@ -51,44 +49,63 @@ func (r *countingRoute) AllowLists() []any                  { return nil }
 func (r *countingRoute) Guards() bool                       { return false }
 func (r *countingRoute) Guard(string, store.KeyInfo) string { return "" }
 
-// TestMinutesRing: counts land in the minute they were read in, a minute
-// older than the hour leaves the answer, and the ring's slot of an old
-// minute is reused without its counts.
-func TestMinutesRing(t *testing.T) {
-	rt := &countingRoute{source: fmt.Sprintf("minutes_ring_%d", time.Now().UnixNano()), counts: map[string]int64{}}
-	owner := new(int)
-	Publish(owner, []Route{rt}, Settings{})
-	t.Cleanup(func() { Withdraw(owner) })
-	src := rt.source
-	t0 := time.Now().Add(24 * time.Hour).Truncate(time.Minute)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+// TestMinutesOf: the charts' four series sum the results counted in each
+// step, and failed counts the inbox's failed attempts too (a source whose
+// deliveries were retried and dead-lettered does not chart "failed 0");
+// the inbox's series are given only for a source with an inbox.
+func TestMinutesOf(t *testing.T) {
+	w := series.Windows[0]
+	n := w.Steps()
+	at := func(i int, v int64) []int64 {
+		l := make([]int64, n)
+		l[i] = v
+		return l
+	}
+	nan := func() []float64 {
+		l := make([]float64, n)
+		for i := range l {
+			l[i] = math.NaN()
+		}
+		return l
+	}
+	s := series.Series{
+		From: time.Unix(0, 0), Step: time.Minute,
+		Results: map[string][]int64{
+			results.New: at(3, 2), results.Replayed: at(3, 1), results.InvalidSignature: at(4, 1),
+			results.Conflict: at(5, 1), results.Forbidden: at(5, 1), results.Skipped: at(5, 7),
+		},
+		Delivered: at(6, 1), Retried: at(6, 6), DeadLettered: at(6, 1), Backlog: at(6, 3),
+		Handled: series.Percentiles{P50: nan(), P99: nan()}, App: series.Percentiles{P50: nan(), P99: nan()},
+		Lag: series.Percentiles{P50: nan(), P99: nan()},
+	}
+	m := minutesOf("src", w, s, true)
+	if m.New[3] != 2 || m.Replayed[3] != 1 || m.Invalid[4] != 1 || m.Failed[5] != 2 || m.Failed[6] != 7 || m.StepSeconds != 60 || m.Window != "1h" {
+		t.Fatalf("new %v replayed %v invalid %v failed %v", m.New[:8], m.Replayed[:8], m.Invalid[:8], m.Failed[:8])
+	}
+	if m.InboxRetried[6] != 6 || m.InboxDeadLettered[6] != 1 || m.InboxBacklog[6] != 3 || m.LagP50 == nil {
+		t.Fatalf("inbox series: %+v", m)
+	}
+	b, err := json.Marshal(minutesOf("src", w, s, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"inbox_delivered", "inbox_retried", "inbox_dead_lettered", "inbox_backlog", "lag_p50_ms", "lag_p99_ms"} {
+		if _, ok := raw[k]; ok {
+			t.Errorf("%s for a source without an inbox", k)
+		}
+	}
+}
 
-	rt.add(results.New, 3)
-	sampleMinutes(at(0)) // what came before is in t0's minute
-	base := minutesOf(src, at(0))
-	if last := len(base.New) - 1; base.New[last] != 3 {
-		t.Fatalf("first read: new %v", base.New[last-2:])
-	}
-	rt.add(results.New, 2)
-	sampleMinutes(at(10 * time.Second))
-	rt.add(results.Replayed, 1)
-	sampleMinutes(at(90 * time.Second))
-
-	m := minutesOf(src, at(2*time.Minute))
-	last := len(m.New) - 1
-	if m.New[last-2] != 5 || m.Replayed[last-1] != 1 || m.New[last-1] != 0 || sumOf(m.Replayed) != 1 {
-		t.Fatalf("new %v, replayed %v", m.New[50:], m.Replayed[50:])
-	}
-	// an hour later the first minute is out of the window, and its slot
-	// (the same one) is reused for the new minute without its counts
-	rt.add(results.New, 1)
-	sampleMinutes(at(time.Hour + 5*time.Second))
-	m = minutesOf(src, at(time.Hour+10*time.Second))
-	if sumOf(m.New) != 1 || m.New[len(m.New)-1] != 1 || sumOf(m.Replayed) != 1 {
-		t.Fatalf("an hour later: new %v, replayed %v", m.New, m.Replayed)
-	}
-	if m := minutesOf(src, at(3*time.Hour)); sumOf(m.New)+sumOf(m.Replayed) != 0 {
-		t.Fatalf("hours later: %+v", m)
+// TestMillisJSON: a step that counted nothing is null, not 0 ms; a
+// duration is written to the microsecond.
+func TestMillisJSON(t *testing.T) {
+	b, err := json.Marshal(millis{math.NaN(), 1.23456, 250})
+	if err != nil || string(b) != "[null,1.235,250]" {
+		t.Fatalf("%s %v", b, err)
 	}
 }
 
@@ -96,16 +113,9 @@ func TestMinutesRing(t *testing.T) {
 func TestResultSeries(t *testing.T) {
 	for res, want := range map[string]int{results.New: seriesNew, results.Replayed: seriesReplayed, results.InvalidSignature: seriesInvalid,
 		results.Conflict: seriesFailed, results.Mismatch: seriesFailed, results.TooLarge: seriesFailed, results.Bypassed: seriesFailed,
-		results.Unavailable: seriesFailed, results.Skipped: -1, results.Handshake: -1} {
+		results.Unavailable: seriesFailed, results.Skipped: -1, results.Handshake: -1, results.Filtered: -1} {
 		if got := resultSeries(res); got != want {
 			t.Errorf("%s: series %d, want %d", res, got, want)
 		}
 	}
-}
-
-func sumOf(v []int64) (n int64) {
-	for _, x := range v {
-		n += x
-	}
-	return n
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/reconcile"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -41,8 +42,9 @@ type Route interface {
 	Inbox() *inbox.Inbox
 	Archive() *archive.Archive
 	// Results counts the source's requests by result since the process
-	// started.
+	// started; Series are the counts and series kept in the store.
 	Results() map[string]int64
+	Series() *series.Recorder
 	// AllowLists is the state of each of the route's address lists
 	// (allow_ips), as JSON.
 	AllowLists() []any

@@ -32,6 +32,7 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/metrics"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/series"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/filestore"
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
@@ -76,7 +77,11 @@ type Config struct {
 	Forward *forward.Forwarder
 	// TLS is the TLS configuration toward an https deliver_to (a private
 	// CA, a client certificate, a server name); nil for the system's.
-	TLS    *tls.Config
+	TLS *tls.Config
+	// Series counts each delivery's outcome, the application's answer
+	// time, the delivery lag and the backlog, kept in the store with the
+	// route's (internal/series); nil counts nothing.
+	Series *series.Recorder
 	Logger *zap.Logger
 
 	// Routes are the source's destinations besides DeliverTo, in the

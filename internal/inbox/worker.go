@@ -237,6 +237,7 @@ func (ib *Inbox) scheduleLoop(ctx context.Context) {
 			lastGauges = t
 			if c, err := ib.Counts(context.Background()); err == nil && ib.src == ib {
 				ib.metrics.setCounts(c) // the source's: every destination's
+				ib.cfg.Series.Backlog(c.Pending + c.Scheduled)
 			}
 			if ib.metrics.rate != nil {
 				if st, err := ib.limit.state(context.Background()); err == nil {
@@ -351,7 +352,11 @@ func (ib *Inbox) deliver(m message) {
 	}
 	actx, span := ib.startAttempt(ev, attempt)
 	defer span.End()
+	posted := time.Now()
 	status, asked, tried, derr := ib.post(actx, ev, attempt, m.answer)
+	if derr == nil {
+		ib.cfg.Series.App(time.Since(posted))
+	}
 	ib.countAttempt(status, derr, m.probe)
 	// recorded with the outcome, in the same commit or just before it
 	m.logged = ib.toLog(&m, tried)
@@ -367,9 +372,12 @@ func (ib *Inbox) deliver(m message) {
 		if err == nil {
 			m.answer.recordedAs(d.record)
 			ib.metrics.delivered.Inc()
+			var lag time.Duration
 			if !ev.Received.IsZero() {
-				ib.metrics.lag.Observe(time.Since(ev.Received).Seconds())
+				lag = time.Since(ev.Received)
+				ib.metrics.lag.Observe(lag.Seconds())
 			}
+			ib.cfg.Series.Delivered(lag)
 			logger.Debug("inbox event delivered", zap.Int("status", status))
 			traceAttempt(span, outcomeDelivered, status, time.Time{}, "")
 		}
@@ -401,6 +409,7 @@ func (ib *Inbox) deliver(m message) {
 			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
 			if err == nil {
 				ib.metrics.retried.Inc()
+				ib.cfg.Series.Retried()
 				traceAttempt(span, outcomeRetried, status, due, "")
 				logger.Info("inbox delivery failed; retry scheduled", zap.Int("status", status), zap.String("error", reason), zap.Time("due", due))
 			}
@@ -424,6 +433,7 @@ func (ib *Inbox) deadLetter(ctx context.Context, m message, attempts, status int
 	err := ib.q.deadLetter(ctx, m, attempts, status, oneLine(reason), time.Now())
 	if err == nil {
 		ib.metrics.deadLettered.Inc()
+		ib.cfg.Series.DeadLettered()
 	}
 	return err
 }

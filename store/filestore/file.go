@@ -13,11 +13,12 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// File is a file store's file as the inbox (internal/inbox) and the
-// archive (internal/archive) use it, and nothing more: transactions on the
-// file (their buckets are theirs), claim-and-append, a completion with
-// writes of their own in the same transaction, and a reference on the open
-// file. Nothing outside this package reads the store's fields.
+// File is a file store's file as the inbox (internal/inbox), the archive
+// (internal/archive) and the series (internal/series) use it, and nothing
+// more: transactions on the file (their buckets are theirs),
+// claim-and-append, a completion with writes of their own in the same
+// transaction, and a reference on the open file. Nothing outside this
+// package reads the store's fields.
 type File struct{ s *Store }
 
 // File returns the store's file for the inbox and the archive; the store

@@ -12,11 +12,12 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// Streams is a redis store as the inbox (internal/inbox) and the archive
-// (internal/archive) use it, and nothing more: the keys of a source's
-// streams beside the store's keys, the shared client, the call timeout,
-// claim-and-append, and a completion with commands of their own in the
-// same pipeline. Nothing outside this package reads the store's fields.
+// Streams is a redis store as the inbox (internal/inbox), the archive
+// (internal/archive) and the series (internal/series) use it, and nothing
+// more: the keys of a source's streams beside the store's keys, the shared
+// client, the call timeout, claim-and-append, and a completion with
+// commands of their own in the same pipeline. Nothing outside this package
+// reads the store's fields.
 type Streams struct{ s *Store }
 
 // Streams returns the store's side for the inbox and the archive; the
