@@ -137,7 +137,9 @@ func TestArchiveLargeBodiesAreReadOnlyWhenShown(t *testing.T) {
 				testkit.WantNew(t, resp, rb, http.StatusOK)
 			}
 			events := "/webhook_idempotency/" + source + "/events"
-			testkit.Eventually(t, 10*time.Second, "every event archived", func() bool {
+			// the archive appends 100 MB in the background: on a loaded
+			// machine under the race detector that takes tens of seconds
+			testkit.Eventually(t, 90*time.Second, "every event archived", func() bool {
 				var l archivedList
 				c.AdminJSON(t, http.MethodGet, events+"?count=100", &l)
 				return len(l.Events) == n

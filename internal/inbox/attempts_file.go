@@ -76,7 +76,7 @@ func (l fileAttempts) add(tx *bolt.Tx, lg *logged, now time.Time) error {
 	// the oldest first: past their life, then beyond the bound
 	expired := uint64(now.Add(-lg.life).UnixMilli())
 	c := byTime.Cursor()
-	for k, _ := c.First(); k != nil && len(k) > 8; k, _ = c.First() {
+	for k, _ := c.First(); len(k) > 8; k, _ = c.First() {
 		if binary.BigEndian.Uint64(k) >= expired && (lg.max <= 0 || count <= uint64(lg.max)) {
 			break
 		}

@@ -38,8 +38,9 @@ func TestRedisInboxRefusedAcceptanceIsWithdrawn(t *testing.T) {
 				addrs = c.Addrs()
 			}
 			// the timeout is what the healthy replica has to acknowledge the
-			// head on a loaded machine; each refusal below waits it out
-			s := openRedisStoreWith(t, &redisstore.Store{Addresses: addrs, Replicas: 1, ReplicasTimeout: caddy.Duration(2 * time.Second)})
+			// head on a loaded machine (the calls' own timeout is longer); each
+			// refusal below waits it out
+			s := openRedisStoreWith(t, &redisstore.Store{Addresses: addrs, Replicas: 1, ReplicasTimeout: caddy.Duration(2 * time.Second), Timeout: caddy.Duration(10 * time.Second)})
 			ib := newOrderedInbox(t, s, "withdrawn", "http://127.0.0.1:9", nil) // never started: no worker takes anything
 			q := ib.q.(*redisQueue)
 			p := q.parts[0]

@@ -100,7 +100,7 @@ func TestInboxAttemptsAreSpansLinkedToTheAcceptingRequest(t *testing.T) {
 				}
 				attrs := map[string]string{}
 				for _, kv := range sp.Attributes() {
-					attrs[string(kv.Key)] = kv.Value.Emit()
+					attrs[string(kv.Key)] = kv.Value.String()
 				}
 				wantOutcome, wantStatus, wantEvent := "retried", "500", eventRetry
 				if i == 2 {

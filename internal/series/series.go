@@ -52,11 +52,6 @@ const totalsKeep = 30 * 24 * time.Hour
 // unitOf is the number of the bucket at holds: Unix minutes or hours.
 func (t tier) unitOf(at time.Time) int64 { return at.Unix() / int64(t.unit/time.Second) }
 
-// start is when a bucket begins.
-func (t tier) start(unit int64) time.Time {
-	return time.Unix(unit*int64(t.unit/time.Second), 0).UTC()
-}
-
 // backend is a store's side of the series.
 type backend interface {
 	// add writes w in one write.

@@ -115,12 +115,12 @@ func (s *SpanSink) Spans() []Span {
 			sp.Parent = st.Parent.SpanID().String()
 		}
 		for _, kv := range st.Attributes {
-			sp.Attrs[string(kv.Key)] = kv.Value.Emit()
+			sp.Attrs[string(kv.Key)] = kv.Value.String()
 		}
 		for _, e := range st.Events {
 			ev := SpanEvent{Name: e.Name, Attrs: map[string]string{}}
 			for _, kv := range e.Attributes {
-				ev.Attrs[string(kv.Key)] = kv.Value.Emit()
+				ev.Attrs[string(kv.Key)] = kv.Value.String()
 			}
 			sp.Events = append(sp.Events, ev)
 		}

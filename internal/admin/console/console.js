@@ -119,7 +119,10 @@ async function loadSources() {
 		tr.title = [s.unavailable, sick && 'store unhealthy: ' + sick].filter(Boolean).join('; ');
 	}
 	for (const tr of rows.values()) tr.remove();
-	if (sources.has(view.source)) showStoreHealth(sources.get(view.source));
+	if (sources.has(view.source)) {
+		showStoreHealth(sources.get(view.source));
+		showDelivery(sources.get(view.source));
+	}
 	$('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
 }
 
@@ -163,6 +166,7 @@ async function show() {
 	if (!tabsOf.includes(view.tab)) view.tab = tabsOf[0];
 	$('#source-name').textContent = s.source;
 	showStoreHealth(s);
+	showDelivery(s);
 	for (const b of document.querySelectorAll('#tabs button')) {
 		b.hidden = !tabsOf.includes(b.dataset.tab);
 		b.setAttribute('aria-selected', String(b.dataset.tab === view.tab));
@@ -200,6 +204,53 @@ function showStoreHealth(s) {
 // events to: its inbox, else its archive's redeliver_to.
 function target(s) {
 	return s.inbox || !!(s.archive && s.archive.redeliver_to);
+}
+
+// Delivery: an inbox's destinations (deliver_to's first, then its
+// routes'), each paused or not and its breaker, with pause and resume for
+// each and for the whole source; the live counts refresh it.
+
+function showDelivery(s) {
+	$('#delivery-panel').hidden = !s.inbox;
+	if (!s.inbox) return;
+	const toggle = $('#delivery-toggle');
+	toggle.textContent = s.paused ? 'Resume all' : 'Pause all';
+	toggle.dataset.pause = String(!s.paused);
+	const tbody = $('#destinations tbody');
+	tbody.replaceChildren();
+	for (const d of s.destinations || []) {
+		const tr = el('tr');
+		tr.dataset.destination = d.id;
+		const b = d.breaker;
+		const breaker = !b ? '–' : b.state === 'closed' ? 'closed (' + b.failed + ' of ' + b.attempts + ' failed; ' + b.rule + ')'
+			: b.state + (b.probe_at ? ', probe at ' + when(b.probe_at) : '') + ' (' + b.rule + ')';
+		const state = (d.paused ? 'paused' : 'delivering') + (d.orphaned ? ', route removed' : '');
+		for (const [v, cls] of [[d.url], [d.route || 'deliver_to'], [state, d.paused ? 'paused' : ''], [breaker, b ? 'breaker-' + b.state : ''],
+			[d.pending ?? ''], [d.dead ?? '']]) {
+			tr.append(el('td', v, cls));
+		}
+		const act = el('button', d.paused ? 'Resume' : 'Pause');
+		act.type = 'button';
+		act.addEventListener('click', guard(() => pauseDelivery(!d.paused, d.id, d.url)));
+		const td = el('td');
+		td.append(act);
+		tr.append(td);
+		tbody.append(tr);
+	}
+}
+
+// pauseDelivery pauses (or resumes) one destination, or the whole source
+// without one; a pause asks first: events are still accepted, but nothing
+// is delivered until it is resumed.
+async function pauseDelivery(pause, id, url) {
+	const source = view.source;
+	const what = id ? url : 'every destination of ' + source;
+	if (pause && !await confirmAction('Pause deliveries to ' + what + '? Events are still accepted and wait until you resume.', 'Pause')) return;
+	const q = id ? new URLSearchParams({ destination: id }) : undefined;
+	await call('POST', enc(source) + (pause ? '/pause' : '/resume'), q);
+	say((pause ? 'paused: ' : 'resumed: ') + what, true);
+	await loadSources();
+	if (sources.has(source)) showDelivery(sources.get(source));
 }
 
 // Reconciliation: shown when the source has a reconcile block (the API
@@ -575,6 +626,7 @@ function guard(fn) {
 	$('#refused-more').addEventListener('click', guard(() => loadRefused(true)));
 	$('#key-form').addEventListener('submit', guard(lookUpKey));
 	$('#key-forget').addEventListener('click', guard(forgetKey));
+	$('#delivery-toggle').addEventListener('click', guard(() => pauseDelivery($('#delivery-toggle').dataset.pause === 'true')));
 	window.addEventListener('popstate', guard(() => { fromURL(); return show(); }));
 	const tick = () => loadSources().catch((e) => say(e.message));
 	// the first list, then what the URL names
