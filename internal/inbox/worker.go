@@ -352,10 +352,9 @@ func (ib *Inbox) deliver(m message) {
 	}
 	actx, span := ib.startAttempt(ev, attempt)
 	defer span.End()
-	posted := time.Now()
 	status, asked, tried, derr := ib.post(actx, ev, attempt, m.answer)
 	if derr == nil {
-		ib.cfg.Series.App(time.Since(posted))
+		ib.cfg.Series.App(tried.Latency)
 	}
 	ib.countAttempt(status, derr, m.probe)
 	// recorded with the outcome, in the same commit or just before it

@@ -27,9 +27,8 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store/redisstore"
 )
 
-// flushEvery is how often a recorder writes what it counted; tests may
-// change it before they make recorders.
-var flushEvery = time.Second
+// flushEvery is how often a recorder writes what it counted.
+const flushEvery = time.Second
 
 // tier is a size of bucket: a minute, kept for a day, or an hour, kept for
 // a week (each with an hour's margin and more).
@@ -67,8 +66,9 @@ type backend interface {
 	close()
 }
 
-// Recorder is one route's counts: what the request path and the inbox
-// add, written to the store once a second, and what is read back.
+// Recorder is a source's counts on a store, shared by its routes (Use):
+// what the request path and the inbox add, written to the store once a
+// second, and what is read back.
 type Recorder struct {
 	source string
 	b      backend
@@ -241,7 +241,7 @@ func (r *Recorder) Backlog(n int64) {
 	}
 }
 
-// run flushes every interval until Close.
+// run flushes every interval until close.
 func (r *Recorder) run(every time.Duration) {
 	defer close(r.done)
 	t := time.NewTicker(every)
