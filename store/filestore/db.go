@@ -95,6 +95,13 @@ type db struct {
 	logged []put       // the committer's, reused
 	// answered are the completions of a batch the committer answers, reused
 	answered []*write
+	// the committer's: when the log's last fdatasync returned, how long it
+	// took and how many completions shared it, and the timer it lingers
+	// with (commit.go)
+	lastSync       time.Time
+	lastSyncTook   time.Duration
+	lastSyncShared int
+	lingerTimer    *time.Timer
 
 	filter   keysFilter     // the keys the tree holds (filter.go)
 	txKeys   []string       // the applier's: keys put in its transaction
@@ -223,7 +230,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
 		syncs: make(map[*use]time.Duration), syncKick: make(chan struct{}, 1),
+		lingerTimer: time.NewTimer(time.Hour),
 	}
+	d.lingerTimer.Stop()
 	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
 	d.filter.seed = maphash.MakeSeed()
