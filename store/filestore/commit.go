@@ -17,7 +17,8 @@ import (
 // which takes every write that waited while the last one was on its way to
 // the disk and handles them together, so concurrent writes share one
 // fdatasync. An idle store adds no wait: a write that finds the committer
-// free goes out at once, alone.
+// free goes out at once, alone. Under load, completions linger a little
+// for others before their fdatasync (linger), so that more share each.
 //
 // A completion's values (puts) go to the log (log.go): one write and, with
 // `sync always`, one fdatasync for all of them, after which they are
@@ -130,6 +131,9 @@ func (d *db) commitLoop() {
 				}
 			}
 		}
+		if batch[0].fn == nil {
+			d.linger()
+		}
 	fill:
 		for len(batch) < batchMax {
 			select {
@@ -141,6 +145,38 @@ func (d *db) commitLoop() {
 		}
 		d.take(batch)
 		clear(batch)
+	}
+}
+
+// lingerMax bounds how long a completion waits for others to share its
+// fdatasync (linger).
+const lingerMax = time.Millisecond
+
+// linger waits, with `sync always` and when the log's last fdatasync was
+// shared by several completions, until as long has passed since that
+// fdatasync returned as it took (lingerMax at most): the completions that
+// come meanwhile share the next one. Under a load that keeps the disk
+// busy, a completion waits for the fdatasync on its way and then its own
+// either way; this lets the disk rest between the two, so that about
+// twice as many completions share each fdatasync (deliveries per
+// fdatasync rise with the load, fdatasyncs a second stay bounded), for at
+// most the time of one more. A completion that finds the disk idle since
+// at least that long goes out at once, and so does every completion of a
+// sender that waits for each answer before the next delivery (the last
+// fdatasync was its own alone): no one would join it.
+func (d *db) linger() {
+	if d.log == nil || d.syncEvery.Load() != 0 || d.lastSyncShared < 2 {
+		return
+	}
+	wait := time.Until(d.lastSync.Add(min(d.lastSyncTook, lingerMax)))
+	if wait <= 0 {
+		return
+	}
+	d.lingerTimer.Reset(wait)
+	select {
+	case <-d.lingerTimer.C:
+	case <-d.stop:
+		d.lingerTimer.Stop()
 	}
 }
 
@@ -184,6 +220,7 @@ func (d *db) take(batch []*write) {
 	}
 	if logged != nil && logErr == nil {
 		d.keepPending(logged, seq)
+		d.lastSyncShared = len(answered)
 	}
 	clear(d.logged)
 	// once added, a write of items belongs to the applier, which answers
@@ -201,9 +238,15 @@ func (d *db) take(batch []*write) {
 // appendLog writes puts to the log as its next record and returns the
 // record's sequence number.
 func (d *db) appendLog(puts []put) (uint64, error) {
-	seq, err := d.log.appendLog(puts, d.syncEvery.Load() == 0, d.ap.applied, d.ap.catchUp)
+	always := d.syncEvery.Load() == 0
+	start := time.Now()
+	seq, err := d.log.appendLog(puts, always, d.ap.applied, d.ap.catchUp)
 	if err != nil {
 		return 0, fmt.Errorf("file store: writing %s: %w", d.path, err)
+	}
+	if always {
+		d.lastSync = time.Now()
+		d.lastSyncTook = d.lastSync.Sub(start)
 	}
 	d.logWrites.Add(1)
 	return seq, nil

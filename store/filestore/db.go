@@ -95,6 +95,13 @@ type db struct {
 	logged []put       // the committer's, reused
 	// answered are the completions of a batch the committer answers, reused
 	answered []*write
+	// the committer's: when the log's last fdatasync returned, how long it
+	// took and how many completions shared it, and the timer it lingers
+	// with (commit.go)
+	lastSync       time.Time
+	lastSyncTook   time.Duration
+	lastSyncShared int
+	lingerTimer    *time.Timer
 
 	filter   keysFilter     // the keys the tree holds (filter.go)
 	txKeys   []string       // the applier's: keys put in its transaction
@@ -223,7 +230,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 		path: path, bolt: b, logger: logger, seed: maphash.MakeSeed(),
 		writes: make(chan *write, 4096), log: log, stop: make(chan struct{}),
 		syncs: make(map[*use]time.Duration), syncKick: make(chan struct{}, 1),
+		lingerTimer: time.NewTimer(time.Hour),
 	}
+	d.lingerTimer.Stop()
 	d.mapped.kick = make(chan struct{}, 1)
 	d.ap = newApplier(d, applied)
 	d.filter.seed = maphash.MakeSeed()
@@ -372,25 +381,32 @@ func (d *db) shardOf(key string) *shard { return &d.shards[d.shardIndex(key)] }
 
 // lockShards locks the shards of a and b ("" for none), each once, in
 // index order (so two such locks never wait on each other in a cycle), and
-// returns the unlock.
-func (d *db) lockShards(a, b string) func() {
+// returns them locked: a value, not a closure, which would be an
+// allocation on every claim and completion.
+func (d *db) lockShards(a, b string) shardsLocked {
 	i := d.shardIndex(a)
-	if b == "" {
-		d.shards[i].mu.Lock()
-		return d.shards[i].mu.Unlock
-	}
-	j := d.shardIndex(b)
-	if i == j {
-		d.shards[i].mu.Lock()
-		return d.shards[i].mu.Unlock
+	j := i
+	if b != "" {
+		j = d.shardIndex(b)
 	}
 	first, second := &d.shards[min(i, j)], &d.shards[max(i, j)]
 	first.mu.Lock()
-	second.mu.Lock()
-	return func() {
-		second.mu.Unlock()
-		first.mu.Unlock()
+	if second == first {
+		return shardsLocked{first: first}
 	}
+	second.mu.Lock()
+	return shardsLocked{first: first, second: second}
+}
+
+// shardsLocked is one or two shards lockShards locked.
+type shardsLocked struct{ first, second *shard }
+
+// unlock unlocks them.
+func (l shardsLocked) unlock() {
+	if l.second != nil {
+		l.second.mu.Unlock()
+	}
+	l.first.mu.Unlock()
 }
 
 // lookup returns key's live value, from the cache or the file. Called with
@@ -499,8 +515,8 @@ func (d *db) claim(key, second, owner string, lease, noteTTL time.Duration, mode
 		mode = claimPlain
 	}
 	nowNano := now().UnixNano()
-	unlock := d.lockShards(key, second)
-	defer unlock()
+	locked := d.lockShards(key, second)
+	defer locked.unlock()
 	ks := d.shardOf(key)
 	prev := ""
 	if mode == claimNoted {
@@ -630,12 +646,12 @@ type also struct {
 // claims go: the key is released, so the provider's retry is processed.
 func (d *db) complete(ctx context.Context, key, guard, owner string, record []byte, ttl time.Duration, more *also) error {
 	nowNano := now().UnixNano()
-	unlock := d.lockShards(key, guard)
+	locked := d.lockShards(key, guard)
 	ks := d.shardOf(key)
 	c, ok := owned(ks, key, owner, nowNano)
 	if !ok {
 		retried := d.holds(ks, key, record, nowNano)
-		unlock()
+		locked.unlock()
 		if retried {
 			return nil
 		}
@@ -650,7 +666,7 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 			gc = nil
 		}
 	}
-	unlock()
+	locked.unlock()
 
 	expires := nowNano + int64(ttl)
 	rec := string(record) // kept by the cache, and by the log's pending values
@@ -683,8 +699,8 @@ func (d *db) complete(ctx context.Context, key, guard, owner string, record []by
 		})
 	}
 
-	unlock = d.lockShards(key, guard)
-	defer unlock()
+	locked = d.lockShards(key, guard)
+	defer locked.unlock()
 	d.finish(key, c, rec, expires, err)
 	if gc != nil {
 		d.finish(guard, gc, rec, expires, err)
@@ -709,8 +725,8 @@ func (d *db) finish(key string, cl *claim, rec string, expires int64, err error)
 // release deletes owner's claims of key and guard.
 func (d *db) release(key, guard, owner string) error {
 	nowNano := now().UnixNano()
-	unlock := d.lockShards(key, guard)
-	defer unlock()
+	locked := d.lockShards(key, guard)
+	defer locked.unlock()
 	ks := d.shardOf(key)
 	_, ok := owned(ks, key, owner, nowNano)
 	if guard != "" {
@@ -731,8 +747,8 @@ func (d *db) release(key, guard, owner string) error {
 // renew extends owner's leases on key and guard.
 func (d *db) renew(key, guard, owner string, lease time.Duration) error {
 	nowNano := now().UnixNano()
-	unlock := d.lockShards(key, guard)
-	defer unlock()
+	locked := d.lockShards(key, guard)
+	defer locked.unlock()
 	if guard != "" {
 		if gc, ok := owned(d.shardOf(guard), guard, owner, nowNano); ok {
 			gc.expires = nowNano + int64(lease)
@@ -749,8 +765,8 @@ func (d *db) renew(key, guard, owner string, lease time.Duration) error {
 // inspect returns what the store knows of key.
 func (d *db) inspect(key string) (store.KeyInfo, error) {
 	nowNano := now().UnixNano()
-	unlock := d.lockShards(key, "")
-	defer unlock()
+	locked := d.lockShards(key, "")
+	defer locked.unlock()
 	s := d.shardOf(key)
 	if c, ok := s.claims[key]; ok && (c.pinned || c.expires > nowNano) {
 		return store.KeyInfo{State: store.KeyInFlight, Left: time.Duration(max(c.expires-nowNano, 0))}, nil
@@ -785,9 +801,9 @@ func (d *db) forget(ctx context.Context, key string, record []byte) (store.KeyIn
 	if err != nil {
 		return store.KeyInfo{}, err
 	}
-	unlock := d.lockShards(key, "")
+	locked := d.lockShards(key, "")
 	d.shardOf(key).drop(key)
-	unlock()
+	locked.unlock()
 	return info, nil
 }
 

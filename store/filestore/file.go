@@ -126,7 +126,7 @@ func (f File) SetRecord(tx *bolt.Tx, key string, record []byte, ttl time.Duratio
 // changed on the file.
 func (f File) DropCached(key string) {
 	d := f.s.use.file()
-	unlock := d.lockShards(key, "")
+	locked := d.lockShards(key, "")
 	d.shardOf(key).drop(key)
-	unlock()
+	locked.unlock()
 }

@@ -89,6 +89,8 @@ type wal struct {
 	segLast [2]uint64 // the sequence number of each segment's last record
 	last    uint64    // the sequence number of the last record written or read
 	buf     []byte
+	// syncData is fdatasync; a test's model of a power loss replaces it
+	syncData func(*os.File) error
 }
 
 // logPath is the path of the log of the store file at path.
@@ -110,7 +112,7 @@ func openLog(path string, applied uint64) (*wal, []logRecord, error) {
 		_ = f.Close()
 		return nil, nil, fmt.Errorf("reading its log %s: %v", lp, err)
 	}
-	l := &wal{path: lp, last: applied, buf: make([]byte, 0, 64<<10)}
+	l := &wal{path: lp, last: applied, buf: make([]byte, 0, 64<<10), syncData: fdatasync}
 	var recs []logRecord
 	for seg := range 2 {
 		from := min(len(data), seg*segSize)
@@ -264,7 +266,7 @@ func (l *wal) appendLog(puts []put, sync bool, applied func() uint64, catchUp fu
 // sync puts what was written to the log on disk.
 func (l *wal) sync() error {
 	l.dirty.Store(false)
-	if err := fdatasync(l.f); err != nil {
+	if err := l.syncData(l.f); err != nil {
 		l.dirty.Store(true)
 		return fmt.Errorf("syncing its log %s: %w", l.path, err)
 	}
