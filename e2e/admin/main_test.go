@@ -35,7 +35,7 @@ type minutesAnswer struct {
 	StepSeconds       int                `json:"step_seconds"`
 	New               []int64            `json:"new"`
 	Replayed          []int64            `json:"replayed"`
-	Invalid           []int64            `json:"invalid"`
+	Refused           []int64            `json:"refused"`
 	Failed            []int64            `json:"failed"`
 	Results           map[string][]int64 `json:"results"`
 	HandlingP50       []*float64         `json:"handling_p50_ms"`

@@ -57,9 +57,9 @@ func sumOf(v []int64) (n int64) {
 
 // TestAdminMinutes: GET /webhook_idempotency/<source>/minutes answers the
 // last hour of the source's results a minute at a time, from real traffic:
-// new, replayed, invalid signatures and failed deliveries (here a body
-// over max_body); a request that is no delivery (a GET, skipped) is not
-// counted. The history survives a reload.
+// new, replayed, and refused (an invalid signature and a body over
+// max_body, failed for none); a request that is no delivery (a GET,
+// skipped) is not counted. The history survives a reload.
 func TestAdminMinutes(t *testing.T) {
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
@@ -96,7 +96,7 @@ func TestAdminMinutes(t *testing.T) {
 	before := time.Now()
 	m := read()
 	after := time.Now()
-	if m.Source != src || m.StepSeconds != 60 || len(m.New) != 60 || len(m.Replayed) != 60 || len(m.Invalid) != 60 || len(m.Failed) != 60 {
+	if m.Source != src || m.StepSeconds != 60 || len(m.New) != 60 || len(m.Replayed) != 60 || len(m.Refused) != 60 || len(m.Failed) != 60 {
 		t.Fatalf("answer: %+v", m)
 	}
 	// the hour ends with the minute of the read, which is between before
@@ -105,8 +105,11 @@ func TestAdminMinutes(t *testing.T) {
 	if m.From.Second() != 0 || m.From.Before(firstOf(before)) || m.From.After(firstOf(after)) {
 		t.Fatalf("from %v, read between %v and %v", m.From, before, after)
 	}
-	if got := [4]int64{sumOf(m.New), sumOf(m.Replayed), sumOf(m.Invalid), sumOf(m.Failed)}; got != [4]int64{3, 2, 1, 1} {
-		t.Fatalf("new, replayed, invalid, failed over the hour: %v, want [3 2 1 1]", got)
+	if got := [4]int64{sumOf(m.New), sumOf(m.Replayed), sumOf(m.Refused), sumOf(m.Failed)}; got != [4]int64{3, 2, 2, 0} {
+		t.Fatalf("new, replayed, refused, failed over the hour: %v, want [3 2 2 0]", got)
+	}
+	if sumOf(m.Results["invalid_signature"]) != 1 || sumOf(m.Results["too_large"]) != 1 {
+		t.Fatalf("refusals by result: %v", m.Results)
 	}
 	if i := int(start.Truncate(time.Minute).Sub(m.From) / time.Minute); i < 0 || sumOf(m.New[i:]) != 3 {
 		t.Fatalf("the deliveries are not in the minutes since %v: %v", start, m.New)
@@ -118,7 +121,7 @@ func TestAdminMinutes(t *testing.T) {
 	if err := json.Unmarshal(body, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"source", "from", "step_seconds", "new", "replayed", "invalid", "failed"} {
+	for _, k := range []string{"source", "from", "step_seconds", "new", "replayed", "refused", "failed"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("no %q in %s", k, body)
 		}

@@ -26,6 +26,7 @@ var consoleAssets = map[string]string{
 	"console.js":  "text/javascript; charset=utf-8",
 	"console.css": "text/css; charset=utf-8",
 	"charts.js":   "text/javascript; charset=utf-8",
+	"plot.js":     "text/javascript; charset=utf-8",
 	"charts.css":  "text/css; charset=utf-8",
 }
 

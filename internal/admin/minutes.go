@@ -21,22 +21,26 @@ import (
 const (
 	seriesNew      = iota // new
 	seriesReplayed        // replayed
-	seriesInvalid         // invalid_signature
-	seriesFailed          // answered with an error, or passed on without deduplication
+	seriesRefused         // refused: what the source's list of refusals keeps
+	seriesFailed          // answered with an error otherwise, or passed on without deduplication
 )
 
 // resultSeries maps a result to its series; -1 for the results that are
 // no delivery (skipped, handshake) or no failure of one (filtered: an
-// inbox's drop rule answered it). A result not named here (a result added
-// later) counts as failed.
+// inbox's drop rule answered it). The refused results are those of the
+// requests the source lists as refused (docs/admin.md#refusals: 401, 403,
+// 413, 422, 400, 508, and 503 for the body budget, the store or the keys),
+// so that the chart counts what the console's Refused tab lists. A result
+// not named here (a result added later) counts as failed.
 func resultSeries(result string) int {
 	switch result {
 	case results.New:
 		return seriesNew
 	case results.Replayed:
 		return seriesReplayed
-	case results.InvalidSignature:
-		return seriesInvalid
+	case results.InvalidSignature, results.Forbidden, results.TooLarge, results.Mismatch,
+		results.Ambiguous, results.Loop, results.OverBudget, results.Unavailable:
+		return seriesRefused
 	case results.Skipped, results.Handshake, results.Filtered:
 		return -1
 	}
@@ -56,7 +60,9 @@ type minutesAnswer struct {
 	StepSeconds int     `json:"step_seconds"`
 	New         []int64 `json:"new"`
 	Replayed    []int64 `json:"replayed"`
-	Invalid     []int64 `json:"invalid"`
+	// Refused counts the requests the source refused (its list of
+	// refusals'), whatever the reason; Results has them by result.
+	Refused []int64 `json:"refused"`
 	// Failed counts the requests of the other results, and the inbox's
 	// failed delivery attempts.
 	Failed []int64 `json:"failed"`
@@ -101,11 +107,11 @@ func minutesOf(source string, w series.Window, s series.Series, inbox bool) minu
 	n := w.Steps()
 	out := minutesAnswer{
 		Source: source, Window: w.Name, From: s.From, StepSeconds: int(w.Step / time.Second),
-		New: make([]int64, n), Replayed: make([]int64, n), Invalid: make([]int64, n), Failed: make([]int64, n),
+		New: make([]int64, n), Replayed: make([]int64, n), Refused: make([]int64, n), Failed: make([]int64, n),
 		Results:     s.Results,
 		HandlingP50: s.Handled.P50, HandlingP99: s.Handled.P99, AppP50: s.App.P50, AppP99: s.App.P99,
 	}
-	chart := [...][]int64{seriesNew: out.New, seriesReplayed: out.Replayed, seriesInvalid: out.Invalid, seriesFailed: out.Failed}
+	chart := [...][]int64{seriesNew: out.New, seriesReplayed: out.Replayed, seriesRefused: out.Refused, seriesFailed: out.Failed}
 	for res, counts := range s.Results {
 		k := resultSeries(res)
 		if k < 0 {

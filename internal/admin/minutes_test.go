@@ -50,9 +50,10 @@ func (r *countingRoute) Guards() bool                       { return false }
 func (r *countingRoute) Guard(string, store.KeyInfo) string { return "" }
 
 // TestMinutesOf: the charts' four series sum the results counted in each
-// step, and failed counts the inbox's failed attempts too (a source whose
-// deliveries were retried and dead-lettered does not chart "failed 0");
-// the inbox's series are given only for a source with an inbox.
+// step (refused: every refusal, whatever its result), and failed counts
+// the inbox's failed attempts too (a source whose deliveries were retried
+// and dead-lettered does not chart "failed 0"); the inbox's series are
+// given only for a source with an inbox.
 func TestMinutesOf(t *testing.T) {
 	w := series.Windows[0]
 	n := w.Steps()
@@ -72,15 +73,16 @@ func TestMinutesOf(t *testing.T) {
 		From: time.Unix(0, 0), Step: time.Minute,
 		Results: map[string][]int64{
 			results.New: at(3, 2), results.Replayed: at(3, 1), results.InvalidSignature: at(4, 1),
-			results.Conflict: at(5, 1), results.Forbidden: at(5, 1), results.Skipped: at(5, 7),
+			results.TooLarge: at(4, 2), results.Conflict: at(5, 1), results.Bypassed: at(5, 1),
+			results.Forbidden: at(5, 1), results.Skipped: at(5, 7),
 		},
 		Delivered: at(6, 1), Retried: at(6, 6), DeadLettered: at(6, 1), Backlog: at(6, 3),
 		Handled: series.Percentiles{P50: nan(), P99: nan()}, App: series.Percentiles{P50: nan(), P99: nan()},
 		Lag: series.Percentiles{P50: nan(), P99: nan()},
 	}
 	m := minutesOf("src", w, s, true)
-	if m.New[3] != 2 || m.Replayed[3] != 1 || m.Invalid[4] != 1 || m.Failed[5] != 2 || m.Failed[6] != 7 || m.StepSeconds != 60 || m.Window != "1h" {
-		t.Fatalf("new %v replayed %v invalid %v failed %v", m.New[:8], m.Replayed[:8], m.Invalid[:8], m.Failed[:8])
+	if m.New[3] != 2 || m.Replayed[3] != 1 || m.Refused[4] != 3 || m.Refused[5] != 1 || m.Failed[5] != 2 || m.Failed[6] != 7 || m.StepSeconds != 60 || m.Window != "1h" {
+		t.Fatalf("new %v replayed %v refused %v failed %v", m.New[:8], m.Replayed[:8], m.Refused[:8], m.Failed[:8])
 	}
 	if m.InboxRetried[6] != 6 || m.InboxDeadLettered[6] != 1 || m.InboxBacklog[6] != 3 || m.LagP50 == nil {
 		t.Fatalf("inbox series: %+v", m)
@@ -109,13 +111,25 @@ func TestMillisJSON(t *testing.T) {
 	}
 }
 
-// TestResultSeries: each result is charted in its series.
+// TestResultSeries: each result is charted in its series; the refused
+// ones are those docs/admin.md#refusals lists, every other failure is
+// failed. Every result is named here: one added later is placed
+// deliberately.
 func TestResultSeries(t *testing.T) {
-	for res, want := range map[string]int{results.New: seriesNew, results.Replayed: seriesReplayed, results.InvalidSignature: seriesInvalid,
-		results.Conflict: seriesFailed, results.Mismatch: seriesFailed, results.TooLarge: seriesFailed, results.Bypassed: seriesFailed,
-		results.Unavailable: seriesFailed, results.Skipped: -1, results.Handshake: -1, results.Filtered: -1} {
-		if got := resultSeries(res); got != want {
-			t.Errorf("%s: series %d, want %d", res, got, want)
+	want := map[string]int{results.New: seriesNew, results.Replayed: seriesReplayed,
+		results.InvalidSignature: seriesRefused, results.Forbidden: seriesRefused, results.TooLarge: seriesRefused,
+		results.Mismatch: seriesRefused, results.Ambiguous: seriesRefused, results.Loop: seriesRefused,
+		results.OverBudget: seriesRefused, results.Unavailable: seriesRefused,
+		results.Conflict: seriesFailed, results.Bypassed: seriesFailed, "a result added later": seriesFailed,
+		results.Skipped: -1, results.Handshake: -1, results.Filtered: -1}
+	for res, series := range want {
+		if got := resultSeries(res); got != series {
+			t.Errorf("%s: series %d, want %d", res, got, series)
+		}
+	}
+	for _, res := range results.All {
+		if _, ok := want[res]; !ok {
+			t.Errorf("result %s: not in the test", res)
 		}
 	}
 }

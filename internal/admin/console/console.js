@@ -6,9 +6,10 @@
 //
 // What it shows is named by the page's URL, so that a reload or a shared
 // link opens the same thing: ?source=<source>&tab=<archive|dead|refused|key>,
-// &event=<id> for an archived event, and the archive's filters (key,
-// result, status, since, until). Moving around pushes a new URL; the
-// browser's back and forward buttons go back to what it named.
+// &event=<id> for an archived event, the archive's filters (key, result,
+// status, since, until), and the charts' &window=<24h|7d> (charts.js).
+// Moving around pushes a new URL; the browser's back and forward buttons
+// go back to what it named.
 
 import { api, call } from './api.js';
 
@@ -41,7 +42,8 @@ let cursor = '';
 let refusedCursor = '';
 
 // pageQuery is the page's query for the view and the archive's filters:
-// the tab when it is not the source's first (an event's is the archive).
+// the tab when it is not the source's first (an event's is the archive);
+// the charts' window (charts.js) is kept as it is.
 function pageQuery() {
 	const q = new URLSearchParams();
 	if (view.source) {
@@ -51,6 +53,8 @@ function pageQuery() {
 		if (view.event) q.set('event', view.event);
 		for (const [k, v] of filters()) q.set(k, v);
 	}
+	const chartWindow = new URLSearchParams(location.search).get('window');
+	if (chartWindow) q.set('window', chartWindow);
 	const s = q.toString();
 	return s ? '?' + s : '';
 }
