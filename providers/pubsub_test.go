@@ -27,7 +27,7 @@ const (
 // pubsubToken is a token shaped as Google's for Pub/Sub push
 // ("Authenticate push subscriptions": its header and claims), with the
 // claims changed as given, signed with key under kid.
-func pubsubToken(t *testing.T, key *rsa.PrivateKey, kid string, edit func(jwt.MapClaims)) string {
+func pubsubToken(t testing.TB, key *rsa.PrivateKey, kid string, edit func(jwt.MapClaims)) string {
 	t.Helper()
 	now := time.Now()
 	claims := jwt.MapClaims{
