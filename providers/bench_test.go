@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -81,20 +80,10 @@ func BenchmarkPresetVerify(b *testing.B) {
 	})
 	b.Run("pubsub", func(b *testing.B) {
 		key := sigtest.RSAKey("google")
-		const kid = "7d680d8c70d44e947133cbd499ebc1a61c3d5abc"
-		hosts := providerHosts(b, "www.googleapis.com")
-		hosts.Serve("/oauth2/v3/certs", string(sigtest.StoneKeySet(b, map[string]*rsa.PrivateKey{kid: key})))
-		ctx, cancel := testkit.NewContext(b)
-		defer cancel()
-		ver, err := Provision(ctx, VerifyConfig{Scheme: "pubsub", Audiences: []string{pubsubAudience}, Claims: map[string][]string{"email": {pubsubAccount}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ver.Release()
+		ver, hosts := pubsubRoute(b, key)
 		r := httptest.NewRequest(http.MethodPost, "/pubsub", nil)
-		r.Header.Set("Authorization", "Bearer "+pubsubToken(b, key, kid, nil))
-		msg := []byte(`{"message":{"data":"SGVsbG8=","messageId":"2070443601311540","message_id":"2070443601311540","publishTime":"2021-02-26T19:13:55.749Z"},"subscription":"projects/acme-prod/subscriptions/orders-push"}`)
-		benchPreset(b, ver, r, msg)
+		r.Header.Set("Authorization", "Bearer "+pubsubToken(b, key, pubsubKid, nil))
+		benchPreset(b, ver, r, pubsubBody)
 		if n := hosts.Hits.Load(); n != 1 {
 			b.Fatalf("the key set was fetched %d times, want once", n)
 		}

@@ -81,14 +81,7 @@ func BenchmarkRecordWrites(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			start, cpu := time.Now(), testkit.CPUTime()
-			b.RunParallel(func(pb *testing.PB) {
-				d := 3 * time.Millisecond
-				for pb.Next() {
-					r.Result(iNew)
-					r.App(d)
-					r.Handled(d)
-				}
-			})
+			b.RunParallel(func(pb *testing.PB) { recordRequests(r, pb) })
 			elapsed := time.Since(start).Seconds()
 			b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 			b.StopTimer()
