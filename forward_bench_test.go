@@ -37,7 +37,7 @@ var forwardModes = []ForwardConfig{
 // HMAC-SHA256 of id.timestamp.body per edge secret, and the provider's
 // headers removed.
 //
-//	go test -run '^$' -bench 'Forward$' -benchmem -count 3 .
+//	go test -run '^$' -bench 'Forward' -benchmem -count 3 .
 func BenchmarkForward(b *testing.B) {
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
