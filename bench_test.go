@@ -90,9 +90,10 @@ func newBenchHandler(b *testing.B, h *Handler) *Handler {
 // signed again (an identical signed body under a new key is a replay, see
 // guard.go). The signing reuses its buffers, so it allocates nothing.
 type benchRequest struct {
-	r    *http.Request
-	body *bytes.Reader
-	data []byte
+	r      *http.Request
+	header http.Header // r's, set again on every reset: a route that forwards hands the next handler a copy
+	body   *bytes.Reader
+	data   []byte
 
 	signed  bool
 	mac     hash.Hash
@@ -111,11 +112,12 @@ func newBenchRequest(size int, signed bool) *benchRequest {
 		copy(br.sig, "sha256=")
 		r.Header["X-Hub-Signature-256"] = []string{""}
 	}
-	br.r = r
+	br.r, br.header = r, r.Header
 	return br
 }
 
 func (br *benchRequest) reset(key string) *http.Request {
+	br.r.Header = br.header
 	if br.signed && key != br.lastKey {
 		br.lastKey = key
 		// {"id":"<key>","pad":"xxx…"}, the key's bytes padded with x
@@ -167,12 +169,14 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := testkit.CPUTime()
 			for i := 0; i < b.N; i++ {
 				w.reset()
 				if err := h.ServeHTTP(w, br.reset(keys[i]), benchNext); err != nil || w.status != 200 || w.h.Get(record.ReplayedHeader) != "" {
 					b.Fatalf("not a new delivery: status %d, header %v, err %v", w.status, w.h, err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 		b.Run(fmt.Sprintf("replay/%s", sizeName(size)), func(b *testing.B) {
 			h := newHandler(b)
@@ -185,12 +189,14 @@ func benchServeHTTP(b *testing.B, sizes []int, signed bool, newHandler func(b *t
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := testkit.CPUTime()
 			for i := 0; i < b.N; i++ {
 				w.reset()
 				if err := h.ServeHTTP(w, br.reset(key), benchNext); err != nil || w.h.Get(record.ReplayedHeader) != "true" {
 					b.Fatalf("not a replay: %v %v", w.h, err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -214,6 +220,28 @@ func memoryBenchHandler(signed bool, key ...string) func(b *testing.B) *Handler 
 
 func BenchmarkServeHTTPMemory(b *testing.B) {
 	benchServeHTTP(b, benchSizes, false, memoryBenchHandler(false))
+}
+
+// BenchmarkServeHTTPSeries is BenchmarkServeHTTPMemory at 1 KiB with the
+// source's counts and series (internal/series: the result, the handling
+// time and the application's, added to counters in memory; written to the
+// store once a second, off the request path) and without them: the
+// handler with no recorder, as none was configured. Both read the clock
+// as the handler does.
+//
+//	go test -run '^$' -bench 'ServeHTTPSeries' -benchmem -count 3 .
+func BenchmarkServeHTTPSeries(b *testing.B) {
+	for _, recorded := range []bool{false, true} {
+		b.Run(map[bool]string{false: "unrecorded", true: "recorded"}[recorded], func(b *testing.B) {
+			benchServeHTTP(b, benchSizes[:1], false, func(b *testing.B) *Handler {
+				h := memoryBenchHandler(false)(b)
+				if !recorded {
+					h.series, h.metrics.series = nil, nil
+				}
+				return h
+			})
+		})
+	}
 }
 
 // BenchmarkServeHTTPMemoryArchive is BenchmarkServeHTTPMemory at 1 KiB with
@@ -326,6 +354,13 @@ func BenchmarkServeHTTPBaseline(b *testing.B) {
 			}
 		})
 	}
+}
+
+// reportCPU reports the process's CPU time (user and system, every
+// goroutine's) per op since cpu, as cpu-ns/op: on a shared machine the
+// cost of the work, where the wall time also counts the waits for a core.
+func reportCPU(b *testing.B, cpu time.Duration) {
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 func sizeName(n int) string {

@@ -119,7 +119,7 @@ func TestHandlerRetriesAFailedRecording(t *testing.T) {
 }
 
 // counterValue reads a counter.
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {

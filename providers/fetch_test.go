@@ -16,7 +16,7 @@ import (
 
 // providerHosts stands in for a provider's hosts: every fetch the schemes
 // make reaches it while the test runs.
-func providerHosts(t *testing.T, names ...string) *testkit.Hosts {
+func providerHosts(t testing.TB, names ...string) *testkit.Hosts {
 	t.Helper()
 	h := testkit.NewHosts(t, names...)
 	old := keyset.Client
@@ -28,7 +28,7 @@ func providerHosts(t *testing.T, names ...string) *testkit.Hosts {
 // selfSigned is a PEM certificate of key's public half named name, valid
 // from notBefore to notAfter, signed by key itself: a certificate trusted
 // for where it came from has no chain to check.
-func selfSigned(t *testing.T, key crypto.Signer, name string, notBefore, notAfter time.Time) string {
+func selfSigned(t testing.TB, key crypto.Signer, name string, notBefore, notAfter time.Time) string {
 	t.Helper()
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},

@@ -27,7 +27,7 @@ const (
 // pubsubToken is a token shaped as Google's for Pub/Sub push
 // ("Authenticate push subscriptions": its header and claims), with the
 // claims changed as given, signed with key under kid.
-func pubsubToken(t *testing.T, key *rsa.PrivateKey, kid string, edit func(jwt.MapClaims)) string {
+func pubsubToken(t testing.TB, key *rsa.PrivateKey, kid string, edit func(jwt.MapClaims)) string {
 	t.Helper()
 	now := time.Now()
 	claims := jwt.MapClaims{
@@ -51,23 +51,38 @@ func pubsubToken(t *testing.T, key *rsa.PrivateKey, kid string, edit func(jwt.Ma
 // (google.golang.org/api/idtoken) takes, and refuses besides what Google
 // tells receivers to check and that library does not: the issuer, the
 // service account and whether its email is verified.
-func TestPubSub(t *testing.T) {
-	key, other := sigtest.RSAKey("google"), sigtest.RSAKey("not google")
+// pubsubKid names Google's key in the key set the tests serve.
+const pubsubKid = "7d680d8c70d44e947133cbd499ebc1a61c3d5abc"
+
+// pubsubBody is a push delivery's body ("Receive messages using push").
+var pubsubBody = []byte(`{"message":{"data":"SGVsbG8=","messageId":"2070443601311540","message_id":"2070443601311540","publishTime":"2021-02-26T19:13:55.749Z"},"subscription":"projects/acme-prod/subscriptions/orders-push"}`)
+
+// pubsubRoute provisions the pubsub preset for pubsubAudience and
+// pubsubAccount, with Google's key set (key under pubsubKid) served by a
+// stand-in for Google's host.
+func pubsubRoute(t testing.TB, key *rsa.PrivateKey) (*Verification, *testkit.Hosts) {
+	t.Helper()
 	hosts := providerHosts(t, "www.googleapis.com")
-	hosts.Serve("/oauth2/v3/certs", string(sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{"7d680d8c70d44e947133cbd499ebc1a61c3d5abc": key})))
+	hosts.Serve("/oauth2/v3/certs", string(sigtest.StoneKeySet(t, map[string]*rsa.PrivateKey{pubsubKid: key})))
 	ctx, cancel := testkit.NewContext(t)
-	defer cancel()
+	t.Cleanup(cancel)
 	ver, err := Provision(ctx, VerifyConfig{Scheme: "pubsub", Audiences: []string{pubsubAudience}, Claims: map[string][]string{"email": {pubsubAccount}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ver.Release()
+	t.Cleanup(ver.Release)
+	return ver, hosts
+}
+
+func TestPubSub(t *testing.T) {
+	key, other := sigtest.RSAKey("google"), sigtest.RSAKey("not google")
+	ver, hosts := pubsubRoute(t, key)
 	oracle, err := idtoken.NewValidator(context.Background(), idtoken.WithHTTPClient(hosts.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte(`{"message":{"data":"SGVsbG8=","messageId":"2070443601311540","message_id":"2070443601311540","publishTime":"2021-02-26T19:13:55.749Z"},"subscription":"projects/acme-prod/subscriptions/orders-push"}`)
-	const kid = "7d680d8c70d44e947133cbd499ebc1a61c3d5abc"
+	body := pubsubBody
+	const kid = pubsubKid
 	for _, c := range []struct {
 		name     string
 		token    string
@@ -144,6 +159,8 @@ func TestPubSub(t *testing.T) {
 	}
 
 	// the route must name its audience and its service account
+	ctx, cancel := testkit.NewContext(t)
+	defer cancel()
 	for _, cfg := range []VerifyConfig{
 		{Scheme: "pubsub", Audiences: []string{pubsubAudience}},
 		{Scheme: "pubsub", Claims: map[string][]string{"email": {pubsubAccount}}},

@@ -25,7 +25,7 @@ const snsTopic = "arn:aws:sns:us-east-1:123456789012:orders"
 
 // snsHosts stands in for SNS's hosts, serving the certificate of key at
 // certPath; its certificates are trusted for having come from there.
-func snsHosts(t *testing.T, key *rsa.PrivateKey, certPath string) *testkit.Hosts {
+func snsHosts(t testing.TB, key *rsa.PrivateKey, certPath string) *testkit.Hosts {
 	t.Helper()
 	h := providerHosts(t, "sns.us-east-1.amazonaws.com", "sns.us-west-2.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn", "s3.amazonaws.com", "evil.example")
 	now := time.Now()

@@ -70,7 +70,7 @@ func TestZendesk(t *testing.T) {
 }
 
 // mustBuild builds the verifier of a config whose secrets are resolved.
-func mustBuild(t *testing.T, cfg VerifyConfig) signature.Verifier {
+func mustBuild(t testing.TB, cfg VerifyConfig) signature.Verifier {
 	t.Helper()
 	v, err := buildVerifier(cfg)
 	if err != nil {

@@ -62,9 +62,11 @@ func benchVerify(b *testing.B, v signature.Verifier, r *http.Request, body []byt
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if err := v.Verify(r, body); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 }

@@ -75,26 +75,6 @@ func (a *lagApp) percentile(p float64) time.Duration {
 	return l[min(int(p*float64(len(l))), len(l)-1)]
 }
 
-// commandStats sums INFO commandstats calls by command over clients.
-func commandStats(b *testing.B, clients ...*redis.Client) map[string]int64 {
-	out := map[string]int64{}
-	for _, c := range clients {
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			out[name] += n
-		}
-	}
-	return out
-}
-
 // Ways of sending a benchmark's events.
 const (
 	drain = -1 * time.Nanosecond // every event accepted before the inbox starts
@@ -236,7 +216,7 @@ func benchDelivery(b *testing.B, st string, groups int, rate bool, pace time.Dur
 	}
 	var before map[string]int64
 	if rc != nil {
-		before = commandStats(b, rc)
+		before = testkit.CommandStats(b, rc)
 	}
 	b.ResetTimer()
 	took := burst(b, ib, app, pace, func(i int) string {
@@ -252,7 +232,7 @@ func benchDelivery(b *testing.B, st string, groups int, rate bool, pace time.Dur
 		b.ReportMetric(float64(app.percentile(0.99).Microseconds())/1000, "p99-lag-ms")
 	}
 	if rc != nil {
-		reportCommands(b, before, commandStats(b, rc))
+		reportCommands(b, before, testkit.CommandStats(b, rc))
 	}
 }
 
@@ -318,7 +298,7 @@ func benchPartitions(b *testing.B, n int, pace time.Duration) {
 	before := make([]map[string]int64, len(nodes))
 	cpuBefore := make([]float64, len(nodes))
 	for i, c := range nodes {
-		before[i] = commandStats(b, c)
+		before[i] = testkit.CommandStats(b, c)
 		cpuBefore[i] = cpuSeconds(b, c)
 	}
 	b.ResetTimer()
@@ -336,7 +316,7 @@ func benchPartitions(b *testing.B, n int, pace time.Duration) {
 		cpu := cpuSeconds(b, c) - cpuBefore[i]
 		busiestCPU = max(busiestCPU, cpu)
 		cpus = append(cpus, fmt.Sprintf("%.2fs", cpu))
-		after := commandStats(b, c)
+		after := testkit.CommandStats(b, c)
 		var d int64
 		for name, v := range after {
 			if name != "info" && name != "cluster|slots" && name != "cluster" {
