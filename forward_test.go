@@ -113,3 +113,44 @@ func TestForwardToTheNextHandler(t *testing.T) {
 		t.Fatalf("the request as received changed: %v", r.Header)
 	}
 }
+
+// TestForwardEdgeSignsWithEverySecret: with two edge secrets (a rotation),
+// the application gets both signatures in one webhook-signature header,
+// and a Standard Webhooks library holding either secret accepts it.
+func TestForwardEdgeSignsWithEverySecret(t *testing.T) {
+	edges := []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"}
+	h := newTestHandler(t, &Handler{
+		Provider: "stripe", Verify: &providers.VerifyConfig{Secrets: []string{"whsec_stripe"}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward:  &ForwardConfig{Signature: "edge", EdgeSecrets: edges},
+	})
+	body := []byte(`{"id":"evt_fwd_2","object":"event"}`)
+	signer, _ := providers.NewSigner("stripe", providers.SignConfig{Secret: "whsec_stripe"})
+	r := httptest.NewRequest(http.MethodPost, "/stripe", bytes.NewReader(body))
+	if _, err := signer.Sign(r, body, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var got http.Header
+	var gotBody []byte
+	res := serveReq(h, r, func(w http.ResponseWriter, r *http.Request) error {
+		got = r.Header.Clone()
+		gotBody, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	if res.result != results.New {
+		t.Fatalf("result %q: %s", res.result, res.w.Body)
+	}
+	if sigs := strings.Fields(got.Get("webhook-signature")); len(sigs) != 2 || sigs[0] == sigs[1] {
+		t.Fatalf("webhook-signature %q: want two signatures, one per secret", got.Get("webhook-signature"))
+	}
+	for _, secret := range edges {
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wh.Verify(gotBody, got); err != nil {
+			t.Errorf("the Standard Webhooks library with %s refused it: %v", secret[:12], err)
+		}
+	}
+}

@@ -175,21 +175,29 @@ func (f *Forwarder) Apply(r *http.Request, body []byte, d Delivery, at time.Time
 		for name := range r.Header {
 			// a webhook-* header from outside must never pass for the
 			// module's own
-			if strings.HasPrefix(strings.ToLower(name), "webhook-") && !strings.EqualFold(name, "Webhook-Attempt") &&
+			if len(name) >= len("webhook-") && strings.EqualFold(name[:len("webhook-")], "webhook-") && !strings.EqualFold(name, "Webhook-Attempt") &&
 				!strings.EqualFold(name, "Webhook-Via") && !strings.EqualFold(name, "Webhook-Replay-Suspected") &&
 				!strings.EqualFold(name, "Webhook-Order-Broken") {
 				r.Header.Del(name)
 			}
 		}
 		r.Header.Set("webhook-id", d.Key)
-		sigs := make([]string, 0, len(f.edge))
-		for _, s := range f.edge {
+		var sigs []string
+		for i, s := range f.edge {
 			if _, err := s.Sign(r, body, at); err != nil {
 				return fmt.Errorf("signing: %v", err)
 			}
-			sigs = append(sigs, r.Header.Get("webhook-signature"))
+			if len(f.edge) > 1 {
+				if i == 0 {
+					sigs = make([]string, 0, len(f.edge))
+				}
+				sigs = append(sigs, r.Header.Get("webhook-signature"))
+			}
 		}
-		r.Header.Set("webhook-signature", strings.Join(sigs, " "))
+		if len(sigs) > 1 {
+			// every secret's signature, as Standard Webhooks lists them
+			r.Header.Set("webhook-signature", strings.Join(sigs, " "))
+		}
 		r.Header.Set(SourceHeader, f.cfg.Source)
 	case Strip:
 		f.strip(r)
