@@ -122,9 +122,10 @@ func (tr *traffic) send(url, key string) {
 	if err != nil {
 		tr.resets.Add(1)
 		// a provider retries until it gets an answer: another reset (the
-		// next reload) or a 409 (the first attempt still in flight) is
-		// retried after a provider's pause
-		for range 50 {
+		// next reload) or a 409 (the first attempt still in flight, for as
+		// long as a loaded machine takes to finish it) is retried after a
+		// provider's pause, for up to a minute
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 			resp, err = post()
 			if err == nil && resp.StatusCode != http.StatusConflict {
 				break

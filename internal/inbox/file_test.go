@@ -219,7 +219,7 @@ func TestFileInboxCountsEveryEventInSomeState(t *testing.T) {
 	}
 	ib.Start()
 	defer ib.Stop()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	samples := 0
 	for {
 		c, err := ib.Counts(t.Context())

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
@@ -38,8 +39,11 @@ var backends = map[string]func(t *testing.T) store.Store{
 	},
 }
 
+// openRedisStore provisions a Redis store on addrs. Its calls are bounded
+// at 10s rather than the default 500ms: these tests are about what the
+// inbox does, and a loaded machine's slow call is not a store outage.
 func openRedisStore(t testing.TB, addrs ...string) *redisstore.Store {
-	return openRedisStoreWith(t, &redisstore.Store{Addresses: addrs})
+	return openRedisStoreWith(t, &redisstore.Store{Addresses: addrs, Timeout: caddy.Duration(10 * time.Second)})
 }
 
 // openRedisStoreWith provisions s.
