@@ -184,7 +184,7 @@ func openFile(t *testing.T, path string) *filestore.Store {
 }
 
 // openRedis provisions a redis store on addr.
-func openRedis(t *testing.T, addr string) *redisstore.Store {
+func openRedis(t testing.TB, addr string) *redisstore.Store {
 	t.Helper()
 	ctx, cancel := testkit.NewContext(t)
 	s := &redisstore.Store{Addresses: []string{addr}, Timeout: caddy.Duration(5 * time.Second)}
