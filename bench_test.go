@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
@@ -386,9 +384,9 @@ func BenchmarkServeHTTPRedisParallel(b *testing.B) {
 	for _, replay := range []bool{false, true} {
 		b.Run(map[bool]string{false: "new", true: "replay"}[replay], func(b *testing.B) {
 			h := newBenchHandler(b, &Handler{StoreRaw: json.RawMessage(store)})
-			cpu0 := redisCPU(b, rc)
+			cpu0 := testkit.RedisCPU(b, rc)
 			benchParallel(b, h, replay)
-			b.ReportMetric((redisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
+			b.ReportMetric((testkit.RedisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
 		})
 	}
 }
@@ -424,23 +422,6 @@ func benchParallel(b *testing.B, h *Handler, replay bool) {
 		}
 	})
 	b.StopTimer()
-}
-
-// redisCPU is the CPU time, in seconds, a Redis server has used so far.
-func redisCPU(b *testing.B, rc *redis.Client) float64 {
-	info, err := rc.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
-		}
-	}
-	return sum
 }
 
 // BenchmarkBodyDeadline is the body's deadline, bounded by the server's

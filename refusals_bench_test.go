@@ -60,7 +60,7 @@ func BenchmarkRefused(b *testing.B) {
 		{"redis", func(*testing.B) string {
 			return fmt.Sprintf(`{"module":"redis","addresses":[%q]}`, srv.Addr())
 		}, func(b *testing.B, _ *Handler) int64 {
-			return testkit.CommandStats(b, rc)["eval"]
+			return testkit.RedisCommands(b, rc)["eval"]
 		}},
 	}
 	for _, st := range stores {

@@ -46,9 +46,9 @@ func BenchmarkServeHTTPRedisReplicas(b *testing.B) {
 					}
 					h.StoreRaw = json.RawMessage(cfg + "}")
 					h = newBenchHandler(b, h)
-					cmds0, cpu0 := testkit.CommandStats(b, rc), redisCPU(b, rc)
+					cmds0, cpu0 := testkit.RedisCommands(b, rc), testkit.RedisCPU(b, rc)
 					benchNewDeliveries(b, h, status, parallel)
-					cmds := testkit.CommandStats(b, rc)
+					cmds := testkit.RedisCommands(b, rc)
 					var n int64
 					for name, calls := range cmds {
 						if name != "info" { // the benchmark's own reads
@@ -57,7 +57,7 @@ func BenchmarkServeHTTPRedisReplicas(b *testing.B) {
 					}
 					b.ReportMetric(float64(n)/float64(b.N), "cmds/op")
 					b.ReportMetric(float64(cmds["wait"]-cmds0["wait"])/float64(b.N), "waits/op")
-					b.ReportMetric((redisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
+					b.ReportMetric((testkit.RedisCPU(b, rc)-cpu0)*1e6/float64(b.N), "redis-us/op")
 				})
 			}
 		}

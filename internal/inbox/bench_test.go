@@ -81,23 +81,6 @@ const (
 	flood = 0 * time.Nanosecond  // as fast as they are accepted, the inbox running
 )
 
-// cpuSeconds is the CPU time a Redis server has used (INFO cpu).
-func cpuSeconds(b *testing.B, c *redis.Client) float64 {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\r\n") {
-		name, v, ok := strings.Cut(line, ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return total
-}
-
 // burst accepts b.N events from 8 senders, the event i in group g(i) ("" for
 // none), one every pace (flood: as fast as they are accepted; drain: all
 // before the inbox starts), and waits until the application has received
@@ -216,7 +199,7 @@ func benchDelivery(b *testing.B, st string, groups int, rate bool, pace time.Dur
 	}
 	var before map[string]int64
 	if rc != nil {
-		before = testkit.CommandStats(b, rc)
+		before = testkit.RedisCommands(b, rc)
 	}
 	b.ResetTimer()
 	took := burst(b, ib, app, pace, func(i int) string {
@@ -232,7 +215,7 @@ func benchDelivery(b *testing.B, st string, groups int, rate bool, pace time.Dur
 		b.ReportMetric(float64(app.percentile(0.99).Microseconds())/1000, "p99-lag-ms")
 	}
 	if rc != nil {
-		reportCommands(b, before, testkit.CommandStats(b, rc))
+		reportCommands(b, before, testkit.RedisCommands(b, rc))
 	}
 }
 
@@ -298,8 +281,8 @@ func benchPartitions(b *testing.B, n int, pace time.Duration) {
 	before := make([]map[string]int64, len(nodes))
 	cpuBefore := make([]float64, len(nodes))
 	for i, c := range nodes {
-		before[i] = testkit.CommandStats(b, c)
-		cpuBefore[i] = cpuSeconds(b, c)
+		before[i] = testkit.RedisCommands(b, c)
+		cpuBefore[i] = testkit.RedisCPU(b, c)
 	}
 	b.ResetTimer()
 	took := burst(b, ib, app, pace, func(int) string { return "" })
@@ -313,10 +296,10 @@ func benchPartitions(b *testing.B, n int, pace time.Duration) {
 	var total, busiest int64
 	var busiestCPU float64
 	for i, c := range nodes {
-		cpu := cpuSeconds(b, c) - cpuBefore[i]
+		cpu := testkit.RedisCPU(b, c) - cpuBefore[i]
 		busiestCPU = max(busiestCPU, cpu)
 		cpus = append(cpus, fmt.Sprintf("%.2fs", cpu))
-		after := testkit.CommandStats(b, c)
+		after := testkit.RedisCommands(b, c)
 		var d int64
 		for name, v := range after {
 			if name != "info" && name != "cluster|slots" && name != "cluster" {

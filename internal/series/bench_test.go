@@ -66,7 +66,7 @@ func BenchmarkRecordWrites(b *testing.B) {
 				b.Fatal(err)
 			}
 			return be, func() int64 {
-				c := testkit.CommandStats(b, rc)
+				c := testkit.RedisCommands(b, rc)
 				return c["evalsha"] + c["eval"]
 			}
 		}},

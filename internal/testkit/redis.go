@@ -157,29 +157,6 @@ func (s *Redis) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// CommandStats sums, over the servers of clients, the calls of each
-// command (INFO commandstats, by lower-case name) since the server started
-// or since CONFIG RESETSTAT; the commands scripts run are counted too.
-func CommandStats(t testing.TB, clients ...*redis.Client) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	for _, c := range clients {
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			out[name] += n
-		}
-	}
-	return out
-}
-
 // Ping checks that a Redis server answers on addr, with a raw
 // connection so no client is left behind.
 func Ping(addr string) error {
