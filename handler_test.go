@@ -22,9 +22,13 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// newTestHandler provisions h as Caddy would, on the default memory store.
+// newTestHandler provisions h as Caddy would. A handler without a store
+// gets the default one, a file in a data directory of the test's own: the
+// process's (testkit.Main) would carry the keys a test recorded into its
+// next run under -count. The test must not run in parallel.
 func newTestHandler(t *testing.T, h *Handler) *Handler {
 	t.Helper()
+	testkit.OwnDataDir(t)
 	ctx, cancel := testkit.NewContext(t)
 	t.Cleanup(cancel)
 	if err := h.Provision(ctx); err != nil {
