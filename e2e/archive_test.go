@@ -240,7 +240,9 @@ func sha(s string) string {
 // listed, fetched, exported nor counted, on every store, although no
 // append has trimmed it (the source is idle).
 func TestArchiveRetentionHoldsForReads(t *testing.T) {
-	const retention = 4 * time.Second
+	// seconds of slack on each side: the recent event is appended while
+	// the old one is still within retention, and read while it is
+	const retention = 10 * time.Second
 	for name, store := range archiveStores(t) {
 		t.Run(name, func(t *testing.T) {
 			up := testkit.NewUpstream(t, nil)
@@ -266,10 +268,19 @@ func TestArchiveRetentionHoldsForReads(t *testing.T) {
 				}
 				return l.Events[0]
 			}
+			oldSent := time.Now()
 			old := post("old")
-			time.Sleep(retention - time.Second)
+			oldDone := time.Now()
+			// an append after the old event's retention could trim it: the
+			// recent one comes before, with 3 s to spare
+			time.Sleep(time.Until(oldDone.Add(retention - 3*time.Second)))
 			post("recent")
-			time.Sleep(1500 * time.Millisecond) // old is past retention, recent is not, and nothing is appended
+			if late := time.Since(oldSent); late >= retention {
+				t.Fatalf("the recent event was appended %v after the old one, past its retention", late)
+			}
+			// old is past retention, recent is not (for 6 s more), and
+			// nothing is appended
+			time.Sleep(time.Until(oldDone.Add(retention + 500*time.Millisecond)))
 
 			var l archivedList
 			c.AdminJSON(t, http.MethodGet, events, &l)

@@ -92,9 +92,11 @@ func TestRedisForgetDropsRecentCopy(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
+	// a timeout the calls before the stall come within on a loaded
+	// machine; the stall's wait it out
 	c := testkit.StartCaddy(t, "", githubSite(port, up, fmt.Sprintf(`fail open
 		store redis redis://%s {
-			timeout 500ms
+			timeout 2s
 		}`, srv.Addr())))
 	url := testkit.SiteURL(port) + "/gh"
 	body := []byte(`{"ref":"refs/heads/main","after":"f2f2"}`)

@@ -128,7 +128,7 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 
 	// access lines are written when each request ends; wait for them all
 	var access []map[string]any
-	testkit.WaitFor(t, 5*time.Second, "an access-log line for every request", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "an access-log line for every request", func() (bool, string) {
 		access = testkit.ReadLogLines(t, accessLog)
 		var missing []string
 		for _, r := range requests {

@@ -98,7 +98,7 @@ func TestMetricsCountEveryResultExactly(t *testing.T) {
 	slow := key("slow")
 	callsBefore := up.Calls.Load()
 	slowDone := testkit.SendAsync(http.MethodPost, base+"/plain", []byte(slow), "Idempotency-Key", slow, "X-Slow", "1")
-	up.WaitCalls(t, callsBefore+1, 5*time.Second)
+	up.WaitCalls(t, callsBefore+1, 30*time.Second)
 	if resp, _ := testkit.Post(t, base+"/plain", []byte(slow), "Idempotency-Key", slow); resp.StatusCode != http.StatusConflict {
 		t.Fatalf("duplicate of an in-flight delivery: %d, want 409", resp.StatusCode)
 	}

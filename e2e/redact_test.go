@@ -40,7 +40,7 @@ http://127.0.0.1:%d {
 		inbox {
 			deliver_to %s/hook
 			retries 1m
-			timeout 1s
+			timeout 10s
 		}
 	}
 }`, port, source, srv.Addr(), app.URL))

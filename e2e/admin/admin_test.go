@@ -22,20 +22,22 @@ const (
 )
 
 // adminInboxSite is a site whose handler has an inbox for source,
-// delivering to deliverTo, with a short retry schedule.
+// delivering to deliverTo, with a short retry schedule; its store calls
+// and attempts have the time they take on a loaded machine (a store call
+// or an attempt cut short would fail the request or spend a retry).
 func adminInboxSite(port int, source, redisAddr, deliverTo, retries string) string {
 	return fmt.Sprintf(`
 http://127.0.0.1:%d {
 	webhook_idempotency {
 		source %s
 		store redis redis://%s {
-			timeout 300ms
+			timeout 5s
 		}
 		inbox {
 			deliver_to %s
 			retries %s
 			jitter 0%%
-			timeout 1s
+			timeout 10s
 		}
 	}
 }`, port, source, redisAddr, deliverTo, retries)

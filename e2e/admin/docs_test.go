@@ -342,7 +342,7 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	// the reload replaced the admin server: a connection to the old one
 	// gets no answer, a new one does
 	var src map[string]any
-	testkit.Eventually(t, 5*time.Second, "the admin API after the reload", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the admin API after the reload", func() bool {
 		resp, err := testkit.NewConnectionClient.Get(c.AdminURL("/webhook_idempotency/docs_inbox"))
 		if err != nil {
 			return false

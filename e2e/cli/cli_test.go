@@ -453,7 +453,7 @@ func TestKeyForgetTail(t *testing.T) {
 	}()
 	want := func(what string, match func(string) bool) {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
+		deadline := time.After(30 * time.Second)
 		for {
 			select {
 			case l, ok := <-lines:
@@ -464,7 +464,7 @@ func TestKeyForgetTail(t *testing.T) {
 					return
 				}
 			case <-deadline:
-				t.Fatalf("tail --follow printed no line for %s within 10s", what)
+				t.Fatalf("tail --follow printed no line for %s within 30s", what)
 			}
 		}
 	}

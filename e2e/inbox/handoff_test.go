@@ -274,7 +274,7 @@ func TestInboxEdgeSignsAsStandardWebhooks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the Standard Webhooks library refused the delivery: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no delivery")
 	}
 	got := up.Requests()[0]

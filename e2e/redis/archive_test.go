@@ -102,8 +102,10 @@ func TestArchiveLeavesRedisMemoryToKeys(t *testing.T) {
 
 // An admin read waits for Redis longer than the store's timeout, which is
 // meant for the request path: a list, one event and an export during a
-// 1.5 s stall of a Redis whose store times out after 300 ms are answered
-// once Redis is back, not refused with an i/o timeout.
+// 2.5 s stall of a Redis whose store times out after 1 s are answered once
+// Redis is back, not refused with an i/o timeout. (The store's timeout is
+// what the requests before the stall take on a loaded machine; the stall
+// ends well within the admin reads' 5 s.)
 func TestArchiveAdminReadsOutlastTheStoreTimeout(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	up := testkit.NewUpstream(t, nil)
@@ -112,7 +114,7 @@ func TestArchiveAdminReadsOutlastTheStoreTimeout(t *testing.T) {
 	webhook_idempotency {
 		source stall
 		store redis redis://%s {
-			timeout 300ms
+			timeout 1s
 		}
 		archive
 	}
@@ -131,7 +133,7 @@ func TestArchiveAdminReadsOutlastTheStoreTimeout(t *testing.T) {
 	}
 	for _, path := range []string{"/events", "/events/" + list.Events[0].ID, "/events/export"} {
 		srv.Pause()
-		resumed := time.AfterFunc(1500*time.Millisecond, srv.Resume)
+		resumed := time.AfterFunc(2500*time.Millisecond, srv.Resume)
 		resp, b := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/stall"+path), nil)
 		resumed.Stop()
 		srv.Resume()
@@ -148,10 +150,13 @@ func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
+	// sources of the run's own: their counts are the process's, and a
+	// run under -count would find the last one's
+	memSource, redisSource := fmt.Sprintf("list_mem_%d", time.Now().UnixNano()), fmt.Sprintf("list_redis_%d", time.Now().UnixNano())
 	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	handle /mem {
 		webhook_idempotency {
-			source list_mem
+			source %s
 			store memory
 			archive
 		}
@@ -159,15 +164,15 @@ func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
 	}
 	handle /red {
 		webhook_idempotency {
-			source list_redis
+			source %s
 			store redis redis://%s {
-				timeout 300ms
+				timeout 5s
 			}
 			archive
 			inbox %s/inbox
 		}
 	}
-}`, port, up.Addr(), srv.Addr(), up.URL))
+}`, port, memSource, up.Addr(), redisSource, srv.Addr(), up.URL))
 	site := testkit.SiteURL(port)
 	resp, b := testkit.Post(t, site+"/mem", []byte(`{"n":1}`), "Idempotency-Key", "m1")
 	testkit.WantNew(t, resp, b, http.StatusOK)
@@ -189,7 +194,7 @@ func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
 	for _, s := range sources {
 		bySource[s["source"].(string)] = s
 	}
-	mem, red := bySource["list_mem"], bySource["list_redis"]
+	mem, red := bySource[memSource], bySource[redisSource]
 	if mem == nil || red == nil {
 		t.Fatalf("sources listed: %s", b)
 	}
@@ -203,7 +208,7 @@ func TestAdminSourceListSurvivesARedisOutage(t *testing.T) {
 	if _, ok := red["archive"].(map[string]any)["events"]; ok {
 		t.Fatalf("the redis source shows an archive size it could not read: %v", red)
 	}
-	if resp, b := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/list_redis"), nil); resp.StatusCode != http.StatusServiceUnavailable {
+	if resp, b := testkit.Do(t, http.MethodGet, c.AdminURL("/webhook_idempotency/"+redisSource), nil); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("one source with Redis down: %s %s", resp.Status, b)
 	}
 }

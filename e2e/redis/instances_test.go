@@ -28,7 +28,9 @@ type keyedUpstream struct {
 	calls map[string]int
 }
 
-func newKeyedUpstream(t *testing.T, delay time.Duration) *keyedUpstream {
+// newKeyedUpstream is an upstream that counts its calls by key; work, if
+// not nil, is the application's work on each.
+func newKeyedUpstream(t *testing.T, work func()) *keyedUpstream {
 	u := &keyedUpstream{calls: make(map[string]int)}
 	u.Upstream = testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
 		key := r.Header.Get("Idempotency-Key")
@@ -36,7 +38,9 @@ func newKeyedUpstream(t *testing.T, delay time.Duration) *keyedUpstream {
 		u.calls[key]++
 		n := u.calls[key]
 		u.mu.Unlock()
-		time.Sleep(delay)
+		if work != nil {
+			work()
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Upstream-Call", strconv.FormatInt(call, 10))
 		w.WriteHeader(http.StatusCreated)
@@ -100,7 +104,7 @@ func mustDeliver(t *testing.T, url, key string) testkit.Reply {
 
 func TestRedisTwoInstancesShareDeduplication(t *testing.T) {
 	srv := testkit.StartRedis(t)
-	up := newKeyedUpstream(t, 0)
+	up := newKeyedUpstream(t, nil)
 	a, b := twoInstances(t, srv, "", up)
 
 	for i, pair := range [][2]string{{a, b}, {b, a}} {
@@ -126,7 +130,7 @@ func TestRedisTwoInstancesShareDeduplication(t *testing.T) {
 // exactly once, for many keys.
 func TestRedisConcurrentDuplicatesAcrossInstances(t *testing.T) {
 	srv := testkit.StartRedis(t)
-	up := newKeyedUpstream(t, 30*time.Millisecond)
+	up := newKeyedUpstream(t, func() { time.Sleep(30 * time.Millisecond) })
 	a, b := twoInstances(t, srv, "", up)
 	const keys, dups = 20, 100
 
@@ -180,23 +184,34 @@ func TestRedisConcurrentDuplicatesAcrossInstances(t *testing.T) {
 // a duplicate on the other instance gets 409, never a second execution.
 func TestRedisLeaseRenewalKeepsSlowRequest(t *testing.T) {
 	srv := testkit.StartRedis(t)
-	up := newKeyedUpstream(t, 3500*time.Millisecond)
-	a, b := twoInstances(t, srv, "lease 1500ms", up)
+	// the application works until the duplicates below are answered,
+	// however long a loaded machine takes over them
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseUp := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseUp)
+	up := newKeyedUpstream(t, func() { <-release })
+	// renewed every lease/3: 3s leaves a loaded machine two seconds of
+	// slack for each renewal
+	const lease = 3 * time.Second
+	a, b := twoInstances(t, srv, "lease 3s", up)
 	rc := srv.Client(t)
 
-	start := time.Now()
 	done := testkit.SendAsync(http.MethodPost, a, []byte(`{"id":"evt_slow"}`), "Idempotency-Key", "evt_slow")
-	// past the 1.5s lease, twice over
-	for _, at := range []time.Duration{2 * time.Second, 3 * time.Second} {
+	up.WaitCalls(t, 1, 30*time.Second)
+	start := time.Now()
+	// past the lease, twice over
+	for _, at := range []time.Duration{lease + time.Second, 2*lease + time.Second} {
 		time.Sleep(time.Until(start.Add(at)))
 		r := mustDeliver(t, b, "evt_slow")
 		if r.Status != http.StatusConflict || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("duplicate during a slow request past its lease: %d %v", r.Status, r.Header)
 		}
-		if pttl := rc.PTTL(context.Background(), "idem:shop:evt_slow").Val(); pttl <= 0 || pttl > 1500*time.Millisecond {
-			t.Fatalf("in-flight PTTL %v, want within the 1.5s lease", pttl)
+		if pttl := rc.PTTL(context.Background(), "idem:shop:evt_slow").Val(); pttl <= 0 || pttl > lease {
+			t.Fatalf("in-flight PTTL %v, want within the %v lease", pttl, lease)
 		}
 	}
+	releaseUp()
 	if first := testkit.Receive(t, done); first.Status != http.StatusCreated {
 		t.Fatalf("slow request: %d", first.Status)
 	}

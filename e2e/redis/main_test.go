@@ -30,16 +30,23 @@ func TestMain(m *testing.M) { testkit.RunAsCaddy(); testkit.Main(m) }
 // redisChaosSite is a site whose handler uses srv with a 500ms timeout
 // and the fail policy fail.
 func redisChaosSite(port int, srv *testkit.Redis, fail, upstream string) string {
+	return redisTimeoutSite(port, srv, fail, upstream, "500ms")
+}
+
+// redisTimeoutSite is redisChaosSite with the store's timeout: a test
+// whose calls must succeed before or after an outage gives them what they
+// take on a loaded machine.
+func redisTimeoutSite(port int, srv *testkit.Redis, fail, upstream, timeout string) string {
 	return fmt.Sprintf(`:%d {
 	webhook_idempotency {
 		source chaos
 		fail %s
 		store redis redis://%s {
-			timeout 500ms
+			timeout %s
 		}
 	}
 	reverse_proxy %s
-}`, port, fail, srv.Addr(), upstream)
+}`, port, fail, srv.Addr(), timeout, upstream)
 }
 
 // waitForDedup posts a fresh key twice until the second is a replay.

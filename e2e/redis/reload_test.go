@@ -182,10 +182,11 @@ func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 		before := testkit.SettledGoroutines(nil, 0, time.Second)
 		start := time.Now()
 		validateConfig(t, sites)
-		if d := time.Since(start); d > 5*time.Second {
+		// bounded, not a hang on the store (a loaded machine stretches it)
+		if d := time.Since(start); d > 20*time.Second {
 			t.Fatalf("validate took %v", d)
 		}
-		if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+		if after := testkit.SettledGoroutines(nil, before+2, 30*time.Second); after > before+2 {
 			t.Fatalf("goroutines grew from %d to %d after validate", before, after)
 		}
 	}
@@ -207,7 +208,7 @@ func TestRedisValidateLeavesNothingBehind(t *testing.T) {
 		if after := connections(); after <= before {
 			t.Fatalf("validate did not reach Redis (%d connections received before, %d after): the test cannot see a client left behind", before, after)
 		}
-		testkit.WaitFor(t, 5*time.Second, "the connections validate opened are closed", func() (bool, string) {
+		testkit.WaitFor(t, 30*time.Second, "the connections validate opened are closed", func() (bool, string) {
 			ids := redisStoreClientIDs(t, rc)
 			return len(ids) == 0, fmt.Sprintf("store connections %v", ids)
 		})
@@ -234,7 +235,7 @@ func TestReloadValidateLeavesNoGoroutinesMemory(t *testing.T) {
 	for range 5 {
 		validateConfig(t, site)
 	}
-	if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+	if after := testkit.SettledGoroutines(nil, before+2, 30*time.Second); after > before+2 {
 		t.Fatalf("goroutines grew from %d to %d after 5 validations", before, after)
 	}
 }
@@ -251,11 +252,11 @@ func TestReloadValidateLeavesNothingBehindRedis(t *testing.T) {
 	for range 5 {
 		validateConfig(t, site)
 	}
-	if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+	if after := testkit.SettledGoroutines(nil, before+2, 30*time.Second); after > before+2 {
 		t.Fatalf("goroutines grew from %d to %d after 5 validations", before, after)
 	}
 	// the server notices closed connections asynchronously
-	testkit.WaitFor(t, 5*time.Second, "the connections validation opened are closed", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the connections validation opened are closed", func() (bool, string) {
 		ids := redisStoreClientIDs(t, rc)
 		return len(ids) == 0, fmt.Sprintf("%d store connections open: %v", len(ids), ids)
 	})

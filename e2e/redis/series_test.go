@@ -15,7 +15,7 @@ import (
 // second).
 func TestRedisInstancesShareCounts(t *testing.T) {
 	srv := testkit.StartRedis(t)
-	up := newKeyedUpstream(t, 0)
+	up := newKeyedUpstream(t, nil)
 	portA, portB := testkit.FreePort(t), testkit.FreePort(t)
 	a := testkit.StartCaddy(t, "", instanceSite(portA, srv.Addr(), "", up))
 	testkit.StartProcess(t, "", instanceSite(portB, srv.Addr(), "", up), testkit.SiteURL(portB)+"/ready")

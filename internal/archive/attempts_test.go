@@ -50,7 +50,7 @@ func TestArchiveAttempts(t *testing.T) {
 			failed.Result = "new"
 			a.Add(failed)
 			var evs []Event
-			testkit.Eventually(t, 5*time.Second, "both events archived", func() bool {
+			testkit.Eventually(t, 30*time.Second, "both events archived", func() bool {
 				evs, _, _ = a.Find(context.Background(), Query{Count: 10})
 				return len(evs) == 2
 			})

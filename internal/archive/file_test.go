@@ -114,13 +114,13 @@ func TestFileArchiveRetention(t *testing.T) {
 	_, a, closeAll := openFileArchive(t, filepath.Join(t.TempDir(), "store.db"), 100, time.Hour)
 	defer closeAll()
 	a.Add(entry("old", "new", now()))
-	testkit.Eventually(t, 5*time.Second, "the first event archived", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the first event archived", func() bool {
 		n, _ := a.Size(t.Context())
 		return n == 1
 	})
 	clock.advance(61 * time.Minute)
 	a.Add(entry("new", "new", now()))
-	testkit.Eventually(t, 5*time.Second, "the old event trimmed by retention", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the old event trimmed by retention", func() bool {
 		evs, _, _ := a.Find(t.Context(), Query{Count: 10})
 		return keysOf(evs) == "[new]"
 	})

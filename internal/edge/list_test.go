@@ -181,7 +181,7 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 	wantCheck(t, a, "192.0.2.2", Refused)
 
 	srv.set("/list", 200, `["192.0.2.2"]`)
-	testkit.Eventually(t, 5*time.Second, "the refreshed list in use", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the refreshed list in use", func() bool {
 		return a.Check(netip.MustParseAddr("192.0.2.2")) == Allowed
 	})
 	wantCheck(t, a, "192.0.2.1", Refused)
@@ -195,7 +195,7 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 	} {
 		before := a.Statuses()[0]
 		srv.set("/list", bad.status, bad.body)
-		testkit.WaitFor(t, 5*time.Second, "a failed refresh of "+bad.body, func() (bool, string) {
+		testkit.WaitFor(t, 30*time.Second, "a failed refresh of "+bad.body, func() (bool, string) {
 			st := a.Statuses()[0]
 			return st.LastError != "" && st.LastAttempt.After(*before.LastAttempt), st.LastError
 		})
@@ -204,7 +204,7 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 		wantCheck(t, a, "192.0.2.4", Refused)
 		// a further failed attempt keeps the list loaded before
 		failed := a.Statuses()[0]
-		testkit.WaitFor(t, 5*time.Second, "another failed refresh", func() (bool, string) {
+		testkit.WaitFor(t, 30*time.Second, "another failed refresh", func() (bool, string) {
 			st := a.Statuses()[0]
 			return st.LastAttempt.After(*failed.LastAttempt), st.LastError
 		})
@@ -213,7 +213,7 @@ func TestAllowListRefreshedAndMalformedRefused(t *testing.T) {
 		}
 	}
 	srv.set("/list", 200, "192.0.2.5\n")
-	testkit.WaitFor(t, 5*time.Second, "recovery", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "recovery", func() (bool, string) {
 		st := a.Statuses()[0]
 		return st.LastError == "" && a.Check(netip.MustParseAddr("192.0.2.5")) == Allowed, st.LastError
 	})
@@ -352,7 +352,7 @@ func TestAllowIPsFileList(t *testing.T) {
 	if err := os.WriteFile(path, []byte("192.0.2.2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 5*time.Second, "the file read again", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the file read again", func() bool {
 		return a.Check(netip.MustParseAddr("192.0.2.2")) == Allowed
 	})
 	if st := a.Statuses()[0]; st.LoadedFrom != "file" || st.Source != path {

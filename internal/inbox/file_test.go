@@ -44,7 +44,9 @@ func newTestInbox(t *testing.T, s store.Store, deliverTo string, retries ...time
 	rd, _ := redact.New(nil)
 	ib, err := New(Config{
 		Source: "files", DeliverTo: deliverTo, Respond: 202, Retries: retries,
-		Timeout: time.Second, Concurrency: 4, TTL: time.Hour, Redact: rd, Logger: zap.NewNop(),
+		// an attempt's time on a loaded machine: one cut short would be
+		// an attempt more than the tests count
+		Timeout: 10 * time.Second, Concurrency: 4, TTL: time.Hour, Redact: rd, Logger: zap.NewNop(),
 	}, s)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestFileInboxDeliversRetriesAndDeadLetters(t *testing.T) {
 	}
 	ib.Start()
 	defer ib.Stop()
-	testkit.Eventually(t, 5*time.Second, "every event delivered or dead", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every event delivered or dead", func() bool {
 		c, err := ib.Counts(t.Context())
 		return err == nil && c.Pending == 0 && c.Scheduled == 0 && c.Dead == 1
 	})
@@ -138,7 +140,7 @@ func TestFileInboxKeepsEventsAcrossReopen(t *testing.T) {
 	}
 	accept(t, ib, "refused")
 	ib.Start()
-	testkit.Eventually(t, 5*time.Second, "every event tried once", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every event tried once", func() bool {
 		c, _ := ib.Counts(t.Context())
 		return c.Scheduled == 5 && c.Dead == 1
 	})
@@ -171,7 +173,7 @@ func TestFileInboxKeepsEventsAcrossReopen(t *testing.T) {
 	}
 	ib2.Start()
 	defer ib2.Stop()
-	testkit.Eventually(t, 5*time.Second, "every kept event delivered", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every kept event delivered", func() bool {
 		c, _ := ib2.Counts(t.Context())
 		return c.Pending == 0 && c.Scheduled == 0 && c.Dead == 0 && up.Calls.Load() == 6
 	})

@@ -190,7 +190,9 @@ func TestInboxOrderedGroupWaitsForItsHead(t *testing.T) {
 				return http.StatusOK
 			})
 			s := open(t)
-			ib := newOrderedInbox(t, s, "ordered", app.URL, nil)
+			// a1's retries wait long enough that group B's two deliveries
+			// come before its third attempt on a loaded machine too
+			ib := newOrderedInbox(t, s, "ordered", app.URL, func(c *Config) { c.Retries = []time.Duration{time.Second, time.Second} })
 			for _, e := range [][2]string{{"a1", "A"}, {"a2", "A"}, {"b1", "B"}, {"a3", "A"}, {"b2", "B"}, {"u1", ""}} {
 				acceptIn(t, ib, e[0], e[1])
 			}
@@ -244,7 +246,7 @@ func attemptKeys(as []attempt) []string {
 func wantNoGroupsLeft(t *testing.T, s store.Store, ib *Inbox) {
 	t.Helper()
 	// the application's last answer may still be on its way back
-	testkit.WaitFor(t, 5*time.Second, "every group drained", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "every group drained", func() (bool, string) {
 		g, err := ib.q.groups(t.Context(), 10)
 		return err == nil && g.Pending == 0 && g.Held == 0 && len(g.Longest) == 0, fmt.Sprintf("%+v, %v", g, err)
 	})
@@ -453,24 +455,27 @@ func TestRedisInboxPartitionsChange(t *testing.T) {
 			return http.StatusServiceUnavailable
 		}
 	})
+	// the application fails until the change is made: retries enough
+	// that no event is dead by then, however slow the machine
+	retries := slices.Repeat([]time.Duration{200 * time.Millisecond}, 300)
 	old := newOrderedInbox(t, s, "moving", app.URL, func(c *Config) {
-		c.Retries = []time.Duration{200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}
+		c.Retries = retries
 	})
 	old.Start()
 	for i := range 3 {
 		acceptIn(t, old, fmt.Sprint("a", i), "A")
 		acceptIn(t, old, fmt.Sprint("u", i), "")
 	}
-	testkit.Eventually(t, 5*time.Second, "the old layout's heads attempted", func() bool { return len(app.seen()) >= 4 })
+	testkit.Eventually(t, 30*time.Second, "the old layout's heads attempted", func() bool { return len(app.seen()) >= 4 })
 	old.Stop()
 
 	// a reload to 4 partitions, while group A waits in the old one
 	next := newOrderedInbox(t, s, "moving", app.URL, func(c *Config) {
 		c.Partitions = 4
-		c.Retries = []time.Duration{200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}
+		c.Retries = retries
 	})
 	next.Start()
-	testkit.Eventually(t, 5*time.Second, "the old layout is read", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the old layout is read", func() bool {
 		q := next.q.(*redisQueue)
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -483,14 +488,14 @@ func TestRedisInboxPartitionsChange(t *testing.T) {
 		acceptIn(t, next, fmt.Sprint("v", i), "")
 	}
 	close(fail)
-	testkit.Eventually(t, 15*time.Second, "every event delivered", func() bool { return len(app.delivered()) == 6+3+40 })
+	testkit.Eventually(t, time.Minute, "every event delivered", func() bool { return len(app.delivered()) == 6+3+40 })
 	if a := of(app.delivered(), "a"); fmt.Sprint(a) != "[a0 a1 a2 a3 a4 a5]" {
 		t.Fatalf("group A across the change: %v", a)
 	}
 	// the new layout spread the unordered events over its 4 streams, and
 	// the old one leaves the registry once drained
 	q := next.q.(*redisQueue)
-	testkit.Eventually(t, 3*layoutEvery, "the old layout drained out of the registry", func() bool {
+	testkit.Eventually(t, 12*layoutEvery, "the old layout drained out of the registry", func() bool {
 		m, err := q.client.SMembers(context.Background(), q.registry).Result()
 		return err == nil && fmt.Sprint(m) == "[4]"
 	})

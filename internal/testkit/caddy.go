@@ -84,18 +84,19 @@ func (c *Caddy) AdminURL(path string) string {
 // Every load replaces Caddy's admin server and shuts the old one down
 // while it answers: each load goes out on a new connection (a kept-alive
 // one belongs to the old server), and one that gets no HTTP answer at all
-// (its connection reached the old listener as it closed) is sent again, a
-// few times; loading the same config twice is harmless.
+// (its connection reached the old listener as it closed) is sent again,
+// for as long as PostAfterReload would; loading the same config twice is
+// harmless.
 func (c *Caddy) Reload(sites string) error {
 	cfg := c.Adapt(sites)
 	var resp *http.Response
 	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
+	for deadline := time.Now().Add(reloadRetries); ; {
 		req, _ := http.NewRequest(http.MethodPost, c.AdminURL("/load"), bytes.NewReader(cfg))
 		req.Header.Set("Content-Type", "application/json")
 		// a reload of an identical config is skipped unless forced
 		req.Header.Set("Cache-Control", "must-revalidate")
-		if resp, err = NewConnectionClient.Do(req); err == nil {
+		if resp, err = NewConnectionClient.Do(req); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)

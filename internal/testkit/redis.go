@@ -90,7 +90,7 @@ func (s *Redis) start() error {
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
@@ -104,7 +104,7 @@ func (s *Redis) start() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Kill()
-	return fmt.Errorf("redis-server on port %d did not answer within 10s", s.port)
+	return fmt.Errorf("redis-server on port %d did not answer within 30s", s.port)
 }
 
 // Kill stops the server at once (SIGKILL), as a crash would.

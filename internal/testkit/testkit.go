@@ -191,10 +191,12 @@ func Do(t testing.TB, method, url string, body []byte, header ...string) (*http.
 // PostAfterReload is Post for the first requests after a reload. Caddy
 // binds with SO_REUSEPORT, and a connection queued on the old listener when
 // it closes is reset, whether new or kept alive: a request that gets no
-// HTTP answer is sent again on a new connection, as a provider would, a
-// few times.
+// HTTP answer is sent again on a new connection, as a provider would, for
+// as long as a loaded machine may take to close the old listener
+// (reloadRetries).
 func PostAfterReload(t testing.TB, url string, body []byte, header ...string) (*http.Response, []byte) {
 	t.Helper()
+	deadline := time.Now().Add(reloadRetries)
 	for attempt := 1; ; attempt++ {
 		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
@@ -205,7 +207,7 @@ func PostAfterReload(t testing.TB, url string, body []byte, header ...string) (*
 		}
 		resp, err := NewConnectionClient.Do(req)
 		if err != nil {
-			if attempt < 5 {
+			if time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
@@ -219,6 +221,10 @@ func PostAfterReload(t testing.TB, url string, body []byte, header ...string) (*
 		return resp, b
 	}
 }
+
+// reloadRetries is how long a request that meets a reload gets no HTTP
+// answer before a test gives up on it.
+const reloadRetries = 30 * time.Second
 
 // SiteURL is the base URL of a site listening on port.
 func SiteURL(port int) string { return fmt.Sprintf("http://127.0.0.1:%d", port) }

@@ -30,11 +30,11 @@ func TestRedisStoreCleanupLeavesNothingBehind(t *testing.T) {
 		}
 		cancel() // cleans up the modules loaded through ctx
 	}
-	if after := testkit.SettledGoroutines(nil, before+2, 5*time.Second); after > before+2 {
+	if after := testkit.SettledGoroutines(nil, before+2, 30*time.Second); after > before+2 {
 		t.Fatalf("goroutines grew from %d to %d after 5 loads and cleanups", before, after)
 	}
 	// the server notices closed connections asynchronously: poll
-	testkit.Eventually(t, 5*time.Second, "the store's connections closed", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the store's connections closed", func() bool {
 		list, err := rc.ClientList(context.Background()).Result()
 		if err != nil {
 			t.Fatalf("CLIENT LIST: %v", err)

@@ -142,7 +142,9 @@ func TestBatchClusterClaimsNothingOrAll(t *testing.T) {
 	t.Parallel()
 	// full coverage off: the other masters serve while one is paused
 	cluster := testkit.StartClusterWith(t, testkit.ClusterOptions{Args: []string{"--cluster-require-full-coverage", "no"}})
-	const timeout = 300 * time.Millisecond
+	// what the answering masters' calls take on a loaded machine; a call
+	// to the hung one waits it out
+	const timeout = 2 * time.Second
 	addrs, _ := json.Marshal(cluster.Addrs())
 	s := provisionRedisStore(t, fmt.Sprintf(`{"addresses":%s,"timeout":%d}`, addrs, timeout))
 	ctx := context.Background()
@@ -270,8 +272,11 @@ func TestBatchReplicatedCompletion(t *testing.T) {
 	t.Parallel()
 	master := testkit.StartRedis(t)
 	replica := testkit.StartReplica(t, master)
-	const wait = 300 * time.Millisecond
-	s := provisionRedisStore(t, fmt.Sprintf(`{"addresses":["%s"],"replicas":1,"replicas_timeout":%d,"replicas_completions":true}`, master.Addr(), wait))
+	// the healthy replica's time to acknowledge on a loaded machine (the
+	// first completion asserts it did); the paused one's completion waits
+	// it out, and the calls outlast it
+	const wait = 2 * time.Second
+	s := provisionRedisStore(t, fmt.Sprintf(`{"addresses":["%s"],"replicas":1,"replicas_timeout":%d,"replicas_completions":true,"timeout":%d}`, master.Addr(), wait, 10*time.Second))
 	ctx := context.Background()
 	keys := batchKeys("replicated", 20)
 	owner := store.NewOwner()

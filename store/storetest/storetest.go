@@ -157,16 +157,27 @@ func testNotOwner(t *testing.T, s store.Store, k keys) {
 	wantState(t, "the absent key stays absent", claim(t, s, absent, b, time.Second), store.StateClaimed)
 }
 
+// The lease and the record's ttl in the tests of expiry and renewal are
+// long enough that the calls made before they end come in time on a loaded
+// machine; the tests then sleep past the end, which a slow machine only
+// makes surer.
+const (
+	shortLease = 2 * time.Second
+	pastEnd    = 250 * time.Millisecond // slept past an expiry
+)
+
 func testRenew(t *testing.T, s store.Store, k keys) {
 	key, a, b := k.key("k"), store.NewOwner(), store.NewOwner()
-	wantState(t, "claim", claim(t, s, key, a, 300*time.Millisecond), store.StateClaimed)
-	time.Sleep(150 * time.Millisecond)
-	mustNil(t, "Renew", s.Renew(ctx, key, a, 5*time.Second))
-	time.Sleep(350 * time.Millisecond) // past the first lease
+	const renewed = time.Minute
+	wantState(t, "claim", claim(t, s, key, a, shortLease), store.StateClaimed)
+	firstEnds := time.Now().Add(shortLease)
+	renewing := time.Now()
+	mustNil(t, "Renew", s.Renew(ctx, key, a, renewed))
+	time.Sleep(time.Until(firstEnds.Add(pastEnd)))
 	res := claim(t, s, key, b, time.Second)
 	wantState(t, "claim after the first lease would have ended", res, store.StateInFlight)
-	if res.LeaseLeft < 3*time.Second {
-		t.Fatalf("lease left %s after renewing for 5s, want more than 3s", res.LeaseLeft)
+	if least := renewed - time.Since(renewing) - time.Second; res.LeaseLeft < least {
+		t.Fatalf("lease left %s after renewing for %s, want at least %s", res.LeaseLeft, renewed, least)
 	}
 }
 
@@ -185,9 +196,10 @@ func testLeaseExpiry(t *testing.T, s store.Store, k keys) {
 func testTTLExpiry(t *testing.T, s store.Store, k keys) {
 	key, a, b := k.key("k"), store.NewOwner(), store.NewOwner()
 	wantState(t, "claim", claim(t, s, key, a, 10*time.Second), store.StateClaimed)
-	mustNil(t, "Complete", s.Complete(ctx, key, a, rec("a"), 150*time.Millisecond))
+	mustNil(t, "Complete", s.Complete(ctx, key, a, rec("a"), shortLease))
+	expires := time.Now().Add(shortLease)
 	wantState(t, "claim before the ttl", claim(t, s, key, b, time.Second), store.StateCompleted)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(expires.Add(pastEnd)))
 	wantState(t, "claim after the ttl", claim(t, s, key, b, time.Second), store.StateClaimed)
 }
 
@@ -297,14 +309,14 @@ func testNote(t *testing.T, s store.Store, k keys) {
 	g := guarded(t, s)
 	key1, key2, note := k.key("id1"), k.key("id2"), k.key("seen-sha256:body")
 	a, b := store.NewOwner(), store.NewOwner()
-	res, prev, err := g.ClaimNoted(ctx, key1, note, a, 10*time.Second, 300*time.Millisecond)
+	res, prev, err := g.ClaimNoted(ctx, key1, note, a, 10*time.Second, shortLease)
 	mustNil(t, "ClaimNoted", err)
 	wantState(t, "first noted claim", res, store.StateClaimed)
 	if prev != "" {
 		t.Fatalf("first noted claim found the note holding %q, want none", prev)
 	}
 	// the same bytes under another id: claimed, and told which key came first
-	res, prev, err = g.ClaimNoted(ctx, key2, note, b, 10*time.Second, 300*time.Millisecond)
+	res, prev, err = g.ClaimNoted(ctx, key2, note, b, 10*time.Second, shortLease)
 	mustNil(t, "ClaimNoted under another id", err)
 	wantState(t, "noted claim under another id", res, store.StateClaimed)
 	if prev != key1 {
@@ -312,18 +324,19 @@ func testNote(t *testing.T, s store.Store, k keys) {
 	}
 	// a retry of the first, released, finds its own key
 	mustNil(t, "Release", s.Release(ctx, key1, a))
-	res, prev, err = g.ClaimNoted(ctx, key1, note, a, 10*time.Second, 300*time.Millisecond)
+	res, prev, err = g.ClaimNoted(ctx, key1, note, a, 10*time.Second, shortLease)
 	mustNil(t, "ClaimNoted again", err)
 	wantState(t, "noted claim of the released key", res, store.StateClaimed)
 	if prev != key1 {
 		t.Fatalf("the first key's retry found %q, want its own key %q", prev, key1)
 	}
 	// a key in flight is reported as Claim reports it
-	res, _, err = g.ClaimNoted(ctx, key1, note, b, 10*time.Second, 300*time.Millisecond)
+	res, _, err = g.ClaimNoted(ctx, key1, note, b, 10*time.Second, shortLease)
 	mustNil(t, "ClaimNoted of a key in flight", err)
+	noted := time.Now()
 	wantState(t, "noted claim of a key in flight", res, store.StateInFlight)
 	// the note expires
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(time.Until(noted.Add(shortLease + pastEnd)))
 	key3 := k.key("id3")
 	_, prev, err = g.ClaimNoted(ctx, key3, note, b, 10*time.Second, time.Second)
 	mustNil(t, "ClaimNoted after the note's ttl", err)
