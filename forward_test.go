@@ -85,24 +85,10 @@ func TestForwardToTheNextHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := []byte(`{"id":"evt_fwd_1","object":"event"}`)
-	signer, _ := providers.NewSigner("stripe", providers.SignConfig{Secret: "whsec_stripe"})
-	r := httptest.NewRequest(http.MethodPost, "/stripe", bytes.NewReader(body))
-	if _, err := signer.Sign(r, body, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	r := signedStripe(t, body)
 	r.Header.Set("Webhook-Signature", "v1,forged")
 	original := r.Header.Get("Stripe-Signature")
-	var got http.Header
-	var gotBody []byte
-	res := serveReq(h, r, func(w http.ResponseWriter, r *http.Request) error {
-		got = r.Header.Clone()
-		gotBody, _ = io.ReadAll(r.Body)
-		w.WriteHeader(http.StatusOK)
-		return nil
-	})
-	if res.result != results.New {
-		t.Fatalf("result %q: %s", res.result, res.w.Body)
-	}
+	got, gotBody := forwardedNow(t, h, r)
 	if err := wh.Verify(gotBody, got); err != nil {
 		t.Fatalf("the Standard Webhooks library refused what the next handler got: %v (%v)", err, got)
 	}
@@ -125,22 +111,7 @@ func TestForwardEdgeSignsWithEverySecret(t *testing.T) {
 		Forward:  &ForwardConfig{Signature: "edge", EdgeSecrets: edges},
 	})
 	body := []byte(`{"id":"evt_fwd_2","object":"event"}`)
-	signer, _ := providers.NewSigner("stripe", providers.SignConfig{Secret: "whsec_stripe"})
-	r := httptest.NewRequest(http.MethodPost, "/stripe", bytes.NewReader(body))
-	if _, err := signer.Sign(r, body, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	var got http.Header
-	var gotBody []byte
-	res := serveReq(h, r, func(w http.ResponseWriter, r *http.Request) error {
-		got = r.Header.Clone()
-		gotBody, _ = io.ReadAll(r.Body)
-		w.WriteHeader(http.StatusOK)
-		return nil
-	})
-	if res.result != results.New {
-		t.Fatalf("result %q: %s", res.result, res.w.Body)
-	}
+	got, gotBody := forwardedNow(t, h, signedStripe(t, body))
 	if sigs := strings.Fields(got.Get("webhook-signature")); len(sigs) != 2 || sigs[0] == sigs[1] {
 		t.Fatalf("webhook-signature %q: want two signatures, one per secret", got.Get("webhook-signature"))
 	}
@@ -153,4 +124,34 @@ func TestForwardEdgeSignsWithEverySecret(t *testing.T) {
 			t.Errorf("the Standard Webhooks library with %s refused it: %v", secret[:12], err)
 		}
 	}
+}
+
+// signedStripe is a request to /stripe carrying body, signed as Stripe
+// signs with the secret whsec_stripe.
+func signedStripe(t *testing.T, body []byte) *http.Request {
+	t.Helper()
+	signer, _ := providers.NewSigner("stripe", providers.SignConfig{Secret: "whsec_stripe"})
+	r := httptest.NewRequest(http.MethodPost, "/stripe", bytes.NewReader(body))
+	if _, err := signer.Sign(r, body, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// forwardedNow serves r as a new delivery and returns the headers and the
+// body the next handler got.
+func forwardedNow(t *testing.T, h *Handler, r *http.Request) (http.Header, []byte) {
+	t.Helper()
+	var got http.Header
+	var gotBody []byte
+	res := serveReq(h, r, func(w http.ResponseWriter, r *http.Request) error {
+		got = r.Header.Clone()
+		gotBody, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	if res.result != results.New {
+		t.Fatalf("result %q: %s", res.result, res.w.Body)
+	}
+	return got, gotBody
 }
