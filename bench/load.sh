@@ -77,6 +77,14 @@
 # default 0; see bench/app/app.js), BENCH_APP=0 (skips step 6), BENCH_PROFILE=1 (also takes a CPU
 # profile of Caddy during the first round's B and F and prints `go tool pprof -top` of each into
 # bench/out/b-pprof.txt and bench/out/f-pprof.txt).
+#
+# BENCH_BASE=<commit> also builds Caddy from that commit of this repository (git archive, into
+# bench/out/base-src) and runs it beside the first, with the sites of B, C and F only, as B0, C0
+# and F0: in each round B0 runs next to B, C0 next to C and F0 next to F (after it in odd rounds,
+# before it in even ones, so that neither build always goes first), and the report gives B/B0,
+# C/C0 and F/F0 (the code under test against the older build, seconds apart in the same run)
+# next to the ratios to A. It shows whether a change leaves the path of new keys as fast as it
+# was; the older build must take the same Caddyfile.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -92,6 +100,7 @@ APP=${BENCH_APP:-1}
 APP_DURATION=${BENCH_APP_DURATION:-5}
 APP_CONNS=${BENCH_APP_CONNS:-50}
 APP_WORK=${BENCH_APP_WORK:-0}
+BASE=${BENCH_BASE:-}
 
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/done.* "$OUT"/*.prof
@@ -122,6 +131,13 @@ heap_bytes() { # admin port: forces a GC, then reads the live heap from expvar
 }
 
 build
+if [ -n "$BASE" ]; then
+	say "building Caddy from $BASE (the base, B0 C0 F0) into ${OUT#"$PWD"/}/caddy-base"
+	rm -rf "$OUT/base-src"
+	mkdir -p "$OUT/base-src"
+	git archive "$BASE" | tar -x -C "$OUT/base-src" || die "git archive $BASE failed: BENCH_BASE must name a commit of this repository"
+	(cd "$OUT/base-src" && "$GO" build -o "$OUT/caddy-base" ./cmd/caddy) || die "building Caddy at $BASE failed"
+fi
 BODY=$OUT/body.json
 write_body "$BODY"
 
@@ -190,6 +206,17 @@ start caddy "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile"
 CPID=$STARTED
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE" "$PF" "$PG" "$PH"; do wait_port "$p" caddy "$CPID"; done
 [ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS" "$PQD" "$PRD"; do wait_port "$p" caddy "$CPID"; done
+if [ -n "$BASE" ]; then # the older build, beside the first: B0 C0 F0
+	PADMIN0=$(free_port) PB0=$(free_port) PC0=$(free_port) PF0=$(free_port)
+	{
+		caddy_globals "$PADMIN0"
+		site "B0: B on the base build" "$PB0" "$PU" memory bench-b0
+		site "C0: C on the base build" "$PC0" "$PU" "$REDIS" bench-c0
+		site "F0: F on the base build" "$PF0" "$PU" "file $FILES/f0.db;sync always" bench-f0
+	} >"$OUT/Caddyfile.base"
+	start caddy-base "$OUT/caddy-base" run --adapter caddyfile --config "$OUT/Caddyfile.base"
+	for p in "$PADMIN0" "$PB0" "$PC0" "$PF0"; do wait_port "$p" caddy-base "$STARTED"; done
+fi
 
 # ---- scenarios ---------------------------------------------------------------------------
 to_ms() { # wrk latency (850.00us, 1.23ms, 1.02s, 2.00m) -> milliseconds
@@ -275,7 +302,7 @@ measure_app() { # name caddy-port lua application-port [hook]: measure, and coun
 	say "  $1: the application accepted $((c1 - APP_C0)) connections (${CONN1K[$1]} per 1000 requests)"
 }
 
-say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B A C A D A E A F A G A H, ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
+say "wrk -t$THREADS -c$CONNS, $ROUNDS rounds of A B A C A D A E A F A G A H$([ -z "$BASE" ] || echo " (B0 C0 F0, the base build, next to B C F)"), ${WARMUP}s warm-up + ${DURATION}s per scenario, POST bodies of 1 KiB"
 export BODY_FILE=$BODY
 export REPLAY_KEY=replay-$$
 
@@ -297,23 +324,40 @@ profiled() { # name port lua letter: measure, with a CPU profile of Caddy when B
 		measure "$1" "$2" "$3"
 	fi
 }
+based() { # base-name base-port command: runs the command (a scenario on the build under test) and,
+	# with BENCH_BASE, the same scenario on the base build: after it in odd rounds, before it in even
+	# ones, so that neither build always runs first
+	local n0=$1 p0=$2
+	shift 2
+	if [ -z "$BASE" ]; then
+		"$@"
+	elif [ $((r % 2)) = 1 ]; then
+		"$@"
+		measure "$n0" "$p0" unique.lua
+	else
+		measure "$n0" "$p0" unique.lua
+		"$@"
+	fi
+}
 for r in $(seq 1 "$ROUNDS"); do
 	say "round $r of $ROUNDS"
 	# A runs again just before each scenario, so that each ratio compares runs a few seconds
 	# apart; A uses unique.lua too (the key is ignored by reverse_proxy), so wrk does the same
 	# work per request in every scenario
 	measure "A.$r.B" "$PA" unique.lua
-	if [ "$r" = 1 ]; then profiled "B.$r" "$PB" unique.lua b; else measure "B.$r" "$PB" unique.lua; fi
+	run_b() { if [ "$r" = 1 ]; then profiled "B.$r" "$PB" unique.lua b; else measure "B.$r" "$PB" unique.lua; fi; }
+	based "B0.$r" "$PB0" run_b
 	WARMUP=0 measure "A.$r.C" "$PA" unique.lua # A is warm: it ran moments ago
-	BEFORE_MEASURE=redis_reset measure "C.$r" "$PC" unique.lua
-	redis_trips "C.$r"
+	run_c() { BEFORE_MEASURE=redis_reset measure "C.$r" "$PC" unique.lua && redis_trips "C.$r"; }
+	based "C0.$r" "$PC0" run_c
 	WARMUP=0 measure "A.$r.D" "$PA" unique.lua # A is warm: it ran moments ago
 	measure "D.$r" "$PD" replay.lua
 	WARMUP=0 measure "A.$r.E" "$PA" unique.lua # A is warm: it ran moments ago
 	BEFORE_MEASURE=redis_reset measure "E.$r" "$PE" replay.lua
 	redis_trips "E.$r"
 	WARMUP=0 measure "A.$r.F" "$PA" unique.lua # A is warm: it ran moments ago
-	if [ "$r" = 1 ]; then profiled "F.$r" "$PF" unique.lua f; else measure "F.$r" "$PF" unique.lua; fi
+	run_f() { if [ "$r" = 1 ]; then profiled "F.$r" "$PF" unique.lua f; else measure "F.$r" "$PF" unique.lua; fi; }
+	based "F0.$r" "$PF0" run_f
 	WARMUP=0 measure "A.$r.G" "$PA" unique.lua # A is warm: it ran moments ago
 	measure "G.$r" "$PG" replay.lua
 	WARMUP=0 measure "A.$r.H" "$PA" unique.lua # A is warm: it ran moments ago
@@ -531,12 +575,14 @@ declare -A DESC=(
 	[E]='replay of one completed key, Redis'
 	[F]='+ webhook_idempotency, file, new keys' [G]='replay of one completed key, file'
 	[H]='= F, sync 1s'
+	[B0]='= B on the base build' [C0]='= C on the base build' [F0]='= F on the base build'
 	[Q]='reverse_proxy -> app with its own guard, new keys' [R]='webhook_idempotency, Redis -> app, new keys'
 	[M]='webhook_idempotency, memory -> app, new keys' [P]='reverse_proxy -> app, no deduplication'
 	[Qr]='replays, answered by the app guard' [Rr]='replays, answered by webhook_idempotency (Redis)'
 	[Qd]="= Q, reverse_proxy's default keep-alive pool" [Rd]="= R, reverse_proxy's default keep-alive pool"
 )
 SCEN=(A B C D E F G H)
+[ -z "$BASE" ] || SCEN+=(B0 C0 F0)
 dashes() { printf -- '-%.0s' $(seq 1 "$1"); }
 table_head() { # width of the scenario column, then the names of the columns after p99
 	local w=$1 c
@@ -571,7 +617,7 @@ table_head() { # width of the scenario column, then the names of the columns aft
 	echo
 	echo "ratios: the median over the rounds of X/A, A measured just before X:"
 	for s in B C D E F G H; do
-		case $s in B) t=0.95 ;; C) t=0.85 ;; D) t=3.00 ;; E) t=2.50 ;; F) t=0.80 ;; G) t=3.00 ;; H) t=0 ;; esac
+		case $s in B) t=0.95 ;; C) t=0.85 ;; D) t=3.00 ;; E) t=2.50 ;; F) t=0.85 ;; G) t=3.00 ;; H) t=0 ;; esac
 		ratios=()
 		for r in $(seq 1 "$ROUNDS"); do
 			ratios+=("$(awk -v x="${RPS[$s.$r]}" -v a="${RPS[A.$r.$s]}" 'BEGIN { printf "%.3f", x / a }')")
@@ -586,6 +632,16 @@ table_head() { # width of the scenario column, then the names of the columns aft
 		f99+=("$(awk -v f="${P99[F.$r]}" -v h="${P99[H.$r]}" 'BEGIN { printf "%.2f", f - h }')")
 	done
 	echo "the wait for the group commit's fsyncs, F (sync always) - H (sync 1s) in each round: p50 $(median "${f50[@]}") ms (rounds: ${f50[*]}), p99 $(median "${f99[@]}") ms (rounds: ${f99[*]})"
+	if [ -n "$BASE" ]; then
+		echo "against the base build ($BASE, B0 C0 F0 run next to B C F in each round): the median over the rounds of X/X0"
+		for s in B C F; do
+			ratios=()
+			for r in $(seq 1 "$ROUNDS"); do
+				ratios+=("$(awk -v x="${RPS[$s.$r]}" -v b="${RPS[${s}0.$r]}" 'BEGIN { printf "%.3f", x / b }')")
+			done
+			awk -v n="$s/${s}0" -v r="$(median "${ratios[@]}")" -v all="${ratios[*]}" 'BEGIN { printf "%s = %.2f (rounds: %s)\n", n, r, all }'
+		done
+	fi
 	echo
 	echo "Redis, new deliveries (C, last round): ${RT[C.$ROUNDS]}"
 	echo "Redis, replays (E, last round):        ${RT[E.$ROUNDS]}"
@@ -621,7 +677,7 @@ table_head() { # width of the scenario column, then the names of the columns aft
 		done
 		echo
 		echo "ratios: the median over the rounds of X/Y, measured in the same round:"
-		for pair in R/Q:1.00 M/Q:0 P/Q:0 R/P:0.90 Rr/Qr:5.00 Rd/Qd:0; do
+		for pair in R/Q:1.10 M/Q:0 P/Q:0 R/P:0.90 Rr/Qr:5.00 Rd/Qd:0; do
 			x=${pair%%/*} rest=${pair#*/} y=${rest%%:*} t=${pair##*:}
 			ratios=()
 			for r in $(seq 1 "$ROUNDS"); do
