@@ -13,7 +13,7 @@
 #      POST bodies of 1 KiB, and prints its requests a second and the machine's CPU time by
 #      kind (user, system, iowait, irq+softirq, idle: jiffies from /proc/stat) during the run;
 #   3. with AB_PPROF=1, takes Caddy's CPU profile during each scenario into
-#      bench/out/ab/<binary>-<n>-<scenario>.pprof and prints Caddy's CPU time per request;
+#      bench/out/ab/<binary>-<round>-<i>-<scenario>.pprof and prints Caddy's CPU time per request;
 #      with AB_PERF=1, records the whole machine with `perf record -a -g` into <same>.perf and
 #      prints each process's share of the samples (the idle task is `swapper`).
 #
@@ -86,11 +86,13 @@ run_binary() { # binary round
 	pid=$STARTED
 	for s in A B C F H; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
 	wait_port "$PADMIN" ab-caddy "$pid"
+	local i=0
 	for s in $SCENARIOS; do
+		i=$((i + 1)) # a scenario named twice gets new keys the second time
 		p=${PORT[$s]}
 		[ -n "$p" ] || die "no scenario $s (A B C F H)"
-		KEY_PREFIX="w$s-$round-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
-		f=$OUT/ab/$name-$round-$s
+		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
+		f=$OUT/ab/$name-$round-$i-$s
 		local jobs=()
 		if [ "$PPROF" = 1 ]; then
 			curl -fsS -o "$f.pprof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=$DURATION" &
@@ -101,7 +103,7 @@ run_binary() { # binary round
 			jobs+=($!)
 		fi
 		c0=$(cpu)
-		KEY_PREFIX="m$s-$round-$$" wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >"$f.wrk"
+		KEY_PREFIX="m$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >"$f.wrk"
 		c1=$(cpu)
 		for j in "${jobs[@]}"; do wait "$j" || say "a profile of $s failed"; done
 		rps=$(awk '/^Requests\/sec:/ { printf "%.0f", $2 }' "$f.wrk")
