@@ -15,9 +15,13 @@
 #   3. with AB_PPROF=1, takes Caddy's CPU profile during each scenario into
 #      bench/out/ab/<binary>-<round>-<i>-<scenario>.pprof and prints Caddy's CPU time per request;
 #      with AB_PERF=1, records the whole machine with `perf record -a -g` into <same>.perf and
-#      prints each process's share of the samples (the idle task is `swapper`).
+#      prints each process's share of the samples (the idle task is `swapper`); with AB_TRACE=1,
+#      takes a 2-s execution trace of Caddy (<same>.trace) and prints the time its goroutines
+#      spent blocked in the store's Complete, per request (`go tool trace -pprof=sync`; the
+#      trace's `-pprof=syscall` shows the file store's fdatasync and write times).
 #
-# Knobs: AB_REPEAT (default 1), AB_SCENARIOS, AB_PPROF, AB_PERF, BENCH_DURATION, BENCH_CONNS.
+# Knobs: AB_REPEAT (default 1), AB_SCENARIOS, AB_PPROF, AB_PERF, AB_TRACE, BENCH_DURATION,
+# BENCH_CONNS.
 # Compare runs of the same binary before reading a difference between two: on a shared 2-core
 # machine one scenario's rate moves by several percent between runs.
 set -euo pipefail
@@ -32,6 +36,7 @@ REPEAT=${AB_REPEAT:-1}
 SCENARIOS=${AB_SCENARIOS:-A B C F H}
 PPROF=${AB_PPROF:-0}
 PERF=${AB_PERF:-0}
+TRACE=${AB_TRACE:-0}
 need "apt-get install wrk redis-server curl" wrk redis-server curl "$GO"
 [ "$PERF" = 0 ] || need "apt-get install linux-perf, or AB_PERF=0" perf
 mkdir -p "$OUT/ab"
@@ -98,6 +103,10 @@ run_binary() { # binary round
 			curl -fsS -o "$f.pprof" "http://127.0.0.1:$PADMIN/debug/pprof/profile?seconds=$DURATION" &
 			jobs+=($!)
 		fi
+		if [ "$TRACE" = 1 ]; then
+			curl -fsS -o "$f.trace" "http://127.0.0.1:$PADMIN/debug/pprof/trace?seconds=2" &
+			jobs+=($!)
+		fi
 		if [ "$PERF" = 1 ]; then
 			perf record -a -g -o "$f.perf" -- sleep "$DURATION" >/dev/null 2>&1 &
 			jobs+=($!)
@@ -112,6 +121,12 @@ run_binary() { # binary round
 		if [ "$PPROF" = 1 ]; then
 			"$GO" tool pprof -top -nodecount=1 "$bin" "$f.pprof" 2>/dev/null |
 				awk -v n="$(awk '/requests in/ { print $1 }' "$f.wrk")" '/Total samples/ { v = $(NF - 1); sub(/=/, "", v); s = v + 0; if (v ~ /ms$/) s /= 1000; printf "  Caddy CPU %.1f us per request (%s over %d requests)\n", s * 1e6 / n, v, n }'
+		fi
+		if [ "$TRACE" = 1 ]; then
+			"$GO" tool trace -pprof=sync "$f.trace" >"$f.sync.pprof" 2>/dev/null
+			"$GO" tool pprof -top -cum -nodecount=400 "$bin" "$f.sync.pprof" 2>/dev/null |
+				awk -v r="$rps" '/\(\*meteredStore\)\.complete$/ { v = $4; s = v + 0; if (v ~ /ms$/) s /= 1000
+					printf "  blocked in the store'"'"'s Complete: %s over 2 s, %.2f ms per request\n", v, s * 1000 / (r * 2) }'
 		fi
 		if [ "$PERF" = 1 ]; then
 			perf report -i "$f.perf" --sort comm --stdio -g none 2>/dev/null | awk '/%/ && NR < 40 { printf "  %s %s\n", $1, $3 }' | head -8
