@@ -5,9 +5,9 @@
 # ./cmd/caddy (and the upstream) into bench/out/ when no binary is given, then for each binary
 # in turn (alternating, AB_REPEAT times):
 #   1. starts the upstream, a private redis-server and that Caddy with one Caddyfile: A
-#      (reverse_proxy alone), B (memory store), C (Redis store), F (file store, `sync always`)
-#      and H (file store, `sync 1s`), each site as in bench/load.sh (256 idle connections per
-#      upstream), the file stores in a fresh directory;
+#      (reverse_proxy alone), B (memory store), C (Redis store), F (file store, `sync always`),
+#      H (file store, `sync 1s`) and X (F with `archive 7d`), each site as in bench/load.sh (256
+#      idle connections per upstream), the file stores in a fresh directory;
 #   2. runs each scenario of AB_SCENARIOS (default "A B C F H") with wrk -t2 -c$BENCH_CONNS
 #      (default 32) for BENCH_DURATION seconds (default 4) after a 1-s warm-up, unique keys,
 #      POST bodies of 1 KiB, and prints its requests a second and the machine's CPU time by
@@ -17,8 +17,9 @@
 #      with AB_PERF=1, records the whole machine with `perf record -a -g` into <same>.perf and
 #      prints each process's share of the samples (the idle task is `swapper`); with AB_TRACE=1,
 #      takes a 2-s execution trace of Caddy (<same>.trace) and prints the time its goroutines
-#      spent blocked in the store's Complete, per request (`go tool trace -pprof=sync`; the
-#      trace's `-pprof=syscall` shows the file store's fdatasync and write times).
+#      spent blocked in the store's Complete (with an archive, its CompleteAndAppend), per
+#      request (`go tool trace -pprof=sync`; the trace's `-pprof=syscall` shows the file
+#      store's fdatasync and write times).
 #
 # Knobs: AB_REPEAT (default 1), AB_SCENARIOS, AB_PPROF, AB_PERF, AB_TRACE, BENCH_DURATION,
 # BENCH_CONNS.
@@ -72,7 +73,7 @@ run_binary() { # binary round
 	PIDS=()
 	local PU PR PADMIN
 	PU=$(free_port) PR=$(free_port) PADMIN=$(free_port)
-	for s in A B C F H; do PORT[$s]=$(free_port); done
+	for s in A B C F H X; do PORT[$s]=$(free_port); done
 	start ab-upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
 	wait_port "$PU" ab-upstream "$STARTED"
 	start ab-redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT/ab"
@@ -86,16 +87,17 @@ run_binary() { # binary round
 		site "${PORT[C]}" "$PU" $'\t\tsource c\n\t\tstore redis redis://127.0.0.1:'"$PR"
 		site "${PORT[F]}" "$PU" $'\t\tsource f\n\t\tstore file '"$OUT/ab/files/f.db"$' {\n\t\t\tsync always\n\t\t}'
 		site "${PORT[H]}" "$PU" $'\t\tsource h\n\t\tstore file '"$OUT/ab/files/h.db"$' {\n\t\t\tsync 1s\n\t\t}'
+		site "${PORT[X]}" "$PU" $'\t\tsource x\n\t\tarchive 7d\n\t\tstore file '"$OUT/ab/files/x.db"$' {\n\t\t\tsync always\n\t\t}'
 	} >"$OUT/ab/Caddyfile"
 	start ab-caddy "$bin" run --adapter caddyfile --config "$OUT/ab/Caddyfile"
 	pid=$STARTED
-	for s in A B C F H; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
+	for s in A B C F H X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
 	wait_port "$PADMIN" ab-caddy "$pid"
 	local i=0
 	for s in $SCENARIOS; do
 		i=$((i + 1)) # a scenario named twice gets new keys the second time
 		p=${PORT[$s]}
-		[ -n "$p" ] || die "no scenario $s (A B C F H)"
+		[ -n "$p" ] || die "no scenario $s (A B C F H X)"
 		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
 		f=$OUT/ab/$name-$round-$i-$s
 		local jobs=()
@@ -125,7 +127,7 @@ run_binary() { # binary round
 		if [ "$TRACE" = 1 ]; then
 			"$GO" tool trace -pprof=sync "$f.trace" >"$f.sync.pprof" 2>/dev/null
 			"$GO" tool pprof -top -cum -nodecount=400 "$bin" "$f.sync.pprof" 2>/dev/null |
-				awk -v r="$rps" '/\(\*meteredStore\)\.complete$/ { v = $4; s = v + 0; if (v ~ /ms$/) s /= 1000
+				awk -v r="$rps" '/\(\*meteredStore\)\.complete$|\(\*Archive\)\.CompleteAndAppend$/ { v = $4; s = v + 0; if (v ~ /ms$/) s /= 1000
 					printf "  blocked in the store'"'"'s Complete: %s over 2 s, %.2f ms per request\n", v, s * 1000 / (r * 2) }'
 		fi
 		if [ "$PERF" = 1 ]; then
