@@ -206,6 +206,7 @@ start caddy "$OUT/caddy" run --adapter caddyfile --config "$OUT/Caddyfile"
 CPID=$STARTED
 for p in "$PADMIN" "$PA" "$PB" "$PC" "$PD" "$PE" "$PF" "$PG" "$PH"; do wait_port "$p" caddy "$CPID"; done
 [ "$APP" = 0 ] || for p in "$PQS" "$PRS" "$PMS" "$PPS" "$PQD" "$PRD"; do wait_port "$p" caddy "$CPID"; done
+PB0='' PC0='' PF0='' # set only with BENCH_BASE
 if [ -n "$BASE" ]; then # the older build, beside the first: B0 C0 F0
 	PADMIN0=$(free_port) PB0=$(free_port) PC0=$(free_port) PF0=$(free_port)
 	{
