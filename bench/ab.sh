@@ -96,7 +96,7 @@ run_binary() { # binary round
 	local i=0
 	for s in $SCENARIOS; do
 		i=$((i + 1)) # a scenario named twice gets new keys the second time
-		p=${PORT[$s]}
+		p=${PORT[$s]:-}
 		[ -n "$p" ] || die "no scenario $s (A B C F H X)"
 		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
 		f=$OUT/ab/$name-$round-$i-$s
