@@ -182,20 +182,21 @@ func (f *Forwarder) Apply(r *http.Request, body []byte, d Delivery, at time.Time
 			}
 		}
 		r.Header.Set("webhook-id", d.Key)
+		// one secret's signature is the header its signer set; several
+		// are listed together, as Standard Webhooks lists them
 		var sigs []string
-		for i, s := range f.edge {
+		if len(f.edge) > 1 {
+			sigs = make([]string, 0, len(f.edge))
+		}
+		for _, s := range f.edge {
 			if _, err := s.Sign(r, body, at); err != nil {
 				return fmt.Errorf("signing: %v", err)
 			}
-			if len(f.edge) > 1 {
-				if i == 0 {
-					sigs = make([]string, 0, len(f.edge))
-				}
+			if sigs != nil {
 				sigs = append(sigs, r.Header.Get("webhook-signature"))
 			}
 		}
-		if len(sigs) > 1 {
-			// every secret's signature, as Standard Webhooks lists them
+		if sigs != nil {
 			r.Header.Set("webhook-signature", strings.Join(sigs, " "))
 		}
 		r.Header.Set(SourceHeader, f.cfg.Source)
