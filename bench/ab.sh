@@ -6,8 +6,9 @@
 # in turn (alternating, AB_REPEAT times):
 #   1. starts the upstream, a private redis-server and that Caddy with one Caddyfile: A
 #      (reverse_proxy alone), B (memory store), C (Redis store), F (file store, `sync always`),
-#      H (file store, `sync 1s`) and X (F with `archive 7d`), each site as in bench/load.sh (256
-#      idle connections per upstream), the file stores in a fresh directory;
+#      H (file store, `sync 1s`), K (B with reverse_proxy's `request_buffers 64KiB`: one write
+#      per forwarded delivery, docs/operating.md) and X (F with `archive 7d`), each site as in
+#      bench/load.sh (256 idle connections per upstream), the file stores in a fresh directory;
 #   2. runs each scenario of AB_SCENARIOS (default "A B C F H") with wrk -t2 -c$BENCH_CONNS
 #      (default 32) for BENCH_DURATION seconds (default 4) after a 1-s warm-up, unique keys,
 #      POST bodies of 1 KiB, and prints its requests a second and the machine's CPU time by
@@ -53,13 +54,15 @@ write_body "$BODY"
 export BODY_FILE=$BODY
 export XDG_CONFIG_HOME=$OUT/xdg-config XDG_DATA_HOME=$OUT/xdg-data
 
-proxy() { # upstream port: the reverse_proxy of every site
-	printf '\treverse_proxy 127.0.0.1:%s {\n\t\ttransport http {\n\t\t\tkeepalive_idle_conns_per_host 256\n\t\t}\n\t}\n' "$1"
+proxy() { # upstream port [reverse_proxy line]: the reverse_proxy of every site
+	printf '\treverse_proxy 127.0.0.1:%s {\n' "$1"
+	[ -z "${2:-}" ] || printf '\t\t%s\n' "$2"
+	printf '\t\ttransport http {\n\t\t\tkeepalive_idle_conns_per_host 256\n\t\t}\n\t}\n'
 }
-site() { # port upstream [store block lines]
+site() { # port upstream [store block lines] [reverse_proxy line]
 	printf 'http://127.0.0.1:%s {\n' "$1"
 	[ -z "${3:-}" ] || printf '\twebhook_idempotency {\n%s\n\t}\n' "$3"
-	proxy "$2"
+	proxy "$2" "${4:-}"
 	printf '}\n'
 }
 cpu() { # user system iowait irq+softirq idle, in jiffies since boot
@@ -73,7 +76,7 @@ run_binary() { # binary round
 	PIDS=()
 	local PU PR PADMIN
 	PU=$(free_port) PR=$(free_port) PADMIN=$(free_port)
-	for s in A B C F H X; do PORT[$s]=$(free_port); done
+	for s in A B C F H K X; do PORT[$s]=$(free_port); done
 	start ab-upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
 	wait_port "$PU" ab-upstream "$STARTED"
 	start ab-redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT/ab"
@@ -87,17 +90,18 @@ run_binary() { # binary round
 		site "${PORT[C]}" "$PU" $'\t\tsource c\n\t\tstore redis redis://127.0.0.1:'"$PR"
 		site "${PORT[F]}" "$PU" $'\t\tsource f\n\t\tstore file '"$OUT/ab/files/f.db"$' {\n\t\t\tsync always\n\t\t}'
 		site "${PORT[H]}" "$PU" $'\t\tsource h\n\t\tstore file '"$OUT/ab/files/h.db"$' {\n\t\t\tsync 1s\n\t\t}'
+		site "${PORT[K]}" "$PU" $'\t\tsource k\n\t\tstore memory' 'request_buffers 64KiB'
 		site "${PORT[X]}" "$PU" $'\t\tsource x\n\t\tarchive 7d\n\t\tstore file '"$OUT/ab/files/x.db"$' {\n\t\t\tsync always\n\t\t}'
 	} >"$OUT/ab/Caddyfile"
 	start ab-caddy "$bin" run --adapter caddyfile --config "$OUT/ab/Caddyfile"
 	pid=$STARTED
-	for s in A B C F H X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
+	for s in A B C F H K X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
 	wait_port "$PADMIN" ab-caddy "$pid"
 	local i=0
 	for s in $SCENARIOS; do
 		i=$((i + 1)) # a scenario named twice gets new keys the second time
 		p=${PORT[$s]:-}
-		[ -n "$p" ] || die "no scenario $s (A B C F H X)"
+		[ -n "$p" ] || die "no scenario $s (A B C F H K X)"
 		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
 		f=$OUT/ab/$name-$round-$i-$s
 		local jobs=()

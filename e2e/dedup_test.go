@@ -230,10 +230,26 @@ func TestE2EMethodsNotProcessedPassThrough(t *testing.T) {
 	up.WantCalls(t, 6)
 }
 
+// TestE2EBodyReachesUpstreamByteExact sends bodies through the handler to
+// reverse_proxy as it is, and to reverse_proxy with `request_buffers`
+// (docs/operating.md: one write per forwarded delivery), whose buffer takes
+// the handler's body whole, or in part when it is as long as the buffer or
+// longer.
 func TestE2EBodyReachesUpstreamByteExact(t *testing.T) {
-	up := testkit.NewUpstream(t, nil)
-	url := testkit.StartProxy(t, "webhook_idempotency source exact", up) + "/hook"
+	for _, proxy := range []struct{ name, block string }{
+		{"reverse_proxy", ""},
+		{"request_buffers", " {\n\t\trequest_buffers 64KiB\n\t}"},
+	} {
+		t.Run(proxy.name, func(t *testing.T) {
+			up := testkit.NewUpstream(t, nil)
+			port := testkit.FreePort(t)
+			testkit.StartCaddy(t, "", fmt.Sprintf(":%d {\n\twebhook_idempotency source exact\n\treverse_proxy %s%s\n}\n", port, up.Addr(), proxy.block))
+			bodyReachesUpstream(t, testkit.SiteURL(port)+"/hook", up)
+		})
+	}
+}
 
+func bodyReachesUpstream(t *testing.T, url string, up *testkit.Upstream) {
 	all := make([]byte, 256)
 	for i := range all {
 		all[i] = byte(i)
@@ -254,6 +270,8 @@ func TestE2EBodyReachesUpstreamByteExact(t *testing.T) {
 	}{
 		{"all byte values", all, false},
 		{"1MiB random", random, false},
+		{"64KiB random", random[:64<<10], false},
+		{"64KiB less one random", random[1 : 64<<10], false},
 		{"chunked by the client", randomChunked, true},
 		{"all byte values chunked", append([]byte("chunked:"), all...), true},
 	}
