@@ -6,9 +6,10 @@
 # in turn (alternating, AB_REPEAT times):
 #   1. starts the upstream, a private redis-server and that Caddy with one Caddyfile: A
 #      (reverse_proxy alone), B (memory store), C (Redis store), F (file store, `sync always`),
-#      H (file store, `sync 1s`), K (B with reverse_proxy's `request_buffers 64KiB`: one write
-#      per forwarded delivery, docs/operating.md) and X (F with `archive 7d`), each site as in
-#      bench/load.sh (256 idle connections per upstream), the file stores in a fresh directory;
+#      H (file store, `sync 1s`), K and L (B and A with reverse_proxy's `request_buffers 64KiB`:
+#      one write per forwarded delivery, docs/operating.md) and X (F with `archive 7d`), each
+#      site as in bench/load.sh (256 idle connections per upstream), the file stores in a fresh
+#      directory;
 #   2. runs each scenario of AB_SCENARIOS (default "A B C F H") with wrk -t2 -c$BENCH_CONNS
 #      (default 32) for BENCH_DURATION seconds (default 4) after a 1-s warm-up, unique keys,
 #      POST bodies of 1 KiB, and prints its requests a second and the machine's CPU time by
@@ -76,7 +77,7 @@ run_binary() { # binary round
 	PIDS=()
 	local PU PR PADMIN
 	PU=$(free_port) PR=$(free_port) PADMIN=$(free_port)
-	for s in A B C F H K X; do PORT[$s]=$(free_port); done
+	for s in A B C F H K L X; do PORT[$s]=$(free_port); done
 	start ab-upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
 	wait_port "$PU" ab-upstream "$STARTED"
 	start ab-redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT/ab"
@@ -91,17 +92,18 @@ run_binary() { # binary round
 		site "${PORT[F]}" "$PU" $'\t\tsource f\n\t\tstore file '"$OUT/ab/files/f.db"$' {\n\t\t\tsync always\n\t\t}'
 		site "${PORT[H]}" "$PU" $'\t\tsource h\n\t\tstore file '"$OUT/ab/files/h.db"$' {\n\t\t\tsync 1s\n\t\t}'
 		site "${PORT[K]}" "$PU" $'\t\tsource k\n\t\tstore memory' 'request_buffers 64KiB'
+		site "${PORT[L]}" "$PU" '' 'request_buffers 64KiB'
 		site "${PORT[X]}" "$PU" $'\t\tsource x\n\t\tarchive 7d\n\t\tstore file '"$OUT/ab/files/x.db"$' {\n\t\t\tsync always\n\t\t}'
 	} >"$OUT/ab/Caddyfile"
 	start ab-caddy "$bin" run --adapter caddyfile --config "$OUT/ab/Caddyfile"
 	pid=$STARTED
-	for s in A B C F H K X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
+	for s in A B C F H K L X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
 	wait_port "$PADMIN" ab-caddy "$pid"
 	local i=0
 	for s in $SCENARIOS; do
 		i=$((i + 1)) # a scenario named twice gets new keys the second time
 		p=${PORT[$s]:-}
-		[ -n "$p" ] || die "no scenario $s (A B C F H K X)"
+		[ -n "$p" ] || die "no scenario $s (A B C F H K L X)"
 		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
 		f=$OUT/ab/$name-$round-$i-$s
 		local jobs=()
