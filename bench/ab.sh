@@ -70,6 +70,7 @@ cpu() { # user system iowait irq+softirq idle, in jiffies since boot
 	awk '/^cpu / { print $2 + $3, $4, $6, $7 + $8, $5 }' /proc/stat
 }
 
+SITES="A B C F H K L X" # the sites of the Caddyfile below, each a scenario
 declare -A PORT
 run_binary() { # binary round
 	local bin=$1 round=$2 name s p c0 c1 rps f pid
@@ -77,7 +78,7 @@ run_binary() { # binary round
 	PIDS=()
 	local PU PR PADMIN
 	PU=$(free_port) PR=$(free_port) PADMIN=$(free_port)
-	for s in A B C F H K L X; do PORT[$s]=$(free_port); done
+	for s in $SITES; do PORT[$s]=$(free_port); done
 	start ab-upstream "$OUT/upstream" -addr "127.0.0.1:$PU"
 	wait_port "$PU" ab-upstream "$STARTED"
 	start ab-redis redis-server --bind 127.0.0.1 --port "$PR" --save '' --appendonly no --dir "$OUT/ab"
@@ -97,13 +98,13 @@ run_binary() { # binary round
 	} >"$OUT/ab/Caddyfile"
 	start ab-caddy "$bin" run --adapter caddyfile --config "$OUT/ab/Caddyfile"
 	pid=$STARTED
-	for s in A B C F H K L X; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
+	for s in $SITES; do wait_port "${PORT[$s]}" ab-caddy "$pid"; done
 	wait_port "$PADMIN" ab-caddy "$pid"
 	local i=0
 	for s in $SCENARIOS; do
 		i=$((i + 1)) # a scenario named twice gets new keys the second time
 		p=${PORT[$s]:-}
-		[ -n "$p" ] || die "no scenario $s (A B C F H K L X)"
+		[ -n "$p" ] || die "no scenario $s ($SITES)"
 		KEY_PREFIX="w$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d1s -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >/dev/null
 		f=$OUT/ab/$name-$round-$i-$s
 		local jobs=()
