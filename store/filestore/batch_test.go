@@ -44,7 +44,7 @@ func TestBatchOneCommitOneRead(t *testing.T) {
 	for i, k := range keys {
 		want[k] = string(recs[i])
 	}
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 
 	// the copy, opened, applies its log to the tree; opened again, its
 	// memory holds none of the keys, which only the tree can tell

@@ -163,7 +163,9 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	if err := ensureDir(path); err != nil {
 		return nil, fmt.Errorf("file store: cannot make the directory of %s: %v", path, err)
 	}
-	if err := preflight(path); err != nil {
+	if err := preflight(path); errors.Is(err, errInUse) {
+		return nil, inUse(path)
+	} else if err != nil {
 		return nil, corrupt(path, err)
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -185,7 +187,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("file store: %s is in use by another process (another Caddy with the same file store?): give each instance its own path (`store file <path>`), or use the redis store for several instances", path)
+		return nil, inUse(path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return nil, corrupt(path, err)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
@@ -199,10 +201,6 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	// grow the file 1MiB at a time (bbolt's default is 16MiB): a small
 	// store stays small
 	b.AllocSize = 1 << 20
-	if err := check(b); err != nil {
-		_ = b.Close()
-		return nil, corrupt(path, err)
-	}
 	var applied uint64
 	if err := b.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketRecords, bucketExpiry, bucketLog} {
@@ -271,6 +269,11 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	return d, nil
 }
 
+// inUse is the error for a file at path that another process holds.
+func inUse(path string) error {
+	return fmt.Errorf("file store: %s is in use by another process (another Caddy with the same file store?): give each instance its own path (`store file <path>`), or use the redis store for several instances", path)
+}
+
 // corrupt is the error of a file that is not a sound store.
 func corrupt(path string, cause error) error {
 	return fmt.Errorf("file store: %s is damaged (%v): move it aside to start with an empty store (the records it held are lost, and deliveries recorded in it may be processed again), or restore a copy", path, cause)
@@ -298,7 +301,7 @@ func (d *db) Destruct() error {
 // a close: the next open reads it, in the goroutine that opens the file and
 // recovers from a damaged page (openDB). A file closed without it (a crash)
 // has its list rebuilt by bbolt from every reachable page instead, after
-// check has read them.
+// preflight has read them.
 func (d *db) writeFreelist() {
 	d.bolt.NoFreelistSync = false
 	if err := d.bolt.Update(func(*bolt.Tx) error { return nil }); err != nil {

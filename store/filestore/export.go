@@ -29,11 +29,15 @@ type Value struct {
 // read-only: it fails within a second, saying so, while a Caddy has them
 // open.
 func Export(path string, fn func(Value) error) error {
-	if err := preflight(path); err != nil {
+	err := preflight(path)
+	if err != nil && !errors.Is(err, errInUse) {
 		return corrupt(path, err)
 	}
-	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
-	if errors.Is(err, berrors.ErrTimeout) {
+	var b *bolt.DB
+	if err == nil {
+		b, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
+	}
+	if errors.Is(err, errInUse) || errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("file store: %s is in use: stop the Caddy that has it open first (its providers retry what it does not answer meanwhile)", path)
 	}
 	if err != nil {

@@ -87,15 +87,23 @@ func completeKeys(t *testing.T, d *db, prefix string, n, goroutines, size int) m
 	return done
 }
 
-// copyFiles copies the store file at from and its log to a new path, as
+// copyFiles copies the store file of d and its log to a new path, as
 // they are on disk this moment (what a machine that stopped now would
 // have, short of what the disk had not been told to keep), and returns
 // it.
-func copyFiles(t *testing.T, from string) string {
+func copyFiles(t *testing.T, d *db) string {
 	t.Helper()
 	to := filepath.Join(t.TempDir(), "copy.db")
+	// within a write transaction: the tree is not committed to while it is
+	// read, so the copy is the file as a crash would leave it, not pages of
+	// two commits (a tree no crash can leave, which the store refuses)
+	tx, err := d.bolt.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
 	for _, suffix := range []string{"", ".log"} {
-		data, err := os.ReadFile(from + suffix)
+		data, err := os.ReadFile(d.path + suffix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +148,7 @@ func TestLogRecoversWhatTheTreeLacks(t *testing.T) {
 	if records, _ := counts(t, d); records != 0 {
 		t.Fatalf("the tree holds %d records while the applier is held, want 0", records)
 	}
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 	d2 := openTest(t, path)
 	checkCompleted(t, d2, want)
 	waitApplied(t, d2)
@@ -166,7 +174,7 @@ func TestLogTornRecord(t *testing.T) {
 	holdApplier(d)
 	// one goroutine: one key per record
 	want := completeKeys(t, d, "torn", 50, 1, 100)
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 	f, err := os.OpenFile(path+".log", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +206,7 @@ func TestLogSegments(t *testing.T) {
 	}
 	holdApplier(d)
 	more := completeKeys(t, d, "seg-held", 200, 4, 8<<10)
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 	d2 := openTest(t, path)
 	checkCompleted(t, d2, want)
 	checkCompleted(t, d2, more)
@@ -215,7 +223,7 @@ func TestExportReadsTheLog(t *testing.T) {
 	holdApplier(d)
 	inLog := completeKeys(t, d, "exp-a", 100, 4, 10)
 	inLog2 := completeKeys(t, d, "exp-c", 100, 4, 10)
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 	var got []string
 	err := Export(path, func(v Value) error {
 		got = append(got, v.Key)
@@ -359,7 +367,7 @@ func TestPowerLossKeepsEveryAnsweredCompletion(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	path := copyFiles(t, d.path)
+	path := copyFiles(t, d)
 	if err := os.WriteFile(logPath(path), durable, 0o600); err != nil {
 		t.Fatal(err)
 	}
