@@ -20,9 +20,10 @@ import (
 // its tree on a goroutine of its own (go.etcd.io/bbolt v1.5.0,
 // DB.freepages) that, once it has reported a damage, goes on reading pages
 // after bbolt has let go of them: a data race, or a crash, that no recover
-// reaches. So before bbolt opens the file, preflight reads it with plain
-// reads: its meta pages against its size, then every page its tree reaches,
-// checked as bbolt checks them and more strictly. A file it passes gives
+// reaches. So before bbolt opens the file, preflight reads it through a
+// read-only mapping of its own, every read bounds-checked: its meta pages
+// against its size, then every page its tree reaches, checked as bbolt
+// checks them and more strictly. A file it passes gives
 // bbolt nothing to report; a file it refuses is never handed to bbolt. And
 // every goroutine that reads bbolt's map later turns faults into panics,
 // which the store recovers as errors.
@@ -165,9 +166,9 @@ func (t *tree) page(id uint64) ([]byte, error) {
 }
 
 // node checks page id (or, for id 0, the inline page) and the pages below
-// it: its keys at least min (the first may equal it) and below max, either
+// it: its keys at least low (the first may equal it) and below high, either
 // nil for no bound; it returns the largest key below it.
-func (t *tree) node(id uint64, inline, min, max []byte) (last []byte, err error) {
+func (t *tree) node(id uint64, inline, low, high []byte) (last []byte, err error) {
 	buf := inline
 	if id != 0 {
 		if buf, err = t.page(id); err != nil {
@@ -191,7 +192,7 @@ func (t *tree) node(id uint64, inline, min, max []byte) (last []byte, err error)
 		}
 		return buf[from : from+n]
 	}
-	prev := min
+	prev := low
 	for i := range count {
 		e := pageHeaderSize + i*elementSize
 		pos, ksize := uint64(le.Uint32(buf[e+4:])), uint64(le.Uint32(buf[e+8:]))
@@ -205,11 +206,11 @@ func (t *tree) node(id uint64, inline, min, max []byte) (last []byte, err error)
 		switch {
 		case i == 0 && prev != nil && bytes.Compare(prev, key) > 0,
 			i > 0 && bytes.Compare(prev, key) >= 0,
-			max != nil && bytes.Compare(key, max) >= 0:
+			high != nil && bytes.Compare(key, high) >= 0:
 			return nil, fmt.Errorf("page %d: key %d is out of order", id, i)
 		}
 		if flags == branchPage {
-			upper := max
+			upper := high
 			if i+1 < count {
 				n := pageHeaderSize + (i+1)*elementSize
 				if upper = span(n+uint64(le.Uint32(buf[n:])), uint64(le.Uint32(buf[n+4:]))); upper == nil {
