@@ -23,8 +23,10 @@ import (
 // reaches. So before bbolt opens the file, preflight reads it through a
 // read-only mapping of its own, every read bounds-checked: its meta pages
 // against its size, then every page its tree reaches, checked as bbolt
-// checks them and more strictly. A file it passes gives
-// bbolt nothing to report; a file it refuses is never handed to bbolt. And
+// checks them and more strictly, then the list of free pages a file closed
+// with, which bbolt takes without checking it against the tree. A file it
+// passes gives bbolt nothing to report; a file it refuses is never handed
+// to bbolt. And
 // every goroutine that reads bbolt's map later turns faults into panics,
 // which the store recovers as errors.
 
@@ -41,6 +43,7 @@ const (
 	bucketValueSize = 16 // root page, sequence
 	branchPage      = 0x01
 	leafPage        = 0x02
+	freelistPage    = 0x10
 	bucketElement   = 0x01
 )
 
@@ -76,7 +79,7 @@ func preflight(path string) (err error) {
 		return nil
 	}
 	buf := make([]byte, pageHeaderSize+metaSize)
-	type meta struct{ pageSize, root, pgid, txid uint64 }
+	type meta struct{ pageSize, root, freelist, pgid, txid uint64 }
 	readMeta := func(off int64) (m meta, ok bool) {
 		if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
 			return m, false
@@ -91,7 +94,7 @@ func preflight(path string) (err error) {
 		if h.Sum64() != le.Uint64(b[56:]) {
 			return m, false
 		}
-		return meta{uint64(le.Uint32(b[8:])), le.Uint64(b[16:]), le.Uint64(b[40:]), le.Uint64(b[48:])}, true
+		return meta{uint64(le.Uint32(b[8:])), le.Uint64(b[16:]), le.Uint64(b[32:]), le.Uint64(b[40:]), le.Uint64(b[48:])}, true
 	}
 	m0, ok0 := readMeta(0)
 	step := m0.pageSize
@@ -128,8 +131,49 @@ func preflight(path string) (err error) {
 		}
 	}()
 	t := &tree{data: data, pageSize: m.pageSize, pages: m.pgid, seen: make([]uint64, m.pgid/64+1)}
-	_, err = t.node(m.root, nil, nil, nil)
-	return err
+	if _, err := t.node(m.root, nil, nil, nil); err != nil {
+		return err
+	}
+	if m.freelist != noFreelist {
+		return t.freelist(m.freelist)
+	}
+	return nil
+}
+
+// noFreelist is the meta page's freelist page of a file that has none: one
+// closed without it, or a crash left (the store writes it only at close).
+const noFreelist = ^uint64(0)
+
+// freelist checks the list of free pages a file closed with (page id),
+// once the tree is read: no page of the tree, and none outside the file,
+// is in it. bbolt takes the list as it is, and a page of the tree in it
+// would be written over by the next commit.
+func (t *tree) freelist(id uint64) error {
+	buf, err := t.page(id)
+	if err != nil {
+		return fmt.Errorf("the list of free pages: %v", err)
+	}
+	le := binary.LittleEndian
+	if flags := le.Uint16(buf[8:]); flags != freelistPage {
+		return fmt.Errorf("page %d, the list of free pages, is not one (flags %#x)", id, flags)
+	}
+	first, count := uint64(pageHeaderSize), uint64(le.Uint16(buf[10:]))
+	if count == 0xFFFF { // the count is the list's first element
+		count, first = le.Uint64(buf[pageHeaderSize:]), pageHeaderSize+8
+	}
+	if count > (uint64(len(buf))-first)/8 {
+		return fmt.Errorf("page %d, the list of free pages, does not hold its %d pages", id, count)
+	}
+	for i := range count {
+		free := le.Uint64(buf[first+i*8:])
+		if free < 2 || free >= t.pages {
+			return fmt.Errorf("the list of free pages holds page %d, outside the file's %d pages", free, t.pages)
+		}
+		if t.seen[free/64]&(1<<(free%64)) != 0 {
+			return fmt.Errorf("the list of free pages holds page %d, which is in use", free)
+		}
+	}
+	return nil
 }
 
 // tree reads the pages of a store file's tree once each, from its root:

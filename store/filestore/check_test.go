@@ -108,10 +108,6 @@ func TestDamagedTreeIsRefusedBeforeBbolt(t *testing.T) {
 	checkCompleted(t, openTest(t, path), want)
 }
 
-// noFreelist is bbolt's page number of the list of free pages in a file
-// that has none.
-const noFreelist = ^uint64(0)
-
 // metaOf returns the page size, the root page, the page count and the
 // page of the list of free pages the latest meta page of a store file
 // gives.
@@ -178,4 +174,44 @@ func TestFlippedBytesAreRefusedOrHarmless(t *testing.T) {
 	if refused == 0 {
 		t.Fatal("no changed file was refused: the changes missed the tree")
 	}
+}
+
+// TestFreelistHoldingATreePageIsRefused: a file closed with its list of
+// free pages, the list naming a page of the tree, is refused as damaged:
+// bbolt takes the list as it is, and its next commit would write over
+// that page. The same file with the list sound opens.
+func TestFreelistHoldingATreePageIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := openTest(t, filepath.Join(dir, "store.db"))
+	want := completeKeys(t, d, "free", 500, 4, 100)
+	waitApplied(t, d)
+	closeTest(t, d)
+	sound, err := os.ReadFile(filepath.Join(dir, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageSize, root, _, freelist := metaOf(t, sound)
+	if freelist == noFreelist {
+		t.Fatal("the file closed without its list of free pages")
+	}
+	le := binary.LittleEndian
+	file := bytes.Clone(sound)
+	list := file[freelist*pageSize:]
+	le.PutUint16(list[10:], 1)
+	le.PutUint64(list[pageHeaderSize:], root)
+	path := filepath.Join(t.TempDir(), "store.db")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := openDB(path, zap.NewNop()); err == nil {
+		_ = d.Destruct()
+		t.Fatal("the file opened")
+	} else if !strings.Contains(err.Error(), "is damaged (the list of free pages holds page") {
+		t.Fatalf("%v, want it refused as damaged, naming the list of free pages", err)
+	}
+	if err := os.WriteFile(path, sound, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkCompleted(t, openTest(t, path), want)
 }
