@@ -50,6 +50,25 @@ const (
 // errInUse is preflight's answer for a file another process holds.
 var errInUse = errors.New("in use by another process")
 
+// meta is what preflight reads of a meta page.
+type meta struct{ pageSize, root, freelist, pgid, txid uint64 }
+
+// parseMeta reads the meta page that page (its header, then at least
+// metaSize bytes) holds, if it is one whose checksum matches.
+func parseMeta(page []byte) (meta, bool) {
+	b := page[pageHeaderSize:]
+	le := binary.LittleEndian
+	if le.Uint32(b[0:]) != metaMagic || le.Uint32(b[4:]) != metaVersion {
+		return meta{}, false
+	}
+	h := fnv.New64a()
+	h.Write(b[:56])
+	if h.Sum64() != le.Uint64(b[56:]) {
+		return meta{}, false
+	}
+	return meta{uint64(le.Uint32(b[8:])), le.Uint64(b[16:]), le.Uint64(b[32:]), le.Uint64(b[40:]), le.Uint64(b[48:])}, true
+}
+
 // preflight checks the file at path (which may not exist yet) before bbolt
 // maps it: a file another process holds is errInUse within lockTimeout;
 // any other error is a damage.
@@ -79,22 +98,11 @@ func preflight(path string) (err error) {
 		return nil
 	}
 	buf := make([]byte, pageHeaderSize+metaSize)
-	type meta struct{ pageSize, root, freelist, pgid, txid uint64 }
-	readMeta := func(off int64) (m meta, ok bool) {
+	readMeta := func(off int64) (meta, bool) {
 		if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-			return m, false
+			return meta{}, false
 		}
-		b := buf[pageHeaderSize:]
-		le := binary.LittleEndian
-		if le.Uint32(b[0:]) != metaMagic || le.Uint32(b[4:]) != metaVersion {
-			return m, false
-		}
-		h := fnv.New64a()
-		h.Write(b[:56])
-		if h.Sum64() != le.Uint64(b[56:]) {
-			return m, false
-		}
-		return meta{uint64(le.Uint32(b[8:])), le.Uint64(b[16:]), le.Uint64(b[32:]), le.Uint64(b[40:]), le.Uint64(b[48:])}, true
+		return parseMeta(buf)
 	}
 	m0, ok0 := readMeta(0)
 	step := m0.pageSize

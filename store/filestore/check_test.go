@@ -113,18 +113,17 @@ func TestDamagedTreeIsRefusedBeforeBbolt(t *testing.T) {
 // gives.
 func metaOf(t *testing.T, file []byte) (pageSize, root, pages, freelist uint64) {
 	t.Helper()
-	le := binary.LittleEndian
-	var txid uint64
-	for _, off := range []uint64{0, uint64(os.Getpagesize())} {
-		m := file[off+pageHeaderSize:]
-		if le.Uint32(m) != metaMagic {
+	var latest meta
+	for _, off := range []int{0, os.Getpagesize()} {
+		m, ok := parseMeta(file[off:])
+		if !ok {
 			t.Fatalf("no meta page at %d", off)
 		}
-		if tx := le.Uint64(m[48:]); tx >= txid {
-			txid, pageSize, root, pages, freelist = tx, uint64(le.Uint32(m[8:])), le.Uint64(m[16:]), le.Uint64(m[40:]), le.Uint64(m[32:])
+		if m.txid >= latest.txid {
+			latest = m
 		}
 	}
-	return pageSize, root, pages, freelist
+	return latest.pageSize, latest.root, latest.pgid, latest.freelist
 }
 
 // TestFlippedBytesAreRefusedOrHarmless: bytes of the pages a crash-left
