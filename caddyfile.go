@@ -151,8 +151,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		return d.Errf("unknown option '%s' on the directive line", name)
 	}
+	// the block's `verify` token: one without a scheme needs a preset
+	var verifyTok []caddyfile.Token
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
+		if name == "verify" {
+			verifyTok = []caddyfile.Token{d.Token()}
+		}
 		if !blockOptions[name] {
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}
@@ -205,6 +210,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 		}
+	}
+	if verifyTok != nil && h.scheme() == "" {
+		// without a preset, a bare `verify` would verify nothing
+		vd := caddyfile.NewDispenser(verifyTok)
+		vd.Next()
+		return vd.Errf("'verify' needs a scheme (hmac, token, jwt, ed25519, rsa, a provider name, or off) unless the handler has a provider preset")
 	}
 	return nil
 }

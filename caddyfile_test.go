@@ -445,6 +445,10 @@ func TestCaddyfileParseErrors(t *testing.T) {
 		// verify
 		{"verify unknown scheme", "webhook_idempotency {\n\tverify sha256\n}", "unknown verify scheme 'sha256': want a provider name, hmac, token, jwt, ed25519, rsa or off, at Testfile:2"},
 		{"verify too many", "webhook_idempotency {\n\tverify hmac token\n}", "verify takes one scheme, got 2 arguments, at Testfile:2"},
+		{"verify bare without a preset", "webhook_idempotency {\n\tsource a\n\tverify\n}",
+			"'verify' needs a scheme (hmac, token, jwt, ed25519, rsa, a provider name, or off) unless the handler has a provider preset, at Testfile:3"},
+		{"verify block without a scheme or preset", "webhook_idempotency {\n\tsource a\n\tverify {\n\t\tsecret x\n\t}\n}",
+			"'verify' needs a scheme (hmac, token, jwt, ed25519, rsa, a provider name, or off) unless the handler has a provider preset, at Testfile:3"},
 		{"verify unknown subdirective", "webhook_idempotency {\n\tverify hmac {\n\t\tsalt x\n\t}\n}", "unrecognized verify subdirective 'salt', at Testfile:3"},
 		{"verify secret missing", "webhook_idempotency {\n\tverify hmac {\n\t\tsecret\n\t}\n}", "verify 'secret' needs at least one value, at Testfile:3"},
 		{"verify header missing", "webhook_idempotency {\n\tverify hmac {\n\t\theader\n\t}\n}", "verify 'header' takes exactly one value, got 0, at Testfile:3"},

@@ -15,6 +15,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
@@ -513,5 +516,40 @@ func TestHandlerBodyTimeoutDefaultAndValidate(t *testing.T) {
 	neg := &Handler{Source: "neg", BodyTimeout: caddy.Duration(-time.Second)}
 	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "body_timeout must not be negative") {
 		t.Fatalf("Validate with a negative body_timeout: %v", err)
+	}
+}
+
+// A duplicate whose body differs from the recorded one is logged at WARN,
+// with its key, under either `mismatch`: replayed, or refused with 422
+// (docs/operating.md: Logs).
+func TestHandlerMismatchLogsAWarning(t *testing.T) {
+	for _, tc := range []struct {
+		mismatch string
+		status   int
+		result   string
+	}{
+		{mismatchReplay, http.StatusOK, results.Replayed},
+		{mismatchReject, http.StatusUnprocessableEntity, results.Mismatch},
+	} {
+		t.Run(tc.mismatch, func(t *testing.T) {
+			h := newTestHandler(t, &Handler{Source: "h-mismatch-" + tc.mismatch, Mismatch: tc.mismatch})
+			core, logs := observer.New(zapcore.WarnLevel)
+			h.logger = zap.New(core)
+			var calls atomic.Int64
+			if got := serve(h, "k1", `{"a":1}`, countingNext(&calls)); got.result != results.New {
+				t.Fatalf("first: %q, want new", got.result)
+			}
+			got := serve(h, "k1", `{"a":2}`, countingNext(&calls))
+			if got.w.Code != tc.status || got.result != tc.result || calls.Load() != 1 {
+				t.Fatalf("different body: %d %q, calls %d; want %d %q, 1 call", got.w.Code, got.result, calls.Load(), tc.status, tc.result)
+			}
+			warns := logs.FilterMessageSnippet("different body").All()
+			if len(warns) != 1 {
+				t.Fatalf("WARNs about the body: %d (%v), want 1", len(warns), logs.All())
+			}
+			if key := warns[0].ContextMap()["key"]; key != "idem:h-mismatch-"+tc.mismatch+":k1" {
+				t.Errorf("WARN key = %v", key)
+			}
+		})
 	}
 }

@@ -90,7 +90,12 @@ type InboxConfig struct {
 	// respond_app_within alone sets respond_app. Default: off; the
 	// deadline defaults to the preset's provider's documented timeout less
 	// a fifth (docs/providers.md).
-	RespondApp       bool           `json:"respond_app,omitempty"`
+	RespondApp bool `json:"respond_app,omitempty"`
+
+	// How long respond_app waits for the application's answer before
+	// answering `respond` (docs/inbox.md#the-applications-answer); given
+	// alone, it sets respond_app. Default: the preset's provider's
+	// documented timeout less a fifth (docs/providers.md).
 	RespondAppWithin caddy.Duration `json:"respond_app_within,omitempty"`
 
 	// Destinations besides deliver_to, each for the events that match its
@@ -123,10 +128,12 @@ type InboxTLSConfig struct {
 	// Default: the system's roots.
 	CA []string `json:"ca,omitempty"`
 
-	// The PEM files of the client certificate presented to the
-	// application, and of its private key. Default: none.
+	// The PEM file of the client certificate presented to the
+	// application. Default: none.
 	ClientCert string `json:"client_cert,omitempty"`
-	ClientKey  string `json:"client_key,omitempty"`
+
+	// The PEM file of client_cert's private key. Default: none.
+	ClientKey string `json:"client_key,omitempty"`
 
 	// The name the application's certificate must hold. Default:
 	// deliver_to's host.

@@ -434,6 +434,8 @@ func (rs *requestState) replay(encoded []byte) error {
 	}
 	if !rs.keyFromBody && !bytes.Equal(rec.BodyHash, rs.bodyHash[:]) {
 		if h.rejectDiffs {
+			h.logger.Warn("duplicate delivery has a different body than the recorded one; refused with 422",
+				zap.String("key", rs.claim.Key))
 			rs.setResult(results.Mismatch)
 			rs.refused(http.StatusUnprocessableEntity, msgMismatch)
 			return writeError(rs.w, http.StatusUnprocessableEntity, msgMismatch, "")

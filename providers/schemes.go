@@ -124,7 +124,12 @@ type VerifyConfig struct {
 	// `json:<path>`, `query:<name>`) whose value chooses each delivery's
 	// algorithm through algorithm_values (Amazon SNS's
 	// SignatureVersion). Default: none.
-	AlgorithmField  string            `json:"algorithm_field,omitempty"`
+	AlgorithmField string `json:"algorithm_field,omitempty"`
+
+	// For `template`, with algorithm_field: the algorithm of each value
+	// the field may hold (Amazon SNS: `1` rsa-sha1, `2` rsa-sha256); a
+	// delivery whose value is not listed fails verification. Default:
+	// none.
 	AlgorithmValues map[string]string `json:"algorithm_values,omitempty"`
 
 	// For `template`: where the signature is and how it is written.
@@ -151,10 +156,12 @@ type VerifyConfig struct {
 
 	// For `template`: `json:<path>` to an array whose items are signed
 	// one by one (`#` standing for the array, as in
-	// `json:notificationItems.#.NotificationRequestItem`), and the most
-	// items a delivery may hold. Default: none; 1000 items.
-	Items    string `json:"items,omitempty"`
-	MaxItems int    `json:"max_items,omitempty"`
+	// `json:notificationItems.#.NotificationRequestItem`). Default: none.
+	Items string `json:"items,omitempty"`
+
+	// For `template`, with items: the most items a delivery may hold;
+	// more fails verification. Default: 1000.
+	MaxItems int `json:"max_items,omitempty"`
 
 	// For `jwt`: the accepted `iss` values. Default: any.
 	Issuers []string `json:"issuers,omitempty"`
@@ -217,10 +224,12 @@ type TimestampConfig struct {
 	// `s`, `ms` or `rfc3339`. Default: s.
 	Unit string `json:"unit,omitempty"`
 	// Take the timestamp out of a value that holds more: split at the
-	// separator, the first item that starts with the prefix (`t=` of
+	// separator, the first item that starts with prefix (`t=` of
 	// `t=…,v1=…`), the prefix removed. Default: the whole value.
 	Separator string `json:"separator,omitempty"`
-	Prefix    string `json:"prefix,omitempty"`
+	// With separator: what the item that holds the timestamp starts with
+	// (`t=`), removed from it. Default: none.
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // CertURLConfig is where a template's certificate comes from.
@@ -231,9 +240,12 @@ type CertURLConfig struct {
 	// Anchored regular expressions, one of which the URL's host must
 	// match; a URL outside them is refused before any fetch. Required.
 	Hosts []string `json:"hosts,omitempty"`
-	// Anchored regular expressions of the URL's path, and of the
-	// certificate's names. Default: any.
-	Paths    []string `json:"paths,omitempty"`
+	// Anchored regular expressions, one of which the URL's path must
+	// match. Default: any.
+	Paths []string `json:"paths,omitempty"`
+	// Anchored regular expressions, one of which a DNS name of the
+	// certificate (its common name when it has none) must match.
+	// Default: any.
 	Subjects []string `json:"subjects,omitempty"`
 	// What the certificate is trusted for: `chain`, a chain to the
 	// system's roots; or `origin`, having come over https from a host

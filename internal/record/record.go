@@ -54,9 +54,10 @@ type Record struct {
 func Encode(dst []byte, status int, header http.Header, bodyHash *[32]byte) []byte {
 	dst = append(dst, Version, 0, byte(status>>8), byte(status))
 	dst = append(dst, bodyHash[:]...)
+	connection := header["Connection"]
 	hlen := 0
 	for name, values := range header {
-		if skipHeader(name) {
+		if skipHeader(name) || connectionNames(connection, name) {
 			continue
 		}
 		for _, v := range values {
@@ -65,7 +66,7 @@ func Encode(dst []byte, status int, header http.Header, bodyHash *[32]byte) []by
 	}
 	dst = binary.AppendUvarint(dst, uint64(hlen))
 	for name, values := range header {
-		if skipHeader(name) {
+		if skipHeader(name) || connectionNames(connection, name) {
 			continue
 		}
 		for _, v := range values {
@@ -161,6 +162,21 @@ func skipHeader(name string) bool {
 		return true
 	}
 	return strings.HasPrefix(name, http.TrailerPrefix)
+}
+
+// connectionNames reports whether the values of a Connection header name
+// a header: such a header is hop-by-hop too (RFC 9110, section 7.6.1,
+// https://www.rfc-editor.org/rfc/rfc9110#section-7.6.1), so it is left
+// out of a record like the ones skipHeader names.
+func connectionNames(connection []string, name string) bool {
+	for _, v := range connection {
+		for option := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(option), name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func uvarintLen(x int) int {

@@ -61,6 +61,19 @@ func TestRecordRoundTrip(t *testing.T) {
 			wantBody:   []byte("ok"),
 		},
 		{
+			name:   "headers the Connection header names left out, in any case",
+			status: 200,
+			header: http.Header{
+				"Connection":   {"X-Conn-One, close", " x-conn-two "},
+				"X-Conn-One":   {"1"},
+				"X-Conn-Two":   {"2"},
+				"X-Conn-Three": {"3"},
+			},
+			body:       []byte("ok"),
+			wantHeader: http.Header{"X-Conn-Three": {"3"}},
+			wantBody:   []byte("ok"),
+		},
+		{
 			name:       "no headers, empty body",
 			status:     204,
 			header:     http.Header{},
