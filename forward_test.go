@@ -155,3 +155,52 @@ func forwardedNow(t *testing.T, h *Handler, r *http.Request) (http.Header, []byt
 	}
 	return got, gotBody
 }
+
+// TestForwardEdgeDropsWebhookHeadersFromOutside: with `edge`, no webhook-*
+// header that came with the request reaches the application, not even
+// one named like a header the module sets (Webhook-Attempt,
+// Webhook-Replay-Suspected, Webhook-Order-Broken); the module's own
+// Webhook-Replay-Suspected, for signed bytes seen under another id,
+// still does.
+func TestForwardEdgeDropsWebhookHeadersFromOutside(t *testing.T) {
+	const edge = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newTestHandler(t, &Handler{
+		Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"gh-secret"}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward:  &ForwardConfig{Signature: "edge", EdgeSecrets: []string{edge}},
+	})
+	signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
+	delivery := func(id string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
+		if _, err := signer.Sign(r, body, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-GitHub-Delivery", id)
+		r.Header.Set("Webhook-Attempt", "99")
+		r.Header.Set("Webhook-Replay-Suspected", "forged")
+		r.Header.Set("Webhook-Order-Broken", "forged")
+		r.Header.Set("Webhook-Custom", "forged")
+		return r
+	}
+	got, _ := forwardedNow(t, h, delivery("d-1"))
+	for _, name := range []string{"Webhook-Attempt", "Webhook-Replay-Suspected", "Webhook-Order-Broken", "Webhook-Custom"} {
+		if v := got.Values(name); len(v) > 0 {
+			t.Errorf("the application got %s %q from outside", name, v)
+		}
+	}
+	if got.Get("webhook-id") != "d-1" {
+		t.Fatalf("webhook-id %q, want d-1", got.Get("webhook-id"))
+	}
+	// the same signed bytes under another id: the module says so
+	got, _ = forwardedNow(t, h, delivery("d-2"))
+	if v := got.Values("Webhook-Replay-Suspected"); len(v) != 1 || v[0] != "d-1" {
+		t.Fatalf("Webhook-Replay-Suspected %q, want the first delivery's key d-1", v)
+	}
+	if v := got.Values("Webhook-Attempt"); len(v) > 0 {
+		t.Errorf("the application got Webhook-Attempt %q from outside", v)
+	}
+}
