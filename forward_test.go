@@ -3,9 +3,11 @@ package webhookidempotency
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +204,49 @@ func TestForwardEdgeDropsWebhookHeadersFromOutside(t *testing.T) {
 	}
 	if v := got.Values("Webhook-Attempt"); len(v) > 0 {
 		t.Errorf("the application got Webhook-Attempt %q from outside", v)
+	}
+}
+
+// TestForwardResignPolar: Polar signs as a Standard Webhooks sender with
+// its whsec_ secret either decoded or used as written, depending on when
+// the secret was made, so a re-signed delivery carries a signature under
+// each key in its webhook-signature list: the Standard Webhooks library
+// the application holds accepts it either way.
+func TestForwardResignPolar(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newTestHandler(t, &Handler{
+		Provider: "polar", Verify: &providers.VerifyConfig{Secrets: []string{secret}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward:  &ForwardConfig{Signature: "resign"},
+	})
+	decoded, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asWritten, err := standardwebhooks.NewWebhookRaw([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sender := range []*standardwebhooks.Webhook{decoded, asWritten} {
+		body := []byte(fmt.Sprintf(`{"type":"order.paid","data":{"id":"ord_%d"}}`, i))
+		id := fmt.Sprintf("msg_polar_%d", i)
+		at := time.Now().Add(-time.Minute)
+		sig, err := sender.Sign(id, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/polar", bytes.NewReader(body))
+		r.Header.Set("webhook-id", id)
+		r.Header.Set("webhook-timestamp", strconv.FormatInt(at.Unix(), 10))
+		r.Header.Set("webhook-signature", sig)
+		got, gotBody := forwardedNow(t, h, r)
+		if got.Get("webhook-timestamp") == strconv.FormatInt(at.Unix(), 10) {
+			t.Errorf("delivery %d: not re-signed: webhook-timestamp %s", i, got.Get("webhook-timestamp"))
+		}
+		for name, app := range map[string]*standardwebhooks.Webhook{"decoded": decoded, "as written": asWritten} {
+			if err := app.Verify(gotBody, got); err != nil {
+				t.Errorf("delivery %d: the Standard Webhooks library with the key %s refused it: %v (%q)", i, name, err, got.Get("webhook-signature"))
+			}
+		}
 	}
 }
