@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
 )
 
@@ -238,6 +239,12 @@ func (rs *requestState) handOnForward() {
 		rs.h.logger.Warn("preparing the request for the application failed; passing it on as received",
 			zap.String("key", rs.claim.Key), zap.Error(err))
 		rs.r.Header = rs.received
+		return
+	}
+	if rs.suspected != "" {
+		// the module's own, which edge removed with the webhook-* headers
+		// that came from outside
+		rs.r.Header.Set(inbox.SuspectedHeader, rs.suspected)
 	}
 }
 

@@ -3,9 +3,11 @@ package webhookidempotency
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +156,97 @@ func forwardedNow(t *testing.T, h *Handler, r *http.Request) (http.Header, []byt
 		t.Fatalf("result %q: %s", res.result, res.w.Body)
 	}
 	return got, gotBody
+}
+
+// TestForwardEdgeDropsWebhookHeadersFromOutside: with `edge`, no webhook-*
+// header that came with the request reaches the application, not even
+// one named like a header the module sets (Webhook-Attempt,
+// Webhook-Replay-Suspected, Webhook-Order-Broken); the module's own
+// Webhook-Replay-Suspected, for signed bytes seen under another id,
+// still does.
+func TestForwardEdgeDropsWebhookHeadersFromOutside(t *testing.T) {
+	const edge = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newTestHandler(t, &Handler{
+		Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"gh-secret"}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward:  &ForwardConfig{Signature: "edge", EdgeSecrets: []string{edge}},
+	})
+	signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
+	delivery := func(id string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
+		if _, err := signer.Sign(r, body, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-GitHub-Delivery", id)
+		r.Header.Set("Webhook-Attempt", "99")
+		r.Header.Set("Webhook-Replay-Suspected", "forged")
+		r.Header.Set("Webhook-Order-Broken", "forged")
+		r.Header.Set("Webhook-Custom", "forged")
+		return r
+	}
+	got, _ := forwardedNow(t, h, delivery("d-1"))
+	for _, name := range []string{"Webhook-Attempt", "Webhook-Replay-Suspected", "Webhook-Order-Broken", "Webhook-Custom"} {
+		if v := got.Values(name); len(v) > 0 {
+			t.Errorf("the application got %s %q from outside", name, v)
+		}
+	}
+	if got.Get("webhook-id") != "d-1" {
+		t.Fatalf("webhook-id %q, want d-1", got.Get("webhook-id"))
+	}
+	// the same signed bytes under another id: the module says so
+	got, _ = forwardedNow(t, h, delivery("d-2"))
+	if v := got.Values("Webhook-Replay-Suspected"); len(v) != 1 || v[0] != "d-1" {
+		t.Fatalf("Webhook-Replay-Suspected %q, want the first delivery's key d-1", v)
+	}
+	if v := got.Values("Webhook-Attempt"); len(v) > 0 {
+		t.Errorf("the application got Webhook-Attempt %q from outside", v)
+	}
+}
+
+// TestForwardResignPolar: Polar signs as a Standard Webhooks sender with
+// its whsec_ secret either decoded or used as written, depending on when
+// the secret was made, so a re-signed delivery carries a signature under
+// each key in its webhook-signature list: the Standard Webhooks library
+// the application holds accepts it either way.
+func TestForwardResignPolar(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newTestHandler(t, &Handler{
+		Provider: "polar", Verify: &providers.VerifyConfig{Secrets: []string{secret}},
+		StoreRaw: json.RawMessage(`{"module":"memory"}`),
+		Forward:  &ForwardConfig{Signature: "resign"},
+	})
+	decoded, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asWritten, err := standardwebhooks.NewWebhookRaw([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sender := range []*standardwebhooks.Webhook{decoded, asWritten} {
+		body := []byte(fmt.Sprintf(`{"type":"order.paid","data":{"id":"ord_%d"}}`, i))
+		id := fmt.Sprintf("msg_polar_%d", i)
+		at := time.Now().Add(-time.Minute)
+		sig, err := sender.Sign(id, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/polar", bytes.NewReader(body))
+		r.Header.Set("webhook-id", id)
+		r.Header.Set("webhook-timestamp", strconv.FormatInt(at.Unix(), 10))
+		r.Header.Set("webhook-signature", sig)
+		got, gotBody := forwardedNow(t, h, r)
+		if got.Get("webhook-timestamp") == strconv.FormatInt(at.Unix(), 10) {
+			t.Errorf("delivery %d: not re-signed: webhook-timestamp %s", i, got.Get("webhook-timestamp"))
+		}
+		for name, app := range map[string]*standardwebhooks.Webhook{"decoded": decoded, "as written": asWritten} {
+			if err := app.Verify(gotBody, got); err != nil {
+				t.Errorf("delivery %d: the Standard Webhooks library with the key %s refused it: %v (%q)", i, name, err, got.Get("webhook-signature"))
+			}
+		}
+	}
 }

@@ -43,6 +43,7 @@ type requestState struct {
 	keyKind     keyKind        // the kind of the source the key came from, once resolved
 	claim       store.Claim    // the store key (<key_prefix>:<source>:<value>), its guard or note (guard.go), the owner
 	received    http.Header    // the headers as received, when the next handler gets others (forward.go)
+	suspected   string         // the first key of the delivery's signed bytes, when seen under another id (guard.go)
 	stored      *event.Request // the request as the inbox stores it, once built (inboxEvent)
 	answer      *inbox.Answer  // the attempt at acceptance, with respond app within
 	batch       *batchState    // the items of a batch (batch.go); nil for one delivery
@@ -329,6 +330,7 @@ func (rs *requestState) claimOnce() (store.ClaimResult, error) {
 // application is told.
 func (rs *requestState) suspect(first string) {
 	firstKey := strings.TrimPrefix(first, rs.h.keyPrefix)
+	rs.suspected = firstKey
 	rs.r.Header.Set(inbox.SuspectedHeader, firstKey)
 	rs.h.metrics.suspected.Inc()
 	rs.h.logger.Warn("delivery's signed bytes were seen within ttl under another id; processing it, marked Webhook-Replay-Suspected",

@@ -252,11 +252,17 @@ func loadKeySet(ctx caddy.Context, cfg VerifyConfig) (*keyset.Set, error) {
 
 // resignable reports whether a template can be signed again at a new time
 // without changing the body: an HMAC whose signature and timestamp are in
-// headers or the query, over the whole body, with secrets of one encoding
-// (with several, which key the application holds is not known).
+// headers or the query, over the whole body, with secrets of one encoding,
+// or of several where the header lists signatures (which key the
+// application holds is not known: each signs, Polar's whsec_ secret
+// decoded and as written).
 func (cfg VerifyConfig) resignable() bool {
-	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil ||
-		len(strings.Fields(cfg.SecretEncoding)) > 1 {
+	if cfg.Scheme != "template" || !cfg.templateSymmetric() || cfg.Items != "" || cfg.Signature == nil {
+		return false
+	}
+	if len(strings.Fields(cfg.SecretEncoding)) > 1 && (cfg.Signature.Separator == "" || cfg.Signature.Sets != "") {
+		// a secret read several ways is re-signed under each, which needs
+		// a header that lists signatures
 		return false
 	}
 	if strings.HasPrefix(cfg.Signature.From, "json:") {

@@ -64,8 +64,14 @@ func NewTemplateSigner(cfg TemplateConfig, key crypto.Signer) (Signer, error) {
 		if err != nil {
 			return nil, err
 		}
-		// the first secret under the first encoding that decodes it
+		// the first secret under the first encoding that decodes it; under
+		// the others too where the header lists several signatures (Polar's
+		// whsec_ secret, decoded or as written), so a receiver holding
+		// either key finds its own
 		s.secret = first[0]
+		if v.listsSignatures() {
+			s.others = first[1:]
+		}
 	default:
 		if key == nil || checkPublicKey(v.family, key.Public()) != nil {
 			return nil, fmt.Errorf("%s signs with a %s private key", v.family, v.family)
@@ -79,6 +85,9 @@ type templateSigner struct {
 	v      *templateVerifier
 	key    crypto.Signer
 	secret []byte
+	// others are the first secret's keys under its other encodings, each
+	// signing too when the header lists several signatures.
+	others [][]byte
 }
 
 // Sign implements Signer.
@@ -113,9 +122,16 @@ func (s *templateSigner) Sign(r *http.Request, body []byte, at time.Time) ([]byt
 			return nil, err
 		}
 	}
-	sig, err := s.sign(r, body, ts)
+	sig, err := s.sign(r, body, ts, s.secret)
 	if err != nil {
 		return nil, err
+	}
+	for _, key := range s.others {
+		other, err := s.sign(r, body, ts, key)
+		if err != nil {
+			return nil, err
+		}
+		sig += v.separator + other
 	}
 	if err := s.setSignature(r, sig, ts); err != nil {
 		return nil, err
@@ -177,7 +193,7 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 		if err != nil {
 			return nil, err
 		}
-		sig, err := s.sign(r, signed, ts)
+		sig, err := s.sign(r, signed, ts, s.secret)
 		if err != nil {
 			return nil, err
 		}
@@ -190,8 +206,9 @@ func (s *templateSigner) signInBody(r *http.Request, body []byte, ts string) ([]
 
 // sign returns the signature of the string the template makes of the
 // request, the JSON document doc (the body, or an item) and the
-// timestamp ts, with its prefix and in its encoding.
-func (s *templateSigner) sign(r *http.Request, doc []byte, ts string) (string, error) {
+// timestamp ts, with its prefix and in its encoding; an HMAC is keyed
+// with secret.
+func (s *templateSigner) sign(r *http.Request, doc []byte, ts string, secret []byte) (string, error) {
 	v := s.v
 	st := v.states.Get().(*templateState)
 	defer v.release(st)
@@ -219,7 +236,7 @@ func (s *templateSigner) sign(r *http.Request, doc []byte, ts string) (string, e
 	var err error
 	switch a.family {
 	case familyHMAC:
-		m := hmac.New(newHash(a.hash), s.secret)
+		m := hmac.New(newHash(a.hash), secret)
 		st.writeTo(m, doc)
 		sig = m.Sum(nil)
 	case familyEd25519:
@@ -355,6 +372,12 @@ func setJSONPath(doc any, path []string, val string) error {
 // signature's header.
 func (v *templateVerifier) sharesHeader() bool {
 	return v.ts.kind == fromHeader && v.sig.kind == fromHeader && v.ts.name == v.sig.name
+}
+
+// listsSignatures reports whether the signer can write several signatures
+// into the signature's value, one set of them, outside the body.
+func (v *templateVerifier) listsSignatures() bool {
+	return v.separator != "" && v.sets == "" && v.sig.kind != fromJSON && v.items == nil
 }
 
 // signDigest signs the digest in h with an ECDSA or RSA key.

@@ -205,8 +205,9 @@ func TestTemplateSecretEncodings(t *testing.T) {
 // TestTemplateSignerParameters checks that the signer writes what the
 // verifier reads: the timestamp's item first in the signature's header
 // (`t=…,v1=…`, Recurly's `<t>,<sig>`, one of Persona's sets), the
-// {timestamp} signed as written, and the first key of the first secret
-// under several encodings.
+// {timestamp} signed as written, and the first secret under each of
+// several encodings, one signature per key where the header lists them
+// (one set: the first key alone).
 func TestTemplateSignerParameters(t *testing.T) {
 	signature.SetClock(t, templateNow)
 	ts := strconv.FormatInt(templateNow.UnixMilli(), 10)
@@ -215,10 +216,11 @@ func TestTemplateSignerParameters(t *testing.T) {
 		sig   signature.SignatureLocation
 		ts    signature.TimestampLocation
 		wrote string
+		also  string // the signature under the second key, when listed
 	}{
-		{"parameters", signature.SignatureLocation{Separator: ",", Prefix: "v1="}, signature.TimestampLocation{Separator: ",", Prefix: "t=", Unit: "ms"}, "t=" + ts + ",v1="},
-		{"positional", signature.SignatureLocation{Separator: ",", Skip: 1}, signature.TimestampLocation{Separator: ",", Unit: "ms"}, ts + ","},
-		{"sets", signature.SignatureLocation{Sets: " ", Separator: ",", Prefix: "v1="}, signature.TimestampLocation{Separator: ",", Prefix: "t=", Unit: "ms"}, "t=" + ts + ",v1="},
+		{"parameters", signature.SignatureLocation{Separator: ",", Prefix: "v1="}, signature.TimestampLocation{Separator: ",", Prefix: "t=", Unit: "ms"}, "t=" + ts + ",v1=", ",v1="},
+		{"positional", signature.SignatureLocation{Separator: ",", Skip: 1}, signature.TimestampLocation{Separator: ",", Unit: "ms"}, ts + ",", ","},
+		{"sets", signature.SignatureLocation{Sets: " ", Separator: ",", Prefix: "v1="}, signature.TimestampLocation{Separator: ",", Prefix: "t=", Unit: "ms"}, "t=" + ts + ",v1=", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.sig.From, c.ts.From = "header:Sig", "header:Sig"
@@ -238,6 +240,9 @@ func TestTemplateSignerParameters(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := c.wrote + signHMAC("key", ts+`.{"id":"1"}`)
+			if c.also != "" {
+				want += c.also + signHMAC(cfg.Secrets[0], ts+`.{"id":"1"}`)
+			}
 			if got := d.Req.Header.Get("Sig"); got != want {
 				t.Fatalf("wrote %q, want %q", got, want)
 			}

@@ -229,7 +229,8 @@ func TestInboxStoresNoSignatureItWillNotSend(t *testing.T) {
 // TestInboxEdgeSignsAsStandardWebhooks: with `forward { signature edge
 // <secret> }` the application receives a Standard Webhooks delivery that
 // the Standard Webhooks library verifies, whatever the provider was (here
-// GitHub), with the event's key as webhook-id and no provider signature.
+// GitHub), with the event's key as webhook-id and no provider signature,
+// and no webhook-* header that came with the request: only the inbox's own.
 func TestInboxEdgeSignsAsStandardWebhooks(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	const edgeSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -264,6 +265,7 @@ func TestInboxEdgeSignsAsStandardWebhooks(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, "/", nil)
 	req.Header.Set("X-GitHub-Delivery", "d-"+source)
 	req.Header.Set("webhook-id", "forged-from-outside")
+	req.Header.Set("Webhook-Replay-Suspected", "forged-from-outside")
 	body, _ = signer.Sign(req, body, time.Now())
 	resp, _ := testkit.Post(t, testkit.SiteURL(port)+"/gh", body, flatten(req.Header)...)
 	if resp.StatusCode != http.StatusAccepted {
@@ -281,6 +283,10 @@ func TestInboxEdgeSignsAsStandardWebhooks(t *testing.T) {
 	if got.Header.Get("webhook-id") != "d-"+source || got.Header.Get("Webhook-Source") != source ||
 		got.Header.Get("X-Hub-Signature-256") != "" || got.Header.Get("Authorization") != "Bearer app-token-123" {
 		t.Fatalf("delivered headers: %v", got.Header)
+	}
+	// no webhook-* header from outside is passed on, only the inbox's own
+	if v := got.Header.Values("Webhook-Replay-Suspected"); len(v) > 0 || got.Header.Get("Webhook-Attempt") != "1" {
+		t.Fatalf("delivered Webhook-Replay-Suspected %q, Webhook-Attempt %q: want none from outside, and attempt 1", v, got.Header.Get("Webhook-Attempt"))
 	}
 }
 

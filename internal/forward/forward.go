@@ -164,6 +164,8 @@ type Delivery struct {
 
 // Apply prepares r, whose body is body, for the application at time at. It
 // adds the route's outbound headers last, over any the request carries.
+// With Edge it removes every webhook-* header r carries but Webhook-Via,
+// so the headers the module itself tells the application are set after.
 func (f *Forwarder) Apply(r *http.Request, body []byte, d Delivery, at time.Time) error {
 	switch f.cfg.Mode {
 	case Resign:
@@ -174,10 +176,11 @@ func (f *Forwarder) Apply(r *http.Request, body []byte, d Delivery, at time.Time
 		f.strip(r)
 		for name := range r.Header {
 			// a webhook-* header from outside must never pass for the
-			// module's own
-			if len(name) >= len("webhook-") && strings.EqualFold(name[:len("webhook-")], "webhook-") && !strings.EqualFold(name, "Webhook-Attempt") &&
-				!strings.EqualFold(name, "Webhook-Via") && !strings.EqualFold(name, "Webhook-Replay-Suspected") &&
-				!strings.EqualFold(name, "Webhook-Order-Broken") {
+			// module's own: the callers set theirs (Webhook-Attempt,
+			// Webhook-Replay-Suspected, Webhook-Order-Broken) after Apply.
+			// Webhook-Via stays: it is the hops a delivery took, which
+			// tell a route that a request came back to it.
+			if len(name) >= len("webhook-") && strings.EqualFold(name[:len("webhook-")], "webhook-") && !strings.EqualFold(name, "Webhook-Via") {
 				r.Header.Del(name)
 			}
 		}

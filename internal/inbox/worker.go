@@ -465,6 +465,14 @@ func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer)
 	if err != nil {
 		return failed(err)
 	}
+	if f := ib.cfg.Forward; f != nil {
+		// each attempt is signed at its own time (docs/inbox.md: What the
+		// application receives); the inbox's own headers are set after,
+		// as edge removes every webhook-* header the event came with
+		if err := f.Apply(req, ev.Body, forward.Delivery{Key: ev.Key, Secret: ev.Secret, PublicURL: ev.PublicURL()}, time.Now()); err != nil {
+			return failed(err)
+		}
+	}
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
 	if ib.cfg.Namespace != "" {
 		event.AddVia(req.Header, ib.cfg.Namespace)
@@ -476,13 +484,6 @@ func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer)
 	req.Header.Del(OrderBrokenHeader)
 	if ev.OrderBroken != "" {
 		req.Header.Set(OrderBrokenHeader, ev.OrderBroken)
-	}
-	if f := ib.cfg.Forward; f != nil {
-		// each attempt is signed at its own time (docs/inbox.md: What the
-		// application receives)
-		if err := f.Apply(req, ev.Body, forward.Delivery{Key: ev.Key, Secret: ev.Secret, PublicURL: ev.PublicURL()}, time.Now()); err != nil {
-			return failed(err)
-		}
 	}
 	event.InjectTrace(ctx, req.Header)
 	resp, err := ib.http.Do(req)
