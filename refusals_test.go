@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,8 +38,15 @@ func refusedEvents(t *testing.T, h *Handler, n int) []archive.Event {
 // delivery id, the body's size and hash, and nothing of the signature or
 // the secret.
 func TestRefusalsAreListed(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testRefusalsAreListed(t, `{"module":"memory"}`) })
+	t.Run("file", func(t *testing.T) {
+		testRefusalsAreListed(t, fmt.Sprintf(`{"module":"file","path":%q}`, filepath.Join(t.TempDir(), "store.db")))
+	})
+}
+
+func testRefusalsAreListed(t *testing.T, storeJSON string) {
 	h := newTestHandler(t, &Handler{Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"gh-refusal-secret"}},
-		MaxBody: 1024, StoreRaw: json.RawMessage(`{"module":"memory"}`)})
+		MaxBody: 1024, StoreRaw: json.RawMessage(storeJSON)})
 	var calls atomic.Int64
 	body := `{"action":"opened"}`
 	r := httptest.NewRequest(http.MethodPost, "/gh?x=1", strings.NewReader(body))
@@ -64,7 +73,9 @@ func TestRefusalsAreListed(t *testing.T) {
 		t.Fatalf("the forged delivery is listed as %+v", forged)
 	}
 	tooBig, ok := byKey["guid-big"]
-	if !ok || tooBig.Status != 413 || !strings.HasPrefix(tooBig.Reason, "too large: 2.0 kB > 1.0 KiB") {
+	// its body was not read: its announced size, and no hash
+	if !ok || tooBig.Status != 413 || !strings.HasPrefix(tooBig.Reason, "too large: 2.0 kB > 1.0 KiB") ||
+		tooBig.Size == nil || *tooBig.Size != 2048 || tooBig.BodySHA256 != "" {
 		t.Fatalf("the large body is listed as %+v (%v)", tooBig, evs)
 	}
 	whole, _, err := h.refusals.list.Event(context.Background(), mustParseID(t, forged.ID))

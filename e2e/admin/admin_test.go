@@ -346,7 +346,7 @@ func TestAdminErrors(t *testing.T) {
 		{http.MethodPost, base + "/dead", http.MethodGet},
 		{http.MethodDelete, base, http.MethodGet},
 		{http.MethodPost, "/webhook_idempotency/", http.MethodGet},
-		{http.MethodGet, base + "/dead/" + dead[0].ID, http.MethodDelete},
+		{http.MethodPost, base + "/dead/" + dead[0].ID, "DELETE, GET"},
 	} {
 		resp := adminExpectError(t, c, tc.method, tc.path, http.StatusMethodNotAllowed)
 		if got := resp.Header.Get("Allow"); got != tc.allow {
@@ -370,4 +370,62 @@ func TestAdminErrors(t *testing.T) {
 	adminExpectError(t, c, http.MethodGet, base, http.StatusServiceUnavailable)
 	adminExpectError(t, c, http.MethodGet, base+"/dead", http.StatusServiceUnavailable)
 	adminExpectError(t, c, http.MethodPost, base+"/dead/"+dead[0].ID+"/redeliver", http.StatusServiceUnavailable)
+}
+
+// TestAdminDeadLetterOne: GET …/dead/<id> answers one dead letter as the
+// list shows it, its attempts included, and 404 for an id that is none;
+// DELETE on the same path still discards it.
+func TestAdminDeadLetterOne(t *testing.T) {
+	const source = "admin_dead_one"
+	srv := testkit.StartRedis(t)
+	app := refusingApp(t)
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", adminInboxSite(port, source, srv.Addr(), app.URL+"/hook", "200ms"))
+
+	resp, b := testkit.Post(t, testkit.SiteURL(port)+"/in", []byte(`{"id":"evt_1"}`),
+		"Idempotency-Key", "k-one", "Content-Type", "application/json")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept: %s: %s", resp.Status, b)
+	}
+	var dead []adminDead
+	testkit.Eventually(t, 10*time.Second, "the event to be dead-lettered", func() bool {
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/"+source+"/dead", &dead)
+		return len(dead) == 1
+	})
+	path := "/webhook_idempotency/" + source + "/dead/" + dead[0].ID
+
+	resp, b = adminCall(t, c, http.MethodGet, path)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET %s: %s %q: %s", path, resp.Status, resp.Header.Get("Content-Type"), b)
+	}
+	var one struct {
+		adminDead
+		Body    string `json:"body"`
+		History struct {
+			Total    int `json:"total"`
+			Attempts []struct {
+				Attempt int `json:"attempt"`
+				Status  int `json:"status"`
+			} `json:"attempts"`
+		} `json:"history"`
+	}
+	if err := json.Unmarshal(b, &one); err != nil {
+		t.Fatalf("GET %s: %v: %s", path, err, b)
+	}
+	if one.adminDead != dead[0] || one.Body != `{"id":"evt_1"}` {
+		t.Fatalf("GET %s: %+v, the list has %+v", path, one, dead[0])
+	}
+	if one.History.Total != 1 || len(one.History.Attempts) != 1 ||
+		one.History.Attempts[0].Attempt != 1 || one.History.Attempts[0].Status != http.StatusBadRequest {
+		t.Fatalf("GET %s: attempts %+v, want the one answered 400", path, one.History)
+	}
+
+	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead/1-0", http.StatusNotFound)
+	adminExpectError(t, c, http.MethodGet, "/webhook_idempotency/"+source+"/dead/nonsense", http.StatusNotFound)
+
+	resp, b = adminCall(t, c, http.MethodDelete, path)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE %s: %s: %s", path, resp.Status, b)
+	}
+	adminExpectError(t, c, http.MethodGet, path, http.StatusNotFound)
 }

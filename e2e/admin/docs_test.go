@@ -324,6 +324,8 @@ func TestAdminAnswersAsDocumented(t *testing.T) {
 	dead := decodeList(t, sc.get(c, http.MethodGet, "/webhook_idempotency/docs_inbox/dead", 200))
 	for _, d := range dead {
 		sc.check("dead letter", "GET dead", d)
+		sc.check("dead letter", "GET dead/<id>", decodeObject(t, sc.get(c, http.MethodGet,
+			"/webhook_idempotency/docs_inbox/dead/"+d["id"].(string)+"?destination="+url.QueryEscape(d["destination"].(string)), 200)))
 	}
 	if m := decodeObject(t, sc.get(c, http.MethodPost, "/webhook_idempotency/docs_inbox/dead/"+dead[0]["id"].(string)+"/redeliver", 200)); len(m) != 1 || m["id"] == nil {
 		t.Errorf("POST dead/<id>/redeliver: %v, docs say {\"id\":…}", m)

@@ -132,3 +132,39 @@ func TestReconcileRecoversWhatStripeFailedToDeliver(t *testing.T) {
 		t.Errorf("the application refused: %s", strings.Join(bad, "; "))
 	}
 }
+
+// TestReconcileFailedPassIs503: a pass asked for with ?wait=true that the
+// provider's API refuses (a wrong key here) answers 503 with a JSON error,
+// one of the statuses the admin API answers errors with, so that an
+// operator's script retries it.
+func TestReconcileFailedPassIs503(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	stripe := newStripeEvents(t, "evt_f1")
+	app := testkit.NewUpstream(t, nil)
+	source := fmt.Sprintf("reconcile_fail_%d", time.Now().UnixNano())
+	port := testkit.FreePort(t)
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	webhook_idempotency stripe {
+		source %s
+		secret %s
+		store redis redis://%s
+		inbox %s
+		reconcile {
+			api_key rk_test_wrong
+			api_url %s
+			every   1h
+		}
+	}
+}`, port, source, handoffStripeSecret, srv.Addr(), app.URL, stripe.URL))
+	resp, body := testkit.Do(t, http.MethodPost, c.AdminURL("/webhook_idempotency/"+source+"/reconcile?wait=true"), nil)
+	var e struct {
+		Error string `json:"error"`
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/json" ||
+		json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, "reconciliation pass") {
+		t.Fatalf("a failed pass answered %s %q: %s; want 503 with a JSON error", resp.Status, resp.Header.Get("Content-Type"), body)
+	}
+	if n := app.Calls.Load(); n != 0 {
+		t.Fatalf("the application got %d requests", n)
+	}
+}

@@ -61,6 +61,7 @@ func init() {
 //	GET    /webhook_idempotency/<source>/dead[?start=&count=]   dead letters
 //	POST   /webhook_idempotency/<source>/dead/<id>/redeliver    redeliver one
 //	POST   /webhook_idempotency/<source>/dead/redeliver         redeliver all
+//	GET    /webhook_idempotency/<source>/dead/<id>              one dead letter
 //	DELETE /webhook_idempotency/<source>/dead/<id>              discard one
 type AdminAPI struct{}
 
@@ -196,26 +197,23 @@ func sourceRoute(p []string) adminMethods {
 // eventRoutes are the handlers of a list of events under a source: the
 // archive's (/events) or the inbox's dead letters (/dead).
 type eventRoutes struct {
-	list         adminHandler // GET /
-	redeliverAll adminHandler // POST /redeliver
-	oneMethod    string       // the method of /<id>
-	one          idHandler    // oneMethod /<id>
-	redeliver    idHandler    // POST /<id>/redeliver
+	list         adminHandler         // GET /
+	redeliverAll adminHandler         // POST /redeliver
+	one          map[string]idHandler // /<id>, by method
+	redeliver    idHandler            // POST /<id>/redeliver
 }
 
 var (
 	archiveRoutes = eventRoutes{
 		list:         handleEvents,
 		redeliverAll: handleRedeliverEvents,
-		oneMethod:    http.MethodGet,
-		one:          handleEvent,
+		one:          map[string]idHandler{http.MethodGet: handleEvent},
 		redeliver:    handleRedeliverEvent,
 	}
 	deadRoutes = eventRoutes{
 		list:         handleDead,
 		redeliverAll: handleRedeliverAllDead,
-		oneMethod:    http.MethodDelete,
-		one:          handleDiscardDead,
+		one:          map[string]idHandler{http.MethodGet: handleDeadLetter, http.MethodDelete: handleDiscardDead},
 		redeliver:    handleRedeliverDead,
 	}
 )
@@ -228,7 +226,11 @@ func (l eventRoutes) route(p []string) adminMethods {
 	case len(p) == 1 && p[0] == "redeliver":
 		return adminMethods{http.MethodPost: l.redeliverAll}
 	case len(p) == 1:
-		return adminMethods{l.oneMethod: withID(l.one, p[0])}
+		m := make(adminMethods, len(l.one))
+		for method, h := range l.one {
+			m[method] = withID(h, p[0])
+		}
+		return m
 	case len(p) == 2 && p[1] == "redeliver":
 		return adminMethods{http.MethodPost: withID(l.redeliver, p[0])}
 	}

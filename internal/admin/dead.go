@@ -11,7 +11,7 @@ import (
 )
 
 // The dead letters of a source's inbox (docs/inbox.md#watching-and-redelivering):
-// list, redeliver one, redeliver all, discard one; of every destination,
+// list, one, redeliver one, redeliver all, discard one; of every destination,
 // or with `?destination=<url or id>` of one (docs/inbox.md#routes).
 
 // Paging of the dead-letter list.
@@ -76,6 +76,23 @@ func deadLetterInbox(src *adminSource, id string) (*inbox.Inbox, error) {
 
 func errNoDead(ib *inbox.Inbox, id string) error {
 	return apiError(http.StatusNotFound, fmt.Errorf("no dead-lettered event %q for source %q", id, ib.Source()))
+}
+
+// handleDeadLetter answers one dead-lettered event, as the list shows it
+// (its attempts included); 404 when there is no such event.
+func handleDeadLetter(w http.ResponseWriter, r *http.Request, src *adminSource, id string) error {
+	ib, err := deadLetterInbox(src, id)
+	if err != nil {
+		return err
+	}
+	dl, err := ib.DeadLetter(r.Context(), r.URL.Query().Get("destination"), id)
+	if errors.Is(err, inbox.ErrNoDeadEvent) {
+		return errNoDead(ib, id)
+	}
+	if err != nil {
+		return inboxError(ib, err)
+	}
+	return writeJSON(w, dl)
 }
 
 // handleRedeliverDead moves a dead-lettered event back into the inbox

@@ -43,7 +43,9 @@ func handleReconcileStatus(w http.ResponseWriter, r *http.Request, src *adminSou
 
 // handleReconcileRun asks for a pass now: 202 with the status. With
 // ?wait=true the pass runs in the request, and its summary is answered
-// (409 while another pass runs).
+// (409 while another pass runs; 503 when the pass fails, the provider's
+// API or the store refusing it: an error status of the admin API's, which
+// an operator retries, docs/admin.md).
 func handleReconcileRun(w http.ResponseWriter, r *http.Request, src *adminSource) error {
 	rec, err := src.reconciler()
 	if err != nil {
@@ -55,7 +57,7 @@ func handleReconcileRun(w http.ResponseWriter, r *http.Request, src *adminSource
 		case errors.Is(err, reconcile.ErrBusy):
 			return apiError(http.StatusConflict, err)
 		case err != nil:
-			return apiError(http.StatusBadGateway, fmt.Errorf("reconciliation pass of source %q failed: %v", src.name, err))
+			return apiError(http.StatusServiceUnavailable, fmt.Errorf("reconciliation pass of source %q failed: %v", src.name, err))
 		}
 		return writeJSON(w, sum)
 	}

@@ -270,6 +270,9 @@ type Entry struct {
 	Result   string
 	Status   int
 	Duration time.Duration
+	// BodyHash is the SHA-256 of the body as received; zero when the body
+	// was not read (a refusal over max_body, or of an address not
+	// allowed), and then not shown.
 	BodyHash [32]byte
 	HasBody  bool // Body is kept
 	Redacted bool // values of the body were redacted
@@ -364,8 +367,10 @@ func (e *Entry) appendFields(f []any) []any {
 		event.FieldProto, e.Proto,
 		event.FieldRemote, e.Remote,
 		event.FieldHeaders, e.Headers,
-		event.FieldBodySHA256, hex.EncodeToString(e.BodyHash[:]),
 	)
+	if sum := e.bodySHA256(); sum != "" {
+		f = append(f, event.FieldBodySHA256, sum)
+	}
 	if e.HasBody {
 		f = append(f, fieldBodySize, strconv.Itoa(len(e.Body)))
 	}
@@ -391,6 +396,14 @@ func (e *Entry) appendFields(f []any) []any {
 		}
 	}
 	return f
+}
+
+// bodySHA256 is the body's SHA-256 in hex, "" when the body was not read.
+func (e *Entry) bodySHA256() string {
+	if e.BodyHash == ([32]byte{}) {
+		return ""
+	}
+	return hex.EncodeToString(e.BodyHash[:])
 }
 
 // encodeItems writes a batch's items as the items field holds them.

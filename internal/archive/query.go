@@ -3,7 +3,6 @@ package archive
 import (
 	"context"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -34,7 +33,7 @@ type Event struct {
 	Host         string    `json:"host,omitempty"`
 	Proto        string    `json:"proto,omitempty"`
 	Remote       string    `json:"remote,omitempty"`
-	BodySHA256   string    `json:"body_sha256"`
+	BodySHA256   string    `json:"body_sha256,omitempty"` // "" for a refused body that was not read
 	BodyStored   bool      `json:"body_stored"`
 	BodySize     *int      `json:"body_size,omitempty"` // bytes of the stored body, when known
 	BodyRedacted bool      `json:"body_redacted,omitempty"`
@@ -147,7 +146,7 @@ func (e *Entry) event(id event.ID, withBody bool) Event {
 		Host:         e.Host,
 		Proto:        e.Proto,
 		Remote:       e.Remote,
-		BodySHA256:   hex.EncodeToString(e.BodyHash[:]),
+		BodySHA256:   e.bodySHA256(),
 		BodyStored:   e.HasBody,
 		BodyRedacted: e.Redacted,
 		BodyOmitted:  e.Omitted,

@@ -62,6 +62,29 @@ func (ib *Inbox) DeadLetters(ctx context.Context, destination, start string, cou
 	if err != nil {
 		return nil, err
 	}
+	return ib.deadLetters(ctx, dests, start, count)
+}
+
+// DeadLetter returns the dead letter id of destination ("" for whichever
+// has it), shown as DeadLetters shows it: ErrNoDeadEvent when id is not a
+// dead letter, ErrAmbiguousDeadEvent when several destinations have it.
+func (ib *Inbox) DeadLetter(ctx context.Context, destination, id string) (DeadLetter, error) {
+	d, err := ib.deadOwner(ctx, destination, id)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	out, err := ib.deadLetters(ctx, []*Inbox{d}, id, 1)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if len(out) == 0 || out[0].ID != id {
+		return DeadLetter{}, ErrNoDeadEvent
+	}
+	return out[0], nil
+}
+
+// deadLetters is DeadLetters for the inboxes of dests.
+func (ib *Inbox) deadLetters(ctx context.Context, dests []*Inbox, start string, count int64) ([]DeadLetter, error) {
 	var out []DeadLetter
 	for _, d := range dests {
 		evs, err := d.q.dead(ctx, start, count)
