@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -341,13 +342,28 @@ func (rs *requestState) answered(rec *recorder, err error, handed time.Time) {
 }
 
 // archive appends the request's event in the background, unless it went
-// out with the key's completion.
-func (rs *requestState) archive() {
+// out with the key's completion. err is what ServeHTTP returns: when
+// nothing answered the request, Caddy answers with the error's status
+// (502 for an upstream reverse_proxy could not reach), and so does the
+// event.
+func (rs *requestState) archive(err error) {
 	if rs.archived || rs.result == "" {
 		return
 	}
 	rs.archived = true
-	rs.h.archive.Add(rs.archiveEntry(rs.result, rs.status.code))
+	status := rs.status.code
+	if status == 0 && err != nil {
+		status = errorStatus(err)
+	}
+	rs.h.archive.Add(rs.archiveEntry(rs.result, status))
+}
+
+// errorStatus is the status Caddy answers a handler's error with.
+func errorStatus(err error) int {
+	if he, ok := errors.AsType[caddyhttp.HandlerError](err); ok && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	return http.StatusInternalServerError
 }
 
 // statusWriter remembers the status of the answer it passes on.

@@ -40,11 +40,22 @@ func TestDedupAttemptArchived(t *testing.T) {
 		"down": func(w http.ResponseWriter, r *http.Request) error {
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
 		},
+		"errs": func(w http.ResponseWriter, r *http.Request) error {
+			return errors.New("a handler's plain error")
+		},
 	}
 	for key, next := range answers {
 		serve(h, key, `{"id":"`+key+`"}`, next)
 	}
-	events := archivedByKey(t, h, 3)
+	events := archivedByKey(t, h, 4)
+	// the event's status is the one the request was answered with: Caddy
+	// answers a handler's error with its status (500 for a plain error),
+	// while the attempt says the application gave no answer (0)
+	for key, want := range map[string]int{"ok": 200, "fails": 500, "down": 502, "errs": 500} {
+		if events[key].Status != want {
+			t.Errorf("event %q archived with status %d, want %d", key, events[key].Status, want)
+		}
+	}
 
 	ok := wholeAttempt(t, h, events["ok"])
 	hdr, _ := ok["headers"].(map[string]any)

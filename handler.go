@@ -486,7 +486,7 @@ func (h *Handler) Cleanup() error {
 // of a delivery: the client's address and certificate (edge.go), methods,
 // body, signature, key, claim, then what the claim found decides the
 // answer. A provider's handshake is answered on the way (handshake.go).
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	rs := h.newRequest(w, r, next)
 	defer rs.handled()
 	if answered, err := rs.edgeRefused(); answered {
@@ -501,7 +501,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if rs.looped() {
 		return rs.loop()
 	}
-	err := rs.readBody()
+	err = rs.readBody()
 	defer rs.releaseBody()
 	if err != nil {
 		return rs.bodyFailed(err)
@@ -525,7 +525,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if h.archive != nil {
 		// every outcome from here on is archived
 		rs.trackStatus()
-		defer rs.archive()
+		defer func() { rs.archive(err) }()
 	}
 	if rs.dropped() {
 		return rs.filtered()
