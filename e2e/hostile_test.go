@@ -145,7 +145,7 @@ func TestHostileInboxChainKeepsTheKey(t *testing.T) {
 	up := testkit.NewUpstream(t, nil)
 	port := testkit.FreePort(t)
 	site := testkit.SiteURL(port)
-	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
 	handle /in {
 		webhook_idempotency {
 			source edge
@@ -174,6 +174,15 @@ func TestHostileInboxChainKeepsTheKey(t *testing.T) {
 	if via := got.Header.Get("Webhook-Via"); via != "idem:edge" {
 		t.Fatalf("Webhook-Via %q, want idem:edge", via)
 	}
+	// the application's route completes the key once the upstream has
+	// answered, a moment after the upstream saw the request
+	testkit.WaitFor(t, 10*time.Second, "the app route's key completed", func() (bool, string) {
+		var st struct {
+			State string `json:"state"`
+		}
+		c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/app/keys/"+testkit.SHA256Key(string(event)), &st)
+		return st.State == "completed", st.State
+	})
 	// the inbox's delivery as the application's route sees it, once more
 	resp, body = testkit.Post(t, site+"/app", event, "Idempotency-Key", testkit.SHA256Key(string(event)), "Webhook-Via", "idem:edge")
 	testkit.WantReplay(t, resp, body, http.StatusOK, `{"call":1}`)
