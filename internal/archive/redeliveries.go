@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,13 +50,7 @@ func (a *Archive) RedeliveryAttempt(start time.Time, resp *http.Response, body [
 	rd := a.cfg.Redact
 	at := event.Attempt{At: start, Destination: rd.URI(a.cfg.RedeliverTo), Number: 1, Latency: time.Since(start)}
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			c := *ue
-			c.URL = rd.URI(ue.URL)
-			err = &c
-		}
-		at.Error = strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
+		at.Error = event.ErrorLine(rd.Error(err).Error())
 		return at
 	}
 	at.Status = resp.StatusCode

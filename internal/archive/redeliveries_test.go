@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/redact"
 )
 
 // A redelivery to redeliver_to is kept as an attempt of its event, after
@@ -134,4 +136,21 @@ func mustID(t *testing.T, s string) event.ID {
 		t.Fatalf("bad id %q", s)
 	}
 	return id
+}
+
+// A redelivery's destination and transport error are redacted as a URI
+// is, and its error kept on one line.
+func TestRedeliveryAttemptRedacted(t *testing.T) {
+	rd, err := redact.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Archive{cfg: Config{RedeliverTo: "http://app.internal/redo?token=s3cr3t", Redact: rd, KeepResponse: 4096}}
+	failed := &url.Error{Op: "Post", URL: a.cfg.RedeliverTo, Err: errors.New("dial tcp 10.0.0.1:80:\nconnection refused")}
+	at := a.RedeliveryAttempt(time.Now(), nil, nil, failed)
+	if at.Destination != "http://app.internal/redo?token=[redacted]" || at.Status != 0 ||
+		strings.Contains(at.Error, "s3cr3t") || !strings.Contains(at.Error, "token=[redacted]") ||
+		strings.Contains(at.Error, "\n") || !strings.Contains(at.Error, "connection refused") {
+		t.Fatalf("%+v", at)
+	}
 }

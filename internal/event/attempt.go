@@ -259,6 +259,16 @@ func ParseHistory(b []byte) (History, error) {
 	return h, nil
 }
 
+// ErrorLine is an attempt's error text as it is kept: on one line, at
+// most 300 bytes.
+func ErrorLine(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
 // KeptHeaders writes an answer's headers as lines (HeaderBlock), those
 // redacted names redacted, in name order, within limit bytes: whole lines,
 // as many as fit. It reports whether some were left out.
