@@ -33,8 +33,10 @@ import (
 // answer's status and the handling time. With the file store the events
 // are a bucket per source in its file, kept across restarts; with the
 // redis store a Redis Stream per source, `{<key_prefix>:<source>}:archive`,
-// and their bodies in `{<key_prefix>:<source>}:archive:body`; with the
-// memory store, a ring per source that a restart empties.
+// their bodies in `{<key_prefix>:<source>}:archive:body` and their
+// redeliveries in `{<key_prefix>:<source>}:archive:attempts…`
+// (docs/archive.md#attempts); with the memory store, a ring per source
+// that a restart empties.
 type ArchiveConfig struct {
 	// How long an event is kept. Default: 30d.
 	Retention caddy.Duration `json:"retention,omitempty"`
@@ -134,10 +136,11 @@ func (ac *ArchiveConfig) setOption(name, v string, args []string) (err error) {
 func (h *Handler) newArchive() (*archive.Archive, error) {
 	cfg := h.Archive
 	ac := archive.Config{
-		Source:    h.Source,
-		Retention: time.Duration(cfg.Retention),
-		MaxEvents: cfg.MaxEvents,
-		Logger:    h.logger,
+		Source:       h.Source,
+		Retention:    time.Duration(cfg.Retention),
+		MaxEvents:    cfg.MaxEvents,
+		KeepResponse: h.keepResponse,
+		Logger:       h.logger,
 	}
 	if ac.Retention == 0 {
 		ac.Retention = archive.DefaultRetention

@@ -249,6 +249,7 @@ type redeliveryOutcome struct {
 // its inbox, else its archive's redeliver_to.
 type redeliveryTarget struct {
 	inbox   *inbox.Inbox
+	archive *archive.Archive // keeps each redelivery to url with its event
 	url     string
 	via     string             // the route's key namespace, for Webhook-Via
 	forward *forward.Forwarder // prepares the redelivery for the application
@@ -260,7 +261,7 @@ func (s *adminSource) target() (redeliveryTarget, error) {
 		return redeliveryTarget{inbox: ib}, nil
 	}
 	if a, err := s.archive(); err == nil && a.Config().RedeliverTo != "" {
-		return redeliveryTarget{url: a.Config().RedeliverTo, via: strings.TrimSuffix(s.routes[0].KeyPrefix(), ":"), forward: s.routes[0].Forwarder()}, nil
+		return redeliveryTarget{archive: a, url: a.Config().RedeliverTo, via: strings.TrimSuffix(s.routes[0].KeyPrefix(), ":"), forward: s.routes[0].Forwarder()}, nil
 	}
 	return redeliveryTarget{}, apiError(http.StatusConflict, fmt.Errorf("source %q has neither an inbox nor an archive redeliver_to: there is nowhere to redeliver to", s.name))
 }
@@ -331,14 +332,17 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 		}
 	}
 	event.InjectTrace(ctx, hr.Header)
+	start := time.Now()
 	resp, err := redeliverClient.Do(hr)
 	if err != nil {
 		out.Error = err.Error()
 		span.SetStatus(codes.Error, "no answer")
+		t.keep(ctx, ev, t.archive.RedeliveryAttempt(start, nil, nil, err))
 		return out
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	body := t.archive.ReadAnswer(resp)
 	_ = resp.Body.Close()
+	t.keep(ctx, ev, t.archive.RedeliveryAttempt(start, resp, body, nil))
 	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	out.Status = resp.StatusCode
 	out.Delivered = resp.StatusCode >= 200 && resp.StatusCode <= 299
@@ -347,6 +351,15 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 		span.SetStatus(codes.Error, out.Error)
 	}
 	return out
+}
+
+// keep keeps a redelivery to redeliver_to as an attempt of its event
+// (docs/archive.md#attempts); a failure is logged by the archive, and the
+// redelivery's outcome stands.
+func (t redeliveryTarget) keep(ctx context.Context, ev *archive.Event, at event.Attempt) {
+	if id, ok := event.ParseID(ev.ID); ok {
+		_ = t.archive.Redelivered(ctx, id, at)
+	}
 }
 
 // handleRedeliverEvent redelivers one archived event. An event that cannot

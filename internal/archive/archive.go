@@ -44,7 +44,10 @@ type Config struct {
 	Bodies      bool
 	Redact      *redact.Redactor
 	RedeliverTo string // "" for none
-	Logger      *zap.Logger
+	// KeepResponse is what a redelivery to RedeliverTo keeps of its
+	// answer (keep_response; 0 for nothing).
+	KeepResponse int
+	Logger       *zap.Logger
 	// Kind names the list: "" for the archive of deliveries, Refused for
 	// the list of refused requests (docs/admin.md: Refusals), kept apart
 	// under names of its own and counted by counters of its own.
@@ -116,6 +119,9 @@ type backend interface {
 	// size returns the number of events from cutoff on, and may drop
 	// those before it.
 	size(ctx context.Context, cutoff event.ID) (int64, error)
+	// redelivered keeps a redelivery of the event with id as an attempt of
+	// it (redeliveries.go); errGone when there is no such event.
+	redelivered(ctx context.Context, id event.ID, at *event.Attempt) error
 	// timeout bounds one append.
 	timeout() time.Duration
 	// close releases what the archive holds of its store.
@@ -127,6 +133,9 @@ type backend interface {
 // source on the memory store.
 func New(cfg Config, s store.Store) (*Archive, error) {
 	a := &Archive{cfg: cfg, logger: cfg.Logger, metrics: newArchiveMetrics(cfg.Source, cfg.Kind)}
+	if a.logger == nil {
+		a.logger = zap.NewNop()
+	}
 	if err := Supports(s); err != nil {
 		return nil, err
 	}

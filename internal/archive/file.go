@@ -3,7 +3,9 @@ package archive
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -336,6 +338,38 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 		b.failed()
 	}
 	return count, err
+}
+
+// redelivered rewrites the event with at added to its history, in one
+// commit.
+func (b *fileBackend) redelivered(ctx context.Context, id event.ID, at *event.Attempt) error {
+	return b.fa.file.Update(ctx, func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b.fa.bucket)
+		if bk == nil {
+			return errGone
+		}
+		v := bk.Get(id.Key())
+		if v == nil {
+			return errGone
+		}
+		f, err := event.ReadFields(v)
+		if err != nil {
+			return err
+		}
+		h, err := event.ParseHistory([]byte(f[event.FieldHistory]))
+		if err != nil {
+			return err
+		}
+		h.Add(*at)
+		f[event.FieldHistory] = string(event.AppendHistory(nil, &h))
+		// in name order: the fields are read into a map, in any order
+		names := slices.Sorted(maps.Keys(f))
+		pairs := make([]any, 0, 2*len(names))
+		for _, name := range names {
+			pairs = append(pairs, name, f[name])
+		}
+		return bk.Put(id.Key(), event.AppendFields(nil, pairs))
+	})
 }
 
 func (b *fileBackend) timeout() time.Duration { return 10 * time.Second }

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -189,6 +190,23 @@ func (m *memoryBackend) bodies(_ context.Context, evs []*Event) error {
 		}
 		ev.setBody(body)
 	}
+	return nil
+}
+
+// redelivered replaces the event's attempts by a copy with at added:
+// events already read hold the attempts they were read with.
+func (m *memoryBackend) redelivered(_ context.Context, id event.ID, at *event.Attempt) error {
+	r := m.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trim(m.retention)
+	ev := r.find(id)
+	if ev == nil {
+		return errGone
+	}
+	h := event.History{Total: ev.e.Attempts.Total, Attempts: slices.Clone(ev.e.Attempts.Attempts)}
+	h.Add(*at)
+	ev.e.Attempts = h
 	return nil
 }
 

@@ -21,7 +21,8 @@ import (
 // `{<key_prefix>:<source>}:archive:body`, so that a list reads no body.
 // Both share the source's hash tag (one Redis Cluster slot) and are written
 // by one script, which trims them to max_events and retention and sets
-// their TTL to retention.
+// their TTL to retention. Redeliveries are kept beside them
+// (redis_redeliveries.go).
 
 // redisReadTimeout bounds one read of the archive by the admin API (or the
 // store's timeout, when that is longer). Reads go through a client that
@@ -170,15 +171,18 @@ func (b *redisBackend) page(ctx context.Context, hi, lo event.ID, count int) ([]
 		return nil, err
 	}
 	defer cancel()
-	msgs, err := c.XRevRangeN(ctx, b.stream, hi.String(), lo.String(), int64(count)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	pipe := c.Pipeline()
+	page := pipe.XRevRangeN(ctx, b.stream, hi.String(), lo.String(), int64(count))
+	indexed := b.indexedRedeliveries(ctx, pipe, hi, lo, count)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
+	msgs := page.Val()
 	out := make([]Event, len(msgs))
 	for i, m := range msgs {
 		out[i] = messageEvent(m, false)
 	}
-	return out, nil
+	return out, b.addRedeliveries(ctx, c, out, indexed.Val())
 }
 
 func (b *redisBackend) event(ctx context.Context, id event.ID) (Event, bool, error) {
@@ -190,6 +194,7 @@ func (b *redisBackend) event(ctx context.Context, id event.ID) (Event, bool, err
 	pipe := c.Pipeline()
 	meta := pipe.XRangeN(ctx, b.stream, id.String(), id.String(), 1)
 	body := pipe.XRangeN(ctx, b.bodyKey, id.String(), id.String(), 1)
+	redelivered := pipe.LRange(ctx, b.redeliveryList(redeliveryMember(id)), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Event{}, false, err
 	}
@@ -198,6 +203,7 @@ func (b *redisBackend) event(ctx context.Context, id event.ID) (Event, bool, err
 		return Event{}, false, nil
 	}
 	ev := messageEvent(msgs[0], true)
+	ev.addRedeliveries(redelivered.Val())
 	if ev.BodyStored && !ev.bodyRead {
 		ev.setBody(bodyOf(body.Val()))
 	}

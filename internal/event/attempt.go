@@ -167,6 +167,57 @@ func (h *History) Add(a Attempt) {
 	h.Attempts = append(h.Attempts, a)
 }
 
+// Then returns h followed by later, a history kept apart (an archived
+// event's redeliveries, after its own attempt): the count of both, and the
+// newest MaxAttempts attempts of both. Neither is changed.
+func (h History) Then(later History) History {
+	if later.Total == 0 {
+		return h
+	}
+	all := make([]Attempt, 0, len(h.Attempts)+len(later.Attempts))
+	all = append(append(all, h.Attempts...), later.Attempts...)
+	return History{Total: h.Total + later.Total, Attempts: all[max(len(all)-MaxAttempts, 0):]}
+}
+
+// PushAttemptLua defines, for a Redis script that keeps a history as a
+// list (ListedHistory), push_attempt(list, attempt, most): it appends an
+// attempt (AppendAttempt's encoding) numbered after the list's last,
+// keeps the newest most, and returns the attempt's count.
+const PushAttemptLua = `
+local function push_attempt(list, attempt, most)
+	local last = redis.call('LINDEX', list, -1)
+	local n = 1
+	if last then
+		n = (tonumber(string.match(last, '^(%d+)\n')) or 0) + 1
+	end
+	redis.call('RPUSH', list, n .. '\n' .. attempt)
+	redis.call('LTRIM', list, -tonumber(most), -1)
+	return n
+end
+`
+
+// ListedHistory decodes a history kept as a list (on Redis), oldest
+// first, each element "<n>\n<attempt>": n counts every attempt of the
+// history up to this one, and the attempt is AppendAttempt's
+// (PushAttemptLua writes them). An element that does not decode is left
+// out.
+func ListedHistory(elems []string) History {
+	var h History
+	for _, el := range elems {
+		num, enc, ok := strings.Cut(el, "\n")
+		if !ok {
+			continue
+		}
+		a, err := ParseAttempt([]byte(enc))
+		if err != nil {
+			continue
+		}
+		h.Attempts = append(h.Attempts, a)
+		h.Total, _ = strconv.Atoi(num)
+	}
+	return h
+}
+
 // AppendHistory appends h's encoding to b: the total, then each attempt,
 // its length first.
 func AppendHistory(b []byte, h *History) []byte {
@@ -206,6 +257,16 @@ func ParseHistory(b []byte) (History, error) {
 		b = b[n+int(l):]
 	}
 	return h, nil
+}
+
+// ErrorLine is an attempt's error text as it is kept: on one line, at
+// most 300 bytes.
+func ErrorLine(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
 }
 
 // KeptHeaders writes an answer's headers as lines (HeaderBlock), those

@@ -54,3 +54,30 @@ func TestKeptHeaders(t *testing.T) {
 		t.Fatalf("%v allocations, want the block's only", allocs)
 	}
 }
+
+// A history followed by one kept apart counts both and keeps the newest
+// MaxAttempts of both, oldest first, neither changed.
+func TestHistoryThen(t *testing.T) {
+	own := History{Total: 3, Attempts: []Attempt{{Status: 2}, {Status: 3}}}
+	var later History
+	for i := range MaxAttempts {
+		later.Add(Attempt{Status: 100 + i})
+	}
+	later.Total += 5 // five dropped before
+	got := own.Then(later)
+	if got.Total != 3+MaxAttempts+5 || len(got.Attempts) != MaxAttempts ||
+		got.Attempts[0].Status != 100 || got.Attempts[MaxAttempts-1].Status != 100+MaxAttempts-1 {
+		t.Fatalf("%d attempts of %d, first %d", len(got.Attempts), got.Total, got.Attempts[0].Status)
+	}
+	short := own.Then(History{Total: 1, Attempts: []Attempt{{Status: 7}}})
+	if short.Total != 4 || len(short.Attempts) != 3 || short.Attempts[0].Status != 2 || short.Attempts[2].Status != 7 {
+		t.Fatalf("%+v", short)
+	}
+	if own.Total != 3 || len(own.Attempts) != 2 || own.Then(History{}).Total != 3 {
+		t.Fatalf("changed: %+v", own)
+	}
+	listed := ListedHistory([]string{"4\n" + string(AppendAttempt(nil, &Attempt{Status: 9})), "bad", "5\n" + string(AppendAttempt(nil, &Attempt{Status: 10}))})
+	if listed.Total != 5 || len(listed.Attempts) != 2 || listed.Attempts[1].Status != 10 {
+		t.Fatalf("listed: %+v", listed)
+	}
+}

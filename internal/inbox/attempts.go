@@ -2,10 +2,8 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
@@ -68,7 +66,7 @@ func (ib *Inbox) Attempts(ctx context.Context, keys ...string) ([]event.History,
 func (ib *Inbox) attemptOf(number int, start time.Time, resp *http.Response, body []byte, err error) event.Attempt {
 	a := event.Attempt{At: start, Destination: ib.cfg.Redact.URI(ib.dest.url), Number: number, Latency: time.Since(start)}
 	if err != nil {
-		a.Error = oneLine(ib.redactedError(err).Error())
+		a.Error = event.ErrorLine(ib.cfg.Redact.Error(err).Error())
 		return a
 	}
 	a.Status = resp.StatusCode
@@ -82,18 +80,6 @@ func (ib *Inbox) attemptOf(number int, start time.Time, resp *http.Response, bod
 		}
 	}
 	return a
-}
-
-// redactedError is a transport error with the URL it names redacted as
-// the destination is.
-func (ib *Inbox) redactedError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		c := *ue
-		c.URL = ib.cfg.Redact.URI(ue.URL)
-		return &c
-	}
-	return err
 }
 
 // readAnswer reads an answer's body: up to what keep_response may keep

@@ -1,10 +1,8 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,14 +23,8 @@ import (
 // histories. ARGV: the encoded attempt, the most attempts kept, life (ms),
 // now (ms), the most histories (0 for no bound), the key, the prefix of a
 // history's name. Returns the attempt's number.
-var attemptScript = redis.NewScript(`
-local last = redis.call('LINDEX', KEYS[1], -1)
-local n = 1
-if last then
-	n = (tonumber(string.match(last, '^(%d+)\n')) or 0) + 1
-end
-redis.call('RPUSH', KEYS[1], n .. '\n' .. ARGV[1])
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+var attemptScript = redis.NewScript(event.PushAttemptLua + `
+local n = push_attempt(KEYS[1], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local most = tonumber(ARGV[5])
 if most > 0 then
@@ -88,18 +80,7 @@ func (l redisAttempts) read(ctx context.Context, keys []string) ([]event.History
 	}
 	out := make([]event.History, len(keys))
 	for i, c := range cmds {
-		for _, el := range c.Val() {
-			num, enc, ok := bytes.Cut([]byte(el), []byte("\n"))
-			if !ok {
-				continue
-			}
-			a, err := event.ParseAttempt(enc)
-			if err != nil {
-				continue
-			}
-			out[i].Attempts = append(out[i].Attempts, a)
-			out[i].Total, _ = strconv.Atoi(string(num))
-		}
+		out[i] = event.ListedHistory(c.Val())
 	}
 	return out, nil
 }

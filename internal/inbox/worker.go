@@ -405,7 +405,7 @@ func (ib *Inbox) deliver(m message) {
 		}
 		if n := attempt - ev.Base - 1; n < len(ib.cfg.Retries) {
 			due := time.Now().Add(ib.retryWait(n, asked))
-			err = ib.q.schedule(bg, m, attempt, status, oneLine(reason), due)
+			err = ib.q.schedule(bg, m, attempt, status, event.ErrorLine(reason), due)
 			if err == nil {
 				ib.metrics.retried.Inc()
 				ib.cfg.Series.Retried()
@@ -429,7 +429,7 @@ func (ib *Inbox) deliver(m message) {
 
 // deadLetter moves an event to the dead letters and counts it.
 func (ib *Inbox) deadLetter(ctx context.Context, m message, attempts, status int, reason string) error {
-	err := ib.q.deadLetter(ctx, m, attempts, status, oneLine(reason), time.Now())
+	err := ib.q.deadLetter(ctx, m, attempts, status, event.ErrorLine(reason), time.Now())
 	if err == nil {
 		ib.metrics.deadLettered.Inc()
 		ib.cfg.Series.DeadLettered()
@@ -521,15 +521,6 @@ func (ib *Inbox) withJitter(d time.Duration) time.Duration {
 		return d
 	}
 	return time.Duration(float64(d) * (1 + ib.cfg.Jitter*(2*mrand.Float64()-1)))
-}
-
-// oneLine keeps an error text on one line, at most 300 bytes.
-func oneLine(s string) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-	if len(s) > 300 {
-		s = s[:300]
-	}
-	return s
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

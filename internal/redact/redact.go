@@ -174,6 +174,18 @@ func (rd *Redactor) Header(h http.Header) http.Header {
 	return out
 }
 
+// Error returns a transport error with the URL it names (a *url.Error's)
+// redacted as URI redacts it; any other error as it is.
+func (rd *Redactor) Error(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		c := *ue
+		c.URL = rd.URI(ue.URL)
+		return &c
+	}
+	return err
+}
+
 // uri returns uri with the value of every query parameter marked by
 // RedactQuery, or whose name looks like a credential's (and that the route
 // takes no key from), replaced by "[redacted]", every other byte as it is.
