@@ -51,7 +51,7 @@ type App struct {
 
 	// presetSources and inboxes need no lock: Caddy provisions, starts
 	// and stops one configuration's modules one after another.
-	presetSources map[string]bool
+	presetSources map[string]string
 	inboxes       []*inbox.Inbox
 	reconcilers   []*reconcile.Reconciler
 	handlers      []*Handler
@@ -152,17 +152,19 @@ func (a *App) addHandler(h *Handler) {
 	a.handlers = append(a.handlers, h)
 }
 
-// claimPresetSource records a preset whose name a handler took as its
-// source; a second handler taking the same one would replay one endpoint's
-// answers to the other.
-func (a *App) claimPresetSource(preset string) error {
-	if a.presetSources[preset] {
+// claimPresetSource records a preset whose name a handler of the loaded
+// configuration config took as its source. A second handler taking the
+// same one would replay one endpoint's answers to the other, unless it
+// has the same configuration: one route that Caddy placed in several
+// servers (a site on several ports), one endpoint.
+func (a *App) claimPresetSource(preset, config string) error {
+	if prev, ok := a.presetSources[preset]; ok && prev != config {
 		return presetSourceConflict(preset, "by two webhook_idempotency handlers")
 	}
 	if a.presetSources == nil {
-		a.presetSources = make(map[string]bool)
+		a.presetSources = make(map[string]string)
 	}
-	a.presetSources[preset] = true
+	a.presetSources[preset] = config
 	return nil
 }
 

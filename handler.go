@@ -251,6 +251,13 @@ var now = time.Now
 
 // Provision sets defaults and builds the runtime state.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// the configuration as loaded, before any default: a site on several
+	// ports is one route in several servers, each with a handler of this
+	// same configuration, which share the preset's source as one endpoint
+	loaded, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("reading the handler's configuration: %v", err)
+	}
 	presetSource, err := h.applyPreset()
 	if err != nil {
 		return err
@@ -287,7 +294,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.bodyBudget = app.bodyBudget()
 	if presetSource {
-		if err := app.claimPresetSource(h.Provider); err != nil {
+		if err := app.claimPresetSource(h.Provider, string(loaded)); err != nil {
 			return err
 		}
 	}

@@ -1,16 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
@@ -66,6 +70,57 @@ func TestE2EVerifyForgedDeliveriesNeverReachUpstream(t *testing.T) {
 	wantRejected(t, resp, rb, "invalid signature")
 	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("upstream called %d times, want 1", n)
+	}
+}
+
+// A site on two ports is one route that Caddy places in two servers, each
+// with a handler of the same configuration: one endpoint, whose preset
+// source both share, so a delivery on one port and its retry on the other
+// are one event. A second preset handler of another configuration is
+// still refused, in the Caddyfile (TestCaddyfilePresetSourceAcrossRoutes)
+// and in JSON.
+func TestE2EPresetSiteOnTwoPorts(t *testing.T) {
+	up := testkit.NewUpstream(t, nil)
+	p1, p2 := testkit.FreePort(t), testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d, :%d {
+	webhook_idempotency stripe {
+		secret whsec_two_ports
+	}
+	reverse_proxy %s
+}`, p1, p2, up.Addr()))
+	body := []byte(`{"id":"evt_two_ports","type":"invoice.paid"}`)
+	resp, rb := testkit.Post(t, testkit.SiteURL(p1)+"/stripe", body, "Stripe-Signature", stripeHeader("whsec_two_ports", body, time.Now()))
+	testkit.WantNew(t, resp, rb, http.StatusOK)
+	resp, rb = testkit.Post(t, testkit.SiteURL(p2)+"/stripe", body, "Stripe-Signature", stripeHeader("whsec_two_ports", body, time.Now().Add(time.Second)))
+	testkit.WantReplay(t, resp, rb, http.StatusOK, `{"call":1}`)
+	up.WantCalls(t, 1)
+
+	// the same JSON with the second server's handler changed: two
+	// endpoints on one preset source, refused
+	cfg, err := testkit.AdaptConfig(t, "", fmt.Sprintf(`:%d, :%d {
+	webhook_idempotency stripe {
+		secret whsec_two_ports
+	}
+	reverse_proxy %s
+}`, testkit.FreePort(t), testkit.FreePort(t), up.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.LastIndex(raw, []byte("whsec_two_ports"))
+	if i < 0 || bytes.Index(raw, []byte("whsec_two_ports")) == i {
+		t.Fatalf("want the handler in two servers: %s", raw)
+	}
+	raw = append(raw[:i:i], append([]byte("whsec_another"), raw[i+len("whsec_two_ports"):]...)...)
+	var other caddy.Config
+	if err := json.Unmarshal(raw, &other); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&other); err == nil || !strings.Contains(err.Error(), `the "stripe" preset is used without a 'source' by two webhook_idempotency handlers`) {
+		t.Fatalf("two handlers of different configurations on the stripe preset's source: %v", err)
 	}
 }
 
