@@ -260,6 +260,7 @@ func (rs *requestState) resolveKey() error {
 	}
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
 	rs.keyKind = from.kind
+	rs.traceKeyKind()
 	rs.set(placeholderKey, rs.keyValue)
 	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {

@@ -95,6 +95,14 @@ func (rs *requestState) traceResult(result string) {
 	}
 }
 
+// traceKeyKind sets the key's kind on the step in progress, the one that
+// resolved the key (verify); the steps after it carry it from their start.
+func (rs *requestState) traceKeyKind() {
+	if t := rs.trace; t != nil && t.step != nil {
+		t.step.SetAttributes(attrKeyKind.String(rs.keyKind.name()))
+	}
+}
+
 // traceEnd ends the step in progress.
 func (rs *requestState) traceEnd() {
 	if rs.trace != nil {
