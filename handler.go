@@ -251,12 +251,16 @@ var now = time.Now
 
 // Provision sets defaults and builds the runtime state.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	// the configuration as loaded, before any default: a site on several
-	// ports is one route in several servers, each with a handler of this
-	// same configuration, which share the preset's source as one endpoint
-	loaded, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("reading the handler's configuration: %v", err)
+	// the configuration as loaded, before any default, of a handler that
+	// takes its preset's source: a site on several ports is one route in
+	// several servers, each with a handler of this same configuration,
+	// which share the source as one endpoint
+	var loaded []byte
+	if h.Provider != "" && h.Source == "" {
+		var err error
+		if loaded, err = json.Marshal(h); err != nil {
+			return fmt.Errorf("reading the handler's configuration: %v", err)
+		}
 	}
 	presetSource, err := h.applyPreset()
 	if err != nil {
