@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -61,46 +62,61 @@ func StripeMockPath(t testing.TB) string {
 	return ""
 }
 
-// StartStripeMock starts stripe-mock on a free port, HTTP only, and waits
-// until it answers; it is stopped when the test ends.
+// StartStripeMock starts stripe-mock on a free port (its HTTPS listener on
+// another, unused) and waits until it answers; it is stopped when the test
+// ends.
 func StartStripeMock(t testing.TB) *StripeMock {
 	t.Helper()
-	bin := StripeMockPath(t)
+	sm, stop, err := startStripeMock(StripeMockPath(t), func() int { return FreePort(t) })
+	if err != nil {
+		t.Fatalf("starting stripe-mock: %v", err)
+	}
+	t.Cleanup(stop)
+	return sm
+}
+
+// startStripeMock starts the stripe-mock binary bin on a port that port
+// gives, three times at most (the free port may be taken before
+// stripe-mock binds it), and returns it with the function that stops it.
+// A stripe-mock that exits is an error, never a wait.
+func startStripeMock(bin string, port func() int) (*StripeMock, func(), error) {
 	var lastErr error
-	for range 3 { // the free port may be taken before stripe-mock binds it
-		port := FreePort(t)
-		addr := "127.0.0.1:" + strconv.Itoa(port)
+	for range 3 {
+		addr := "127.0.0.1:" + strconv.Itoa(port())
 		var log strings.Builder
-		cmd := exec.Command(bin, "-http-addr", addr)
+		// stripe-mock also listens for HTTPS, on 12112 unless told
+		// otherwise: a port of the system's choosing, so that two
+		// stripe-mocks (two test packages at once) never meet there
+		cmd := exec.Command(bin, "-http-addr", addr, "-https-addr", "127.0.0.1:")
 		cmd.Stdout, cmd.Stderr = &log, &log
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting stripe-mock: %v", err)
+			return nil, nil, err
 		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
+		// closed once the process is gone: waiting on it again never
+		// blocks, as waiting for a value waitStripeMock took would
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		stop := func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 		if lastErr = waitStripeMock(addr, exited); lastErr == nil {
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				<-exited
-			})
-			return &StripeMock{URL: "http://" + addr}
+			return &StripeMock{URL: "http://" + addr}, stop, nil
 		}
-		_ = cmd.Process.Kill()
-		<-exited
+		stop()
 		lastErr = fmt.Errorf("%v\n%s", lastErr, log.String())
 	}
-	t.Fatalf("starting stripe-mock: %v", lastErr)
-	return nil
+	return nil, nil, lastErr
 }
 
 // waitStripeMock waits until stripe-mock at addr answers an authenticated
 // request, or exits.
-func waitStripeMock(addr string, exited <-chan error) error {
+func waitStripeMock(addr string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("stripe-mock exited: %v", err)
+		case <-exited:
+			return errors.New("stripe-mock exited")
 		default:
 		}
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/balance", nil)
