@@ -3,9 +3,7 @@ package archive
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -361,14 +359,7 @@ func (b *fileBackend) redelivered(ctx context.Context, id event.ID, at *event.At
 			return err
 		}
 		h.Add(*at)
-		f[event.FieldHistory] = string(event.AppendHistory(nil, &h))
-		// in name order: the fields are read into a map, in any order
-		names := slices.Sorted(maps.Keys(f))
-		pairs := make([]any, 0, 2*len(names))
-		for _, name := range names {
-			pairs = append(pairs, name, f[name])
-		}
-		return bk.Put(id.Key(), event.AppendFields(nil, pairs))
+		return bk.Put(id.Key(), event.EncodeFields(f, event.FieldHistory, string(event.AppendHistory(nil, &h))))
 	})
 }
 

@@ -9,6 +9,20 @@ import (
 // and value, each a uvarint length then its bytes. A Redis stream entry
 // holds the same names and values.
 
+// EncodeFields writes a field map, as ReadFields returns it, with some
+// fields set (name, value pairs) in it; the fields go in the map's order,
+// which no reader depends on.
+func EncodeFields(f map[string]string, set ...string) []byte {
+	for i := 0; i+1 < len(set); i += 2 {
+		f[set[i]] = set[i+1]
+	}
+	var b []byte
+	for name, v := range f {
+		b = AppendField(b, name, []byte(v))
+	}
+	return b
+}
+
 // AppendField appends one field to b.
 func AppendField(b []byte, name string, value []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(name)))

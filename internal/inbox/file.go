@@ -274,18 +274,6 @@ func (fs *fileSource) wake() {
 	}
 }
 
-// encode writes a field map with some fields set (name, value pairs).
-func encode(f map[string]string, set ...string) []byte {
-	for i := 0; i+1 < len(set); i += 2 {
-		f[set[i]] = set[i+1]
-	}
-	var b []byte
-	for name, v := range f {
-		b = event.AppendField(b, name, []byte(v))
-	}
-	return b
-}
-
 func (q *fileQueue) setTTLs(acceptTTL, noteTTL time.Duration) {
 	q.acceptTTL, q.noteTTL = acceptTTL, noteTTL
 }
@@ -423,7 +411,7 @@ func (q *fileQueue) start(ctx context.Context, ids []string) ([]message, error) 
 			started, _ := strconv.ParseInt(f[fieldStarted], 10, 64)
 			started++
 			msgs = append(msgs, message{id: id, ev: fromFields(id, func(name string) string { return f[name] }), deliveries: started})
-			if err := b.Put(sid.Key(), encode(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
+			if err := b.Put(sid.Key(), event.EncodeFields(f, fieldStarted, strconv.FormatInt(started, 10), fieldDue, "0")); err != nil {
 				return err
 			}
 		}
@@ -586,7 +574,7 @@ func (q *fileQueue) schedule(ctx context.Context, m message, attempts, status in
 		if err := q.logTx(tx, m); err != nil {
 			return err
 		}
-		return b.Put(sid.Key(), encode(f,
+		return b.Put(sid.Key(), event.EncodeFields(f,
 			event.FieldAttempts, strconv.Itoa(attempts), fieldStarted, "0",
 			event.FieldLastStatus, strconv.Itoa(status), event.FieldLastError, reason,
 			fieldDue, strconv.FormatInt(dueMs, 10)))
@@ -623,7 +611,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 		did := fs.nextID(1)
 		next := fs.nextOf(f[fieldGroup], m.id)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.dead).Put(did.Key(), encode(f,
+		if err := tx.Bucket(fs.dead).Put(did.Key(), event.EncodeFields(f,
 			event.FieldAttempts, strconv.Itoa(attempts), event.FieldLastStatus, strconv.Itoa(status),
 			event.FieldLastError, reason, event.FieldFailed, event.Millis(failed))); err != nil {
 			return err
@@ -635,7 +623,7 @@ func (q *fileQueue) deadLetter(ctx context.Context, m message, attempts, status 
 			if err != nil {
 				return err
 			}
-			if err := b.Put(nid.Key(), encode(nf, fieldOrderBroken, did.String())); err != nil {
+			if err := b.Put(nid.Key(), event.EncodeFields(nf, fieldOrderBroken, did.String())); err != nil {
 				return err
 			}
 		}
@@ -732,7 +720,7 @@ func (q *fileQueue) redeliver(ctx context.Context, id string) (string, error) {
 		newID, group = eid.String(), f[fieldGroup]
 		ready = fs.admitLocked(newID, group, received)
 		fs.mu.Unlock()
-		if err := tx.Bucket(fs.events).Put(eid.Key(), encode(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
+		if err := tx.Bucket(fs.events).Put(eid.Key(), event.EncodeFields(f, event.FieldBase, attempts, fieldStarted, "0", fieldDue, "0")); err != nil {
 			return err
 		}
 		return dead.Delete(sid.Key())
