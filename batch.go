@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/batch"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/cfparse"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/inbox"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/record"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/results"
 	"github.com/webhookguard/caddy-webhook-idempotency/providers"
@@ -417,50 +418,35 @@ func (rs *requestState) releaseBatch(keys []string) {
 }
 
 // acceptBatch accepts each new item into the inbox as an event of its
-// own, in the provider's envelope holding that one item; the items are
-// accepted concurrently, each in its own round trip. A store failure
-// answers as the fail policy says (the items accepted stay accepted:
-// the provider's retry finds them so).
+// own, in the provider's envelope holding that one item: all of them in
+// one round trip where the store allows it (inbox.AcceptBatch). A store
+// failure answers as the fail policy says (an item stored all the same
+// stays accepted: the provider's retry finds it so).
 func (rs *requestState) acceptBatch() error {
 	h, bs := rs.h, rs.batch
 	base := rs.inboxEvent()
 	content := rs.content()
-	res := make([]store.ClaimResult, len(bs.keys))
-	errs := make([]error, len(bs.keys))
-	accept := func(k int) {
+	items := make([]inbox.BatchItem, len(bs.keys))
+	evs := make([]event.Request, len(bs.keys))
+	sums := make([][32]byte, len(bs.keys))
+	for k, key := range bs.keys {
 		i := bs.item[k]
-		ev := *base // a copy per item, each with its own body and key
+		ev := &evs[k]
+		*ev = *base // a copy per item, each with its own body and key
 		ev.Body = bs.split.Envelope(content, func(j int) bool { return j == i })
-		ev.Key, ev.StoreKey = bs.values[i], bs.keys[k]
-		sum := sha256.Sum256(ev.Body)
-		res[k], errs[k] = h.store.accept(rs.r.Context(), h.inbox, store.Claim{Key: bs.keys[k], Owner: bs.owner}, &sum, &ev)
+		ev.Key, ev.StoreKey = bs.values[i], key
+		sums[k] = sha256.Sum256(ev.Body)
+		items[k] = inbox.BatchItem{Claim: store.Claim{Key: key, Owner: bs.owner}, BodyHash: &sums[k], Event: ev}
 	}
-	if len(bs.keys) == 1 {
-		accept(0)
-	} else {
-		var wg sync.WaitGroup
-		next := make(chan int)
-		for range min(len(bs.keys), maxConcurrentAccepts) {
-			wg.Go(func() {
-				for k := range next {
-					accept(k)
-				}
-			})
-		}
-		for k := range bs.keys {
-			next <- k
-		}
-		close(next)
-		wg.Wait()
-	}
+	res, err := h.store.acceptBatch(rs.r.Context(), h.inbox, items)
 	accepted := 0
 	for k, r := range res {
-		if errs[k] == nil && r.State == store.StateClaimed {
+		if r.State == store.StateClaimed {
 			bs.isNew[bs.item[k]] = true
 			accepted++
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return rs.storeFailed(opClaim, err)
 	}
 	switch {
@@ -471,9 +457,6 @@ func (rs *requestState) acceptBatch() error {
 	}
 	return rs.replayBatch()
 }
-
-// maxConcurrentAccepts bounds the items of one request accepted at once.
-const maxConcurrentAccepts = 16
 
 // replayBatch answers a batch with no new item: the provider's success
 // answer (the inbox's `respond` in inbox mode), marked replayed.

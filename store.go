@@ -159,6 +159,15 @@ func (s *meteredStore) accept(ctx context.Context, ib *inbox.Inbox, c store.Clai
 	return res, err
 }
 
+// acceptBatch accepts the items of a request into an inbox, each an
+// event of its own (in one round trip where the store allows it).
+func (s *meteredStore) acceptBatch(ctx context.Context, ib *inbox.Inbox, items []inbox.BatchItem) ([]store.ClaimResult, error) {
+	start := time.Now()
+	res, err := ib.AcceptBatch(ctx, items)
+	s.observe(opClaim, start, err)
+	return res, err
+}
+
 // acceptAnswering accepts an event into an inbox whose first attempt is
 // made at once (respond app within).
 func (s *meteredStore) acceptAnswering(ctx context.Context, ib *inbox.Inbox, c store.Claim, bodyHash *[32]byte, ev *event.Request) (store.ClaimResult, *inbox.Answer, error) {

@@ -282,49 +282,104 @@ func (q *fileQueue) accept(ctx context.Context, c store.Claim, rec []byte, ev *e
 	out := make([]admitted, len(to))
 	ready := make([]bool, len(to))
 	res, err := q.src.file.ClaimAndAppend(ctx, c.Key, c.Guard, c.Noted, rec, q.acceptTTL, q.noteTTL, func(tx *bolt.Tx, suspected string) error {
-		for i, a := range to {
-			fs := a.q.(*fileQueue).src
-			pairs := append(fields(ev, "0", "0", a.group), extra...)
-			if suspected != "" {
-				pairs = append(pairs, fieldSuspected, suspected)
-			}
-			// ids are given out and entered in their groups in one step: a
-			// group's events are in id order
-			fs.mu.Lock()
-			eid := fs.nextID(0)
-			out[i] = admitted{id: eid.String(), suspected: suspected}
-			ready[i] = fs.admitLocked(out[i].id, a.group, ev.Received.UnixMilli())
-			if ready[i] && !a.answer.IsZero() {
-				// in delivery at once, its attempt begun (written below)
-				out[i].answering = true
-				fs.inDelivery[out[i].id] = true
-				pairs = append(pairs, fieldStarted, "1")
-			}
-			fs.mu.Unlock()
-			if err := tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs)); err != nil {
+		return admitAll(tx, ev, extra, to, suspected, out, ready)
+	})
+	if err != nil || res.State != store.StateClaimed {
+		unadmitAll(to, out)
+		return res, nil, err
+	}
+	pushReady(to, out, ready)
+	return res, out, nil
+}
+
+func (q *fileQueue) acceptBatch(ctx context.Context, items []acceptance) ([]store.ClaimResult, [][]admitted, bool, error) {
+	keys := make([]string, len(items))
+	recs := make([][]byte, len(items))
+	for i, it := range items {
+		if it.c.Guard != "" {
+			return nil, nil, false, nil
+		}
+		keys[i], recs[i] = it.c.Key, it.record
+	}
+	out := make([][]admitted, len(items))
+	ready := make([][]bool, len(items))
+	res, err := q.src.file.ClaimAndAppendBatch(ctx, keys, recs, q.acceptTTL, func(tx *bolt.Tx, claimed []int) error {
+		for _, i := range claimed {
+			it := items[i]
+			out[i], ready[i] = make([]admitted, len(it.to)), make([]bool, len(it.to))
+			if err := admitAll(tx, it.ev, it.extra, it.to, "", out[i], ready[i]); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err != nil || res.State != store.StateClaimed {
-		for i, a := range to {
-			if out[i].id != "" {
-				fs := a.q.(*fileQueue).src
-				if out[i].answering {
-					fs.done(out[i].id)
-				}
-				fs.unadmit(out[i].id, a.group)
-			}
+	if err != nil {
+		for i, it := range items {
+			unadmitAll(it.to, out[i])
 		}
-		return res, nil, err
+		return nil, nil, true, err
 	}
+	for i, it := range items {
+		if res.Items[i].State == store.StateClaimed {
+			pushReady(it.to, out[i], ready[i])
+		}
+	}
+	return res.Items, out, true, nil
+}
+
+// admitAll stores ev, with the extra fields, in the queue of each
+// destination of to, within the transaction of its acceptance: each gets
+// an id, entered in its group, and out and ready say what became of it
+// there (ready: deliverable now, pushReady once committed).
+func admitAll(tx *bolt.Tx, ev *event.Request, extra []any, to []admission, suspected string, out []admitted, ready []bool) error {
+	for i, a := range to {
+		fs := a.q.(*fileQueue).src
+		pairs := append(fields(ev, "0", "0", a.group), extra...)
+		if suspected != "" {
+			pairs = append(pairs, fieldSuspected, suspected)
+		}
+		// ids are given out and entered in their groups in one step: a
+		// group's events are in id order
+		fs.mu.Lock()
+		eid := fs.nextID(0)
+		out[i] = admitted{id: eid.String(), suspected: suspected}
+		ready[i] = fs.admitLocked(out[i].id, a.group, ev.Received.UnixMilli())
+		if ready[i] && !a.answer.IsZero() {
+			// in delivery at once, its attempt begun (written below)
+			out[i].answering = true
+			fs.inDelivery[out[i].id] = true
+			pairs = append(pairs, fieldStarted, "1")
+		}
+		fs.mu.Unlock()
+		if err := tx.Bucket(fs.events).Put(eid.Key(), event.AppendFields(nil, pairs)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unadmitAll undoes admitAll for an event that was not stored after all
+// (out nil, or its ids "", for none admitted).
+func unadmitAll(to []admission, out []admitted) {
+	for i, a := range to {
+		if i < len(out) && out[i].id != "" {
+			fs := a.q.(*fileQueue).src
+			if out[i].answering {
+				fs.done(out[i].id)
+			}
+			fs.unadmit(out[i].id, a.group)
+		}
+	}
+}
+
+// pushReady makes the events admitAll stored deliverable, once their
+// commit is done.
+func pushReady(to []admission, out []admitted, ready []bool) {
 	for i, a := range to {
 		if ready[i] && !out[i].answering {
 			a.q.(*fileQueue).src.push(out[i].id)
 		}
 	}
-	return res, out, nil
 }
 
 // lanes returns the one lane of the file store's queue, the first time:

@@ -19,6 +19,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -349,25 +350,122 @@ func (ib *Inbox) Accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, 
 	return res, err
 }
 
+// BatchItem is an item of a request, accepted by AcceptBatch as an event
+// of its own.
+type BatchItem struct {
+	Claim    store.Claim // its key, without a guard
+	BodyHash *[32]byte   // of the item's own body
+	Event    *event.Request
+}
+
+// AcceptBatch accepts the items of one request as Accept does each: in one
+// round trip where the store allows it (the file store: one commit; Redis:
+// one script), else each in its own, up to maxConcurrentAccepts at once
+// (Redis Cluster, whose keys are on several nodes; a store with
+// `replicas`). It returns each item's result, in order; with an error, the
+// results of the items it was not about are zero.
+func (ib *Inbox) AcceptBatch(ctx context.Context, items []BatchItem) ([]store.ClaimResult, error) {
+	acc := make([]acceptance, len(items))
+	for i, it := range items {
+		acc[i], _ = ib.acceptanceOf(it.Claim, it.BodyHash, it.Event)
+	}
+	res, ids, ok, err := ib.q.acceptBatch(ctx, acc)
+	if ok {
+		if err != nil {
+			return make([]store.ClaimResult, len(items)), err
+		}
+		if ce := ib.logger.Check(zap.DebugLevel, "inbox events accepted"); ce != nil {
+			n := 0
+			for _, a := range ids {
+				if len(a) > 0 {
+					n++
+				}
+			}
+			ce.Write(zap.Int("items", len(items)), zap.Int("accepted", n))
+		}
+		return res, nil
+	}
+	// each in its own round trip: the items of one group (in any
+	// destination) in the request's order, one after the other, so that
+	// the group's events are too; the others at once
+	res = make([]store.ClaimResult, len(items))
+	errs := make([]error, len(items))
+	var lanes [][]int
+	laneOf := map[string]int{}
+	for i, a := range acc {
+		var groups []string
+		for _, t := range a.to {
+			groups = append(groups, t.group)
+		}
+		g := strings.Join(groups, "\x00")
+		if strings.Trim(g, "\x00") == "" {
+			lanes = append(lanes, []int{i})
+			continue
+		}
+		if l, ok := laneOf[g]; ok {
+			lanes[l] = append(lanes[l], i)
+			continue
+		}
+		laneOf[g] = len(lanes)
+		lanes = append(lanes, []int{i})
+	}
+	var wg sync.WaitGroup
+	next := make(chan []int)
+	for range min(len(lanes), maxConcurrentAccepts) {
+		wg.Go(func() {
+			for lane := range next {
+				for _, i := range lane {
+					a := acc[i]
+					res[i], _, errs[i] = ib.q.accept(ctx, a.c, a.record, a.ev, a.extra, a.to)
+					if errs[i] != nil {
+						// the group's later items wait for the
+						// provider's retry, behind this one
+						res[i] = store.ClaimResult{}
+						break
+					}
+				}
+			}
+		})
+	}
+	for _, lane := range lanes {
+		next <- lane
+	}
+	close(next)
+	wg.Wait()
+	return res, errors.Join(errs...)
+}
+
+// maxConcurrentAccepts bounds the items of one request AcceptBatch accepts
+// at once, each in its own round trip.
+const maxConcurrentAccepts = 16
+
 // accept stores ev for each of its destinations with its key; with
 // first, the first destination's copy is stored as in delivery
 // (admission.answer) when it may be delivered now.
 func (ib *Inbox) accept(ctx context.Context, c store.Claim, bodyHash *[32]byte, ev *event.Request, first *Inbox) (store.ClaimResult, []admitted, error) {
-	targets := ib.targets(ev)
-	to := make([]admission, len(targets))
-	for i, d := range targets {
-		to[i] = admission{q: d.q, group: d.groupOf(ev)}
-	}
+	a, targets := ib.acceptanceOf(c, bodyHash, ev)
 	if first != nil && targets[0] == first {
-		to[0].answer = time.Now().Add(first.reclaimAfter())
+		a.to[0].answer = time.Now().Add(first.reclaimAfter())
 	}
-	res, ids, err := ib.q.accept(ctx, c, ib.acceptRecord(bodyHash), ev, ib.extraFields(ev, len(targets)), to)
+	res, ids, err := ib.q.accept(ctx, a.c, a.record, a.ev, a.extra, a.to)
 	if err == nil && res.State == store.StateClaimed {
 		if ce := ib.logger.Check(zap.DebugLevel, "inbox event accepted"); ce != nil {
 			ce.Write(zap.String("key", c.Key), zap.Int("destinations", len(ids)), zap.String("id", ids[0].id))
 		}
 	}
 	return res, ids, err
+}
+
+// acceptanceOf is what accepting ev under c takes: the admission of each
+// of its destinations (targets), in its group there, its key's record and
+// its extra fields.
+func (ib *Inbox) acceptanceOf(c store.Claim, bodyHash *[32]byte, ev *event.Request) (a acceptance, targets []*Inbox) {
+	targets = ib.targets(ev)
+	to := make([]admission, len(targets))
+	for i, d := range targets {
+		to[i] = admission{q: d.q, group: d.groupOf(ev)}
+	}
+	return acceptance{c: c, record: ib.acceptRecord(bodyHash), ev: ev, extra: ib.extraFields(ev, len(targets)), to: to}, targets
 }
 
 // extraFields are the fields an event is stored with besides the

@@ -22,6 +22,15 @@ type queue interface {
 	// round trip (a few on Redis Cluster); or reports the key's state as a
 	// claim does. It returns what became of the event in each queue.
 	accept(ctx context.Context, c store.Claim, record []byte, ev *event.Request, extra []any, to []admission) (store.ClaimResult, []admitted, error)
+	// acceptBatch is accept for the items of one request, in one round
+	// trip: the file store's one commit, one script on a Redis node. It
+	// returns each item's result and what became of its event, in the
+	// order of items; false (and nothing done) where the store cannot
+	// (Redis Cluster, whose keys are on several nodes; a store with
+	// replicas, which accepts each event once they have it; a claim with
+	// a guard). With an error an item may still have been stored (a
+	// script that failed half-way): the provider's retry finds it accepted.
+	acceptBatch(ctx context.Context, items []acceptance) ([]store.ClaimResult, [][]admitted, bool, error)
 	// setTTLs sets the ttls of an accepted key and of a note, once every
 	// destination of the source is known.
 	setTTLs(acceptTTL, noteTTL time.Duration)
@@ -133,6 +142,15 @@ type admission struct {
 	// group): its first attempt is made at once, and another worker takes
 	// it over from answer on.
 	answer time.Time
+}
+
+// acceptance is an event to accept (queue.accept's arguments).
+type acceptance struct {
+	c      store.Claim
+	record []byte
+	ev     *event.Request
+	extra  []any
+	to     []admission
 }
 
 // admitted is what became of an event in one destination's queue.

@@ -337,6 +337,43 @@ func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, e
 	return res, ids, nil
 }
 
+func (q *redisQueue) acceptBatch(ctx context.Context, items []acceptance) ([]store.ClaimResult, [][]admitted, bool, error) {
+	if q.cluster || q.streams.Replicas() > 0 {
+		return nil, nil, false, nil
+	}
+	batch := make([]redisstore.AppendItem, len(items))
+	places := make([][]placed, len(items))
+	for i, it := range items {
+		if it.c.Guard != "" {
+			return nil, nil, false, nil
+		}
+		places[i] = q.place(it.to)
+		var keys []string
+		args := []any{len(places[i])}
+		for _, p := range places[i] {
+			parts := append([]*partition{p.target}, p.follow...)
+			keys = append(keys, keysOf(parts...)...)
+			args = append(args, p.group, len(parts), p.answer)
+		}
+		batch[i] = redisstore.AppendItem{Key: it.c.Key, Record: it.record, Keys: keys, Args: args, Event: append(fields(it.ev, "0", "0", ""), it.extra...)}
+	}
+	res, replies, err := q.streams.ClaimAndAppendBatch(ctx, acceptBatchScript, batch, q.acceptTTL)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	out := make([][]admitted, len(items))
+	for i, r := range res {
+		if r.State != store.StateClaimed {
+			continue
+		}
+		if out[i], err = parseAdmitted(redisstore.Appended{ID: replies[i]}, places[i], items[i].c.Key); err != nil {
+			// stored all the same: the provider's retry finds them accepted
+			return nil, nil, true, err
+		}
+	}
+	return res, out, true, nil
+}
+
 // parseAdmitted reads the accept script's reply: `<id> <where>
 // <partition>` of each destination, joined by commas.
 func parseAdmitted(a redisstore.Appended, places []placed, key string) ([]admitted, error) {

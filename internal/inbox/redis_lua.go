@@ -187,14 +187,13 @@ end
 // finds a dead letter by its id alone. Indexes are below maxPartitions+1.
 const deadIDStride = 128
 
-var (
-	// The append step of an accepted event (redisstore.Streams'
-	// ClaimAndAppend, on one node), to one destination's queue or more.
-	// keys: each destination's partitions, one after the other. args: the
-	// number of destinations, then for each its group, its number of
-	// partitions and answer (admit). Returns `<id> <where> <partition>`
-	// of each destination, joined by commas.
-	acceptScript = redisstore.NewAppendScript(luaQueue + `
+// acceptLua is the append step of an accepted event (redisstore's
+// AppendScript), to one destination's queue or more. keys: each
+// destination's partitions, one after the other. args: the number of
+// destinations, then for each its group, its number of partitions and
+// answer (admit). Returns `<id> <where> <partition>` of each destination,
+// joined by commas.
+var acceptLua = luaQueue + `
 local function append(keys, args, f)
 	local out, k, a = {}, 0, 2
 	for i = 1, tonumber(args[1]) do
@@ -212,7 +211,14 @@ local function append(keys, args, f)
 	end
 	return table.concat(out, ',')
 end
-`)
+`
+
+var (
+	// The accept of an event (redisstore.Streams' ClaimAndAppend, on one
+	// node), and of the items of one request in one round trip
+	// (ClaimAndAppendBatch).
+	acceptScript      = redisstore.NewAppendScript(acceptLua)
+	acceptBatchScript = redisstore.NewAppendBatchScript(acceptLua)
 
 	// KEYS: the keys of one or more partitions. ARGV: group, 'follow' or
 	// '', answer (admit), the event's fields and values. Admits the event

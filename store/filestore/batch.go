@@ -38,7 +38,7 @@ func (s *Store) CompleteBatch(ctx context.Context, keys []string, owner string, 
 	if len(keys) == 0 {
 		return nil
 	}
-	return s.use.file().completeBatch(ctx, keys, owner, records, ttl)
+	return s.use.file().completeBatch(ctx, keys, owner, records, ttl, nil)
 }
 
 // ReleaseBatch implements store.BatchStore.
@@ -177,9 +177,11 @@ func itemState(v cached, found bool) store.ClaimResult {
 }
 
 // completeBatch completes keys as store.BatchStore.CompleteBatch does: the
-// claims owner holds are pinned, their records written in one commit, and
-// the claims end (a failed commit releases them, as complete does).
-func (d *db) completeBatch(ctx context.Context, keys []string, owner string, records [][]byte, ttl time.Duration) error {
+// claims owner holds are pinned, their records written in one commit, with
+// what more (nil for nothing) writes before them in the same transaction,
+// and the claims end (a failed commit releases them, as complete does).
+// With more, a key owner does not hold fails the whole completion.
+func (d *db) completeBatch(ctx context.Context, keys []string, owner string, records [][]byte, ttl time.Duration, more *also) error {
 	var buf [batchStack]uint8
 	set := d.shardsOf(keys, buf[:0])
 	d.lock(set)
@@ -226,7 +228,23 @@ func (d *db) completeBatch(ctx context.Context, keys []string, owner string, rec
 			puts = append(puts, put{key: c.note, kind: kindNote, payload: keys[i], expires: nowNano + int64(c.noteTTL)})
 		}
 	}
-	err := d.commitPuts(ctx, puts)
+	var err error
+	switch {
+	case more != nil && len(notOwned) > 0:
+		// what more writes goes with every key or none: none, and the
+		// claims are released
+		err = store.NotOwned(notOwned)
+	case more == nil:
+		// the values alone: the log, when the store has one
+		err = d.commitPuts(ctx, puts)
+	default:
+		err = d.commit(ctx, func(tx *bolt.Tx) error {
+			if err := more.before(tx); err != nil {
+				return err
+			}
+			return d.putAll(tx, puts)
+		})
+	}
 
 	d.lock(set)
 	defer d.unlock(set)

@@ -84,6 +84,48 @@ func (f File) ClaimAndAppend(ctx context.Context, key, guard string, noted bool,
 	return res, err
 }
 
+// ClaimAndAppendBatch is ClaimAndAppend for the items of one request,
+// without guards: it claims every absent key of keys (store.BatchEach),
+// then in one commit runs appendFn with the positions of the keys it
+// claimed and, if that succeeds, completes each of them with its record
+// (records: one, or one per key; store.BatchRecord), kept for ttl. The
+// events and their keys are stored together or not at all. The result
+// says each key's state, as ClaimBatch does; a key claimed here whose
+// commit failed is released, and the error returned.
+func (f File) ClaimAndAppendBatch(ctx context.Context, keys []string, records [][]byte, ttl time.Duration, appendFn func(tx *bolt.Tx, claimed []int) error) (store.BatchResult, error) {
+	if err := store.CheckBatchRecords(keys, records); err != nil {
+		return store.BatchResult{}, fmt.Errorf("file store: %w", err)
+	}
+	if len(keys) == 0 {
+		return store.BatchResult{}, nil
+	}
+	owner := store.NewOwner()
+	res, err := f.s.use.claimBatch(keys, owner, time.Minute, store.BatchEach)
+	if err != nil || res.Claimed == 0 {
+		return res, err
+	}
+	d := f.s.use.file() // the file claimed in: held until the claims are done
+	claimed := make([]int, 0, res.Claimed)
+	ckeys := make([]string, 0, res.Claimed)
+	crecs := records
+	if len(records) > 1 {
+		crecs = make([][]byte, 0, res.Claimed)
+	}
+	for i, it := range res.Items {
+		if it.State == store.StateClaimed {
+			claimed = append(claimed, i)
+			ckeys = append(ckeys, keys[i])
+			if len(records) > 1 {
+				crecs = append(crecs, records[i])
+			}
+		}
+	}
+	err = d.completeBatch(ctx, ckeys, owner, crecs, ttl, &also{before: func(tx *bolt.Tx) error {
+		return appendFn(tx, claimed)
+	}})
+	return res, err
+}
+
 // CompleteThen completes key and, unless guard is "", its guard, as
 // store.GuardedStore's CompleteGuarded does, with then written in the same
 // transaction after the completion. It returns the completion's error and

@@ -193,6 +193,36 @@ end
 return {id, prev}
 `
 
+// redisClaimAppendBatchLua is the body of an AppendBatchScript, after the
+// caller's append function: ClaimAndAppend for each item of a request, in
+// order. ARGV: ttl (ms), the number of items, then for each its number of
+// append keys, of args and of event fields, its record, its args and its
+// event fields. KEYS: for each item its key, then its append keys.
+// Returns a reply per item: {id} for an item whose key was absent (its
+// event appended and the key completed), else keyState's.
+const redisClaimAppendBatchLua = `
+local ttl, k, a, out = ARGV[1], 1, 3, {}
+for i = 1, tonumber(ARGV[2]) do
+	local nk, na, ne, rec = tonumber(ARGV[a]), tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), ARGV[a+3]
+	a = a + 4
+	local key, keys, args, entry = KEYS[k], {}, {}, {}
+	for j = 1, nk do keys[j] = KEYS[k + j] end
+	k = k + 1 + nk
+	for j = 1, na do args[j] = ARGV[a + j - 1] end
+	a = a + na
+	for j = 1, ne do entry[j] = ARGV[a + j - 1] end
+	a = a + ne
+	local r = keyState(key, '', 0)
+	if r then
+		out[i] = r
+	else
+		out[i] = {append(keys, args, entry)}
+		redis.call('SET', key, rec, 'PX', ttl)
+	end
+end
+return out
+`
+
 // luaNote is the Lua of a note: note(key, value, ttl) returns the value
 // key holds, or takes key for value, kept for ttl, and returns ”. A value
 // of another type counts as none and is replaced.

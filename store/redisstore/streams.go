@@ -109,6 +109,75 @@ func (st Streams) ClaimAndAppend(ctx context.Context, key, guard string, noted b
 	return st.claimAndAppend(ctx, false, key, guard, noted, script, keys, args, record, ttl, noteTTL, event)
 }
 
+// AppendItem is an item of ClaimAndAppendBatch: its key, the record that
+// completes it, and its append step's keys, args and event fields.
+type AppendItem struct {
+	Key    string
+	Record []byte
+	Keys   []string
+	Args   []any
+	Event  []any
+}
+
+// AppendBatchScript is the batch form of an AppendScript
+// (NewAppendBatchScript).
+type AppendBatchScript struct{ script *redis.Script }
+
+// NewAppendBatchScript builds the script of ClaimAndAppendBatch around
+// appendLua, as NewAppendScript does.
+func NewAppendBatchScript(appendLua string) AppendBatchScript {
+	return AppendBatchScript{luaScript(appendLua + luaKeyState + redisClaimAppendBatchLua)}
+}
+
+// ClaimAndAppendBatch is ClaimAndAppend for the items of one request,
+// without guards, in one round trip: each item whose key is absent has its
+// key completed with its record, kept for ttl, and its event appended by
+// script's append step; the key of any other is reported as Claim does.
+// It returns each item's result and, for an item appended, what the append
+// step returned ("" for the others), in the order of items. The keys must
+// be on one node (not Redis Cluster).
+func (st Streams) ClaimAndAppendBatch(ctx context.Context, script AppendBatchScript, items []AppendItem, ttl time.Duration) ([]store.ClaimResult, []string, error) {
+	if len(items) == 0 {
+		return nil, nil, nil
+	}
+	nkeys, nargs := 0, 2
+	for _, it := range items {
+		nkeys += 1 + len(it.Keys)
+		nargs += 4 + len(it.Args) + len(it.Event)
+	}
+	keys := make([]string, 0, nkeys)
+	argv := make([]any, 0, nargs)
+	argv = append(argv, redisMillis(ttl), len(items))
+	for _, it := range items {
+		keys = append(keys, it.Key)
+		keys = append(keys, it.Keys...)
+		argv = append(argv, len(it.Keys), len(it.Args), len(it.Event), it.Record)
+		argv = append(argv, it.Args...)
+		argv = append(argv, it.Event...)
+	}
+	v, err := st.s.run(ctx, "claim", script.script, keys, argv...)
+	if err != nil {
+		return nil, nil, err
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) != len(items) {
+		return nil, nil, fmt.Errorf("redis store: accept: unexpected reply %T", v)
+	}
+	res := make([]store.ClaimResult, len(items))
+	ids := make([]string, len(items))
+	for i, r := range reply {
+		if appended, ok := r.([]any); ok && len(appended) == 1 {
+			ids[i], _ = appended[0].(string)
+			res[i] = store.ClaimResult{State: store.StateClaimed}
+			continue
+		}
+		if res[i], ok = keyStateResult(r); !ok {
+			return nil, nil, fmt.Errorf("redis store: accept: unexpected reply %T for item %d", r, i)
+		}
+	}
+	return res, ids, nil
+}
+
 // ClaimAndAppendReplicated is ClaimAndAppend for a store with `replicas`:
 // the key (and its guard) are claimed for owner, in flight for lease,
 // rather than completed, and the call returns once the store's replicas
