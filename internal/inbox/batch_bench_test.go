@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
@@ -39,10 +40,11 @@ func BenchmarkAcceptBatch(b *testing.B) {
 			b.Run(st.name+"/"+mode, func(b *testing.B) {
 				s := st.open(b)
 				ib := newOrderedInbox(b, s, fmt.Sprintf("bench_%s_%s", st.name, mode), "http://127.0.0.1:9", nil)
+				run := time.Now().UnixNano() // b.N grows over runs on one Redis
 				offer := func(n int) []BatchItem {
 					out := make([]BatchItem, items)
 					for i := range out {
-						out[i] = batchItem(ib, fmt.Sprintf("r%d-i%d", n, i), fmt.Sprint("g", i%2))
+						out[i] = batchItem(ib, fmt.Sprintf("%d-r%d-i%d", run, n, i), fmt.Sprint("g", i%2))
 					}
 					return out
 				}
@@ -57,7 +59,7 @@ func BenchmarkAcceptBatch(b *testing.B) {
 					if mode == "batch" {
 						res, err := ib.AcceptBatch(b.Context(), batch)
 						if err != nil || res[items-1].State != store.StateClaimed {
-							b.Fatal(err)
+							b.Fatalf("the last item: %s, %v", res[items-1].State, err)
 						}
 						continue
 					}
