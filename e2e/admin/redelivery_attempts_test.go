@@ -164,3 +164,42 @@ func TestRedeliveryOutcomeStandsWhenNotKept(t *testing.T) {
 		return false, "no such line in " + logPath
 	})
 }
+
+// TestRedeliveryErrorRedacted: a redelivery that got no answer says why in
+// its outcome as its kept attempt does: redacted (redeliver_to's query
+// may hold a token) and on one line (docs/archive.md#attempts).
+func TestRedeliveryErrorRedacted(t *testing.T) {
+	app := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	gone := testkit.FreePort(t) // nothing listens
+	c := testkit.StartCaddy(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	webhook_idempotency {
+		source redo_unreachable
+		store memory
+		archive {
+			redeliver_to http://127.0.0.1:%d/redo?token=s3cr3t-token
+		}
+	}
+	reverse_proxy %s
+}`, port, gone, app.Addr()))
+	if resp, body := testkit.Post(t, testkit.SiteURL(port)+"/hook", []byte(`{"n":1}`), "Idempotency-Key", "k1"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("delivery: %s %s", resp.Status, body)
+	}
+	var list adminEventsJSON
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/redo_unreachable/events", &list)
+	if len(list.Events) != 1 {
+		t.Fatalf("archived: %+v", list.Events)
+	}
+	id := list.Events[0].ID
+	var out redeliveryOutcome
+	c.AdminJSON(t, http.MethodPost, "/webhook_idempotency/redo_unreachable/events/"+id+"/redeliver", &out)
+	if out.Delivered || out.Status != 0 || out.Error == "" || strings.Contains(out.Error, "s3cr3t") ||
+		!strings.Contains(out.Error, "token=[redacted]") || strings.Contains(out.Error, "\n") {
+		t.Fatalf("redeliver to an address nothing listens on: %+v, want no answer and a redacted error", out)
+	}
+	var ev archive.Event
+	c.AdminJSON(t, http.MethodGet, "/webhook_idempotency/redo_unreachable/events/"+id, &ev)
+	if h := ev.History; h == nil || len(h.Attempts) != 2 || h.Attempts[1].Error != out.Error {
+		t.Fatalf("the kept attempt: %+v, want the outcome's error %q", ev.History, out.Error)
+	}
+}

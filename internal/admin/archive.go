@@ -335,9 +335,12 @@ func (t redeliveryTarget) redeliver(ctx context.Context, ev *archive.Event) rede
 	start := time.Now()
 	resp, err := redeliverClient.Do(hr)
 	if err != nil {
-		out.Error = err.Error()
+		// the error as the attempt keeps it: redacted (a URL's query), on
+		// one line
+		at := t.archive.RedeliveryAttempt(start, nil, nil, err)
+		out.Error = at.Error
 		span.SetStatus(codes.Error, "no answer")
-		t.keep(ctx, ev, t.archive.RedeliveryAttempt(start, nil, nil, err))
+		t.keep(ctx, ev, at)
 		return out
 	}
 	body := t.archive.ReadAnswer(resp)
