@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -128,6 +129,36 @@ func TestAcceptBatch(t *testing.T) {
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				t.Fatalf("delivered %v, want %v each once", got, want)
+			}
+		})
+	}
+}
+
+// A request of the most items a batch takes (store.MaxBatchKeys), in
+// seven order_by groups, is accepted whole by the one call of the file
+// store and of standalone Redis: every item an event, counted pending.
+func TestAcceptBatchOfMaxItems(t *testing.T) {
+	t.Parallel()
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ib := newOrderedInbox(t, open(t), "batch_max_"+name, "http://127.0.0.1:9", nil)
+			items := make([]BatchItem, store.MaxBatchKeys)
+			for i := range items {
+				items[i] = batchItem(ib, fmt.Sprintf("item%04d", i), fmt.Sprint("g", i%7))
+			}
+			res, err := ib.AcceptBatch(t.Context(), items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if r.State != store.StateClaimed {
+					t.Fatalf("item %d: %s, want claimed", i, r.State)
+				}
+			}
+			c, err := ib.Counts(t.Context())
+			if err != nil || c.Pending != store.MaxBatchKeys {
+				t.Fatalf("counts %+v %v, want %d events waiting", c, err, store.MaxBatchKeys)
 			}
 		})
 	}
