@@ -163,3 +163,30 @@ func TestAcceptBatchOfMaxItems(t *testing.T) {
 		})
 	}
 }
+
+// Items accepted one by one are parted in lanes so that two items sharing
+// a group at a destination are accepted in their order, one after the
+// other, the sharing carried through any destination.
+func TestOrderedLanes(t *testing.T) {
+	q1, q2 := &fileQueue{}, &fileQueue{}
+	in := func(pairs ...any) acceptance {
+		var a acceptance
+		for i := 0; i < len(pairs); i += 2 {
+			a.to = append(a.to, admission{q: pairs[i].(queue), group: pairs[i+1].(string)})
+		}
+		return a
+	}
+	acc := []acceptance{
+		in(q1, "A"),          // 0
+		in(q1, ""),           // 1: no group
+		in(q1, "B"),          // 2
+		in(q1, "A"),          // 3: after 0
+		in(q2, "X", q1, "B"), // 4: after 2
+		in(q2, "X"),          // 5: after 4, so in 2's lane
+		in(q2, "A"),          // 6: A at another destination
+		in(q1, "", q2, ""),   // 7
+	}
+	if got := fmt.Sprint(orderedLanes(acc)); got != "[[0 3] [1] [2 4 5] [6] [7]]" {
+		t.Fatalf("lanes %s", got)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -363,7 +362,7 @@ type BatchItem struct {
 // one script), else each in its own, up to maxConcurrentAccepts at once
 // (Redis Cluster, whose keys are on several nodes; a store with
 // `replicas`). It returns each item's result, in order; with an error, the
-// results of the items it was not about are zero.
+// result of an item the store did not answer for is zero.
 func (ib *Inbox) AcceptBatch(ctx context.Context, items []BatchItem) ([]store.ClaimResult, error) {
 	acc := make([]acceptance, len(items))
 	for i, it := range items {
@@ -385,30 +384,12 @@ func (ib *Inbox) AcceptBatch(ctx context.Context, items []BatchItem) ([]store.Cl
 		}
 		return res, nil
 	}
-	// each in its own round trip: the items of one group (in any
-	// destination) in the request's order, one after the other, so that
-	// the group's events are too; the others at once
+	// each in its own round trip: the items that share a group at a
+	// destination one after the other, in the request's order, so that
+	// the group's events are in that order too; the others at once
 	res = make([]store.ClaimResult, len(items))
 	errs := make([]error, len(items))
-	var lanes [][]int
-	laneOf := map[string]int{}
-	for i, a := range acc {
-		var groups []string
-		for _, t := range a.to {
-			groups = append(groups, t.group)
-		}
-		g := strings.Join(groups, "\x00")
-		if strings.Trim(g, "\x00") == "" {
-			lanes = append(lanes, []int{i})
-			continue
-		}
-		if l, ok := laneOf[g]; ok {
-			lanes[l] = append(lanes[l], i)
-			continue
-		}
-		laneOf[g] = len(lanes)
-		lanes = append(lanes, []int{i})
-	}
+	lanes := orderedLanes(acc)
 	var wg sync.WaitGroup
 	next := make(chan []int)
 	for range min(len(lanes), maxConcurrentAccepts) {
@@ -433,6 +414,55 @@ func (ib *Inbox) AcceptBatch(ctx context.Context, items []BatchItem) ([]store.Cl
 	close(next)
 	wg.Wait()
 	return res, errors.Join(errs...)
+}
+
+// orderedLanes parts the items of acc into lanes, each a list of items in
+// their order: two items that share a group at one of their destinations
+// are in one lane, every other item is in a lane of its own.
+func orderedLanes(acc []acceptance) [][]int {
+	lane := make([]int, len(acc)) // each item's representative (union-find)
+	for i := range lane {
+		lane[i] = i
+	}
+	find := func(i int) int {
+		for lane[i] != i {
+			lane[i] = lane[lane[i]]
+			i = lane[i]
+		}
+		return i
+	}
+	type place struct {
+		q     queue
+		group string
+	}
+	first := map[place]int{}
+	for i, a := range acc {
+		for _, t := range a.to {
+			if t.group == "" {
+				continue
+			}
+			p := place{t.q, t.group}
+			if j, ok := first[p]; ok {
+				// the lane of the earlier item takes this one's
+				lane[find(i)] = find(j)
+			} else {
+				first[p] = i
+			}
+		}
+	}
+	var out [][]int
+	index := map[int]int{} // representative -> its lane in out
+	for i := range acc {
+		r := find(i)
+		k, ok := index[r]
+		if !ok {
+			k = len(out)
+			index[r] = k
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], i)
+	}
+	return out
 }
 
 // maxConcurrentAccepts bounds the items of one request AcceptBatch accepts
