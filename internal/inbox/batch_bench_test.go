@@ -17,7 +17,7 @@ import (
 // Redis: with AcceptBatch, one store call (batch), against the way of
 // before, each item accepted alone, 16 at once (each). Reported per
 // request: its wall time (ns/op), the process's CPU and, on Redis, the
-// script calls.
+// script calls and Redis's own CPU (INFO cpu).
 //
 //	go test -run '^$' -bench AcceptBatch -benchtime 200x ./internal/inbox
 func BenchmarkAcceptBatch(b *testing.B) {
@@ -49,8 +49,9 @@ func BenchmarkAcceptBatch(b *testing.B) {
 					return out
 				}
 				var calls, cpu int64
+				var redisCPU float64
 				if st.name == "redis" {
-					calls = scriptCalls(b, rc)
+					calls, redisCPU = scriptCalls(b, rc), testkit.RedisCPU(b, rc)
 				}
 				cpu = int64(testkit.CPUTime())
 				b.ResetTimer()
@@ -85,6 +86,7 @@ func BenchmarkAcceptBatch(b *testing.B) {
 				b.ReportMetric(float64(int64(testkit.CPUTime())-cpu)/float64(b.N), "cpu-ns/op")
 				if st.name == "redis" {
 					b.ReportMetric(float64(scriptCalls(b, rc)-calls)/float64(b.N), "scripts/op")
+					b.ReportMetric((testkit.RedisCPU(b, rc)-redisCPU)*1e9/float64(b.N), "redis-cpu-ns/op")
 				}
 			})
 		}
