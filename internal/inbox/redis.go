@@ -307,13 +307,7 @@ func (q *redisQueue) accept(ctx context.Context, c store.Claim, record []byte, e
 		return q.acceptCluster(ctx, c, record, entry, places)
 	}
 	key, guard, noted, owner := c.Key, c.Guard, c.Noted, c.Owner
-	var keys []string
-	args := []any{len(places)}
-	for _, p := range places {
-		parts := append([]*partition{p.target}, p.follow...)
-		keys = append(keys, keysOf(parts...)...)
-		args = append(args, p.group, len(parts), p.answer)
-	}
+	keys, args := appendArgs(places)
 	if q.streams.Replicas() == 0 {
 		res, a, err := q.streams.ClaimAndAppend(ctx, key, guard, noted, acceptScript, keys, args, record, q.acceptTTL, q.noteTTL, entry)
 		if err != nil || res.State != store.StateClaimed {
@@ -348,13 +342,7 @@ func (q *redisQueue) acceptBatch(ctx context.Context, items []acceptance) ([]sto
 			return nil, nil, false, nil
 		}
 		places[i] = q.place(it.to)
-		var keys []string
-		args := []any{len(places[i])}
-		for _, p := range places[i] {
-			parts := append([]*partition{p.target}, p.follow...)
-			keys = append(keys, keysOf(parts...)...)
-			args = append(args, p.group, len(parts), p.answer)
-		}
+		keys, args := appendArgs(places[i])
 		batch[i] = redisstore.AppendItem{Key: it.c.Key, Record: it.record, Keys: keys, Args: args, Event: append(fields(it.ev, "0", "0", ""), it.extra...)}
 	}
 	res, replies, err := q.streams.ClaimAndAppendBatch(ctx, acceptBatchScript, batch, q.acceptTTL)
@@ -372,6 +360,18 @@ func (q *redisQueue) acceptBatch(ctx context.Context, items []acceptance) ([]sto
 		}
 	}
 	return res, out, true, nil
+}
+
+// appendArgs are the keys and args of the accept script's append step
+// (acceptLua) for places.
+func appendArgs(places []placed) (keys []string, args []any) {
+	args = []any{len(places)}
+	for _, p := range places {
+		parts := append([]*partition{p.target}, p.follow...)
+		keys = append(keys, keysOf(parts...)...)
+		args = append(args, p.group, len(parts), p.answer)
+	}
+	return keys, args
 }
 
 // parseAdmitted reads the accept script's reply: `<id> <where>
