@@ -2,6 +2,7 @@ package webhookidempotency
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -44,6 +45,11 @@ type requestTrace struct {
 	step   trace.Span // nil between steps
 	result string     // the request's result, once set
 	attrs  [3]attribute.KeyValue
+	// waiting is a step that ended before the result was known (verify,
+	// before the claim decides it), at ended: it is ended once the result
+	// is set, with the result and at that time, or at the request's end
+	waiting trace.Span
+	ended   time.Time
 }
 
 // startTrace gives the request a trace when its context holds a recording
@@ -92,6 +98,10 @@ func (rs *requestState) traceResult(result string) {
 		if t.step != nil {
 			t.step.SetAttributes(attrResult.String(result))
 		}
+		if t.waiting != nil {
+			t.waiting.SetAttributes(attrResult.String(result))
+			t.endWaiting()
+		}
 	}
 }
 
@@ -103,17 +113,34 @@ func (rs *requestState) traceKeyKind() {
 	}
 }
 
-// traceEnd ends the step in progress.
+// traceEnd ends the step in progress, and one still waiting for the
+// result.
 func (rs *requestState) traceEnd() {
-	if rs.trace != nil {
-		rs.trace.end()
+	if t := rs.trace; t != nil {
+		t.end()
+		t.endWaiting()
 	}
 }
 
+// end ends the step in progress; one that ends before the result is known
+// waits for it (traceResult), so that every step carries the result.
 func (t *requestTrace) end() {
-	if t.step != nil {
+	if t.step == nil {
+		return
+	}
+	if t.result == "" && t.waiting == nil {
+		t.waiting, t.ended = t.step, time.Now()
+	} else {
 		t.step.End()
-		t.step = nil
+	}
+	t.step = nil
+}
+
+// endWaiting ends the step waiting for the result at the time it ended.
+func (t *requestTrace) endWaiting() {
+	if t.waiting != nil {
+		t.waiting.End(trace.WithTimestamp(t.ended))
+		t.waiting = nil
 	}
 }
 

@@ -209,13 +209,10 @@ http://127.0.0.1:%d {
 			if s.Attrs["webhook.source"] != "stripe" {
 				t.Errorf("request %d, %s: webhook.source %q", i+1, s.Name, s.Attrs["webhook.source"])
 			}
-			// the result is known from the step that decides it on
-			if s.Name != "webhook_idempotency.verify" || w.result == "invalid_signature" {
-				if s.Attrs["webhook.result"] != w.result {
-					t.Errorf("request %d, %s: webhook.result %q, want %q", i+1, s.Name, s.Attrs["webhook.result"], w.result)
-				}
-			} else if r, ok := s.Attrs["webhook.result"]; ok {
-				t.Errorf("request %d, verify: webhook.result %q before the result was known", i+1, r)
+			// every step carries the request's result, verify too (it
+			// ends once the claim decides it)
+			if s.Attrs["webhook.result"] != w.result {
+				t.Errorf("request %d, %s: webhook.result %q, want %q", i+1, s.Name, s.Attrs["webhook.result"], w.result)
 			}
 			// the key is resolved in the verify step, once the signature
 			// holds: every step of a verified delivery has its kind
@@ -227,6 +224,14 @@ http://127.0.0.1:%d {
 		}
 		if strings.Join(names, " ") != strings.Join(w.steps, " ") {
 			t.Errorf("request %d: steps %v, want %v", i+1, names, w.steps)
+		}
+		// one step after the other: verify, which waits for the result
+		// to end, ends when it did, before the claim starts
+		steps := childrenOf(spans, req)
+		for j, s := range steps {
+			if s.End.Before(s.Start) || (j > 0 && s.Start.Before(steps[j-1].End)) {
+				t.Errorf("request %d, %s: %s to %s, after a step that ended at %s", i+1, s.Name, s.Start, s.End, steps[max(j-1, 0)].End)
+			}
 		}
 	}
 	// the application's parent is the app step

@@ -40,6 +40,7 @@ type Span struct {
 	Events                 []SpanEvent
 	Links                  []SpanLink
 	StatusCode, StatusDesc string
+	Start, End             time.Time
 	// Dump is the whole span as text, for searching it for what must not
 	// be there.
 	Dump string
@@ -109,6 +110,7 @@ func (s *SpanSink) Spans() []Span {
 			Name: st.Name, TraceID: st.SpanContext.TraceID().String(), SpanID: st.SpanContext.SpanID().String(),
 			Kind: st.SpanKind.String(), Attrs: map[string]string{},
 			StatusCode: st.Status.Code.String(), StatusDesc: st.Status.Description,
+			Start: st.StartTime, End: st.EndTime,
 			Dump: fmt.Sprintf("%+v", st),
 		}
 		if st.Parent.IsValid() {
@@ -176,6 +178,7 @@ func (c *Collector) receive(w http.ResponseWriter, r *http.Request) {
 					Name: s.Name, TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId),
 					Parent: hex.EncodeToString(s.ParentSpanId), Kind: s.Kind.String(), Attrs: attrs(s.Attributes),
 					StatusCode: s.GetStatus().GetCode().String(), StatusDesc: s.GetStatus().GetMessage(),
+					Start: time.Unix(0, int64(s.StartTimeUnixNano)), End: time.Unix(0, int64(s.EndTimeUnixNano)),
 					Dump: prototext.Format(s),
 				}
 				for _, e := range s.Events {
