@@ -223,27 +223,29 @@ func (h *Handler) forwardHeaders() []string {
 
 // handOnForward prepares the request the next handler gets, as the route
 // forwards (keep, by default, changes nothing): the archive keeps the
-// headers as they were received.
+// headers as they were received. Webhook-Replay-Suspected is the module's
+// to say, in every mode: one that came from outside is not passed on.
 func (rs *requestState) handOnForward() {
 	f := rs.h.fwd.now
-	if f == nil || (f.Mode() == forward.Keep && (rs.h.Forward == nil || len(rs.h.Forward.Headers) == 0)) {
+	changes := f != nil && (f.Mode() != forward.Keep || (rs.h.Forward != nil && len(rs.h.Forward.Headers) > 0))
+	if !changes && rs.suspected == "" && len(rs.r.Header[inbox.SuspectedHeader]) == 0 {
 		return
 	}
 	rs.received = rs.r.Header
 	rs.r.Header = rs.r.Header.Clone()
-	d := forward.Delivery{Key: rs.keyValue, PublicURL: publicURL(rs.r)}
-	if f.Mode() == forward.Resign {
-		d.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
+	if changes {
+		d := forward.Delivery{Key: rs.keyValue, PublicURL: publicURL(rs.r)}
+		if f.Mode() == forward.Resign {
+			d.Secret = rs.h.verification.SecretIndex(rs.r, rs.body.buf)
+		}
+		if err := f.Apply(rs.r, rs.forwarded(), d, time.Now()); err != nil {
+			rs.h.logger.Warn("preparing the request for the application failed; passing it on as received",
+				zap.String("key", rs.claim.Key), zap.Error(err))
+			rs.r.Header = rs.received.Clone()
+		}
 	}
-	if err := f.Apply(rs.r, rs.forwarded(), d, time.Now()); err != nil {
-		rs.h.logger.Warn("preparing the request for the application failed; passing it on as received",
-			zap.String("key", rs.claim.Key), zap.Error(err))
-		rs.r.Header = rs.received
-		return
-	}
+	rs.r.Header.Del(inbox.SuspectedHeader)
 	if rs.suspected != "" {
-		// the module's own, which edge removed with the webhook-* headers
-		// that came from outside
 		rs.r.Header.Set(inbox.SuspectedHeader, rs.suspected)
 	}
 }

@@ -207,6 +207,61 @@ func TestForwardEdgeDropsWebhookHeadersFromOutside(t *testing.T) {
 	}
 }
 
+// TestForwardReplaySuspectedIsTheModules: Webhook-Replay-Suspected is the
+// module's to say in every forward mode: one that came from outside
+// (keep, strip, the route's own headers) does not reach the application,
+// the module's own does, and the one received is what the request came
+// with (the archive keeps it).
+func TestForwardReplaySuspectedIsTheModules(t *testing.T) {
+	for _, fc := range []*ForwardConfig{nil, {Signature: "keep"}, {Signature: "strip"}, {Signature: "keep", Headers: map[string]string{"X-Route": "r"}}} {
+		name := "default"
+		if fc != nil {
+			name = fc.Signature + fmt.Sprint(len(fc.Headers))
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newTestHandler(t, &Handler{
+				Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"gh-secret"}},
+				StoreRaw: json.RawMessage(`{"module":"memory"}`), Forward: fc,
+			})
+			signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
+			delivery := func(id string) *http.Request {
+				r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
+				if _, err := signer.Sign(r, body, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				r.Header.Set("X-GitHub-Delivery", id)
+				r.Header.Set("Webhook-Replay-Suspected", "forged")
+				return r
+			}
+			first := delivery("d-1")
+			got, _ := forwardedNow(t, h, first)
+			if v := got.Values("Webhook-Replay-Suspected"); len(v) > 0 {
+				t.Errorf("the application got Webhook-Replay-Suspected %q from outside", v)
+			}
+			if got.Get("X-GitHub-Delivery") != "d-1" {
+				t.Errorf("the provider's headers: X-GitHub-Delivery %q", got.Get("X-GitHub-Delivery"))
+			}
+			if v := first.Header.Values("Webhook-Replay-Suspected"); len(v) != 1 || v[0] != "forged" {
+				t.Errorf("the request as received: Webhook-Replay-Suspected %q, want the sender's", v)
+			}
+			// the same signed bytes under another id: the module says so,
+			// to the application only
+			second := delivery("d-2")
+			got, _ = forwardedNow(t, h, second)
+			if v := got.Values("Webhook-Replay-Suspected"); len(v) != 1 || v[0] != "d-1" {
+				t.Fatalf("Webhook-Replay-Suspected %q, want the first delivery's key d-1", v)
+			}
+			if v := second.Header.Values("Webhook-Replay-Suspected"); len(v) != 1 || v[0] != "forged" {
+				t.Errorf("the second request as received: Webhook-Replay-Suspected %q, want the sender's", v)
+			}
+		})
+	}
+}
+
 // TestForwardResignPolar: Polar signs as a Standard Webhooks sender with
 // its whsec_ secret either decoded or used as written, depending on when
 // the secret was made, so a re-signed delivery carries a signature under

@@ -331,8 +331,7 @@ func (rs *requestState) claimOnce() (store.ClaimResult, error) {
 // application is told.
 func (rs *requestState) suspect(first string) {
 	firstKey := strings.TrimPrefix(first, rs.h.keyPrefix)
-	rs.suspected = firstKey
-	rs.r.Header.Set(inbox.SuspectedHeader, firstKey)
+	rs.suspected = firstKey // told the application by handOnForward
 	rs.h.metrics.suspected.Inc()
 	rs.h.logger.Warn("delivery's signed bytes were seen within ttl under another id; processing it, marked Webhook-Replay-Suspected",
 		zap.String("key", rs.claim.Key), zap.String("first_key", firstKey))

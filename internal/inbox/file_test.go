@@ -247,3 +247,39 @@ func TestFileInboxCountsEveryEventInSomeState(t *testing.T) {
 		t.Fatalf("only %d samples: the test watched too little of the delivery", samples)
 	}
 }
+
+// The inbox's own headers are the inbox's to say: an event stored with a
+// Webhook-Replay-Suspected, Webhook-Order-Broken or Webhook-Attempt from
+// its sender is delivered without them (its attempt number the inbox's),
+// whatever the forward mode (none here: the provider's headers as
+// received).
+func TestInboxHeadersFromTheSenderAreNotPassedOn(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	up := testkit.NewUpstream(t, func(w http.ResponseWriter, r *http.Request, call int64) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusOK)
+	})
+	s, closeStore := openFileStore(t, filepath.Join(t.TempDir(), "store.db"))
+	defer closeStore()
+	ib := newTestInbox(t, s, up.URL)
+	body := []byte(`{"id":"sent"}`)
+	hash := sha256.Sum256(body)
+	ev := event.Request{Source: "files", Key: "sent", StoreKey: "idem:files:sent", Method: "POST", URI: "/hook",
+		Headers: "Content-Type: application/json\r\nX-Provider: kept\r\nWebhook-Replay-Suspected: forged\r\nWebhook-Order-Broken: forged\r\nWebhook-Attempt: 99\r\n",
+		Body:    body, Received: time.Now()}
+	if res, err := ib.Accept(t.Context(), store.Claim{Key: ev.StoreKey, Owner: store.NewOwner()}, &hash, &ev); err != nil || res.State != store.StateClaimed {
+		t.Fatalf("accept: %s %v", res.State, err)
+	}
+	ib.Start()
+	defer ib.Stop()
+	select {
+	case h := <-got:
+		if h.Get("X-Provider") != "kept" || h.Get("Webhook-Attempt") != "1" ||
+			len(h.Values("Webhook-Replay-Suspected")) > 0 || len(h.Values("Webhook-Order-Broken")) > 0 {
+			t.Fatalf("delivered headers %v: want the sender's X-Provider, attempt 1, and none of the inbox's headers from the sender", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery")
+	}
+}

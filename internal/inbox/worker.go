@@ -477,10 +477,12 @@ func (ib *Inbox) post(ctx context.Context, ev *Event, attempt int, keep *Answer)
 	if ib.cfg.Namespace != "" {
 		event.AddVia(req.Header, ib.cfg.Namespace)
 	}
+	// only the inbox says these: a stored header of either name (from
+	// the sender) is not passed on
+	req.Header.Del(SuspectedHeader)
 	if ev.Suspected != "" {
 		req.Header.Set(SuspectedHeader, strings.TrimPrefix(ev.Suspected, strings.TrimSuffix(ev.StoreKey, ev.Key)))
 	}
-	// only the inbox says so: a stored header of that name is not passed on
 	req.Header.Del(OrderBrokenHeader)
 	if ev.OrderBroken != "" {
 		req.Header.Set(OrderBrokenHeader, ev.OrderBroken)
