@@ -108,12 +108,7 @@ func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	}
 	fa.mu.Lock()
 	defer fa.mu.Unlock()
-	if fa.count < 0 {
-		fa.count = int64(bk.Stats().KeyN)
-		if k, _ := bk.Cursor().Last(); k != nil {
-			fa.lastID = event.IDFromKey(k)
-		}
-	}
+	fa.recount(bk)
 	// numbered by the time of the append, as a Redis stream numbers its
 	// entries, and trimmed by it
 	id := fa.lastID.Next(uint64(max(now().UnixMilli(), 0)))
@@ -129,6 +124,20 @@ func (b *fileBackend) append(tx *bolt.Tx, e *Entry) error {
 	fa.count++
 	// trim: the oldest beyond max_events, and what is older than retention
 	return b.trim(bk, bodies, b.a.cutoff(), int64(b.a.cfg.MaxEvents))
+}
+
+// recount counts the events of bk and reads the last one's id when they
+// are not known (at first, or after a commit that failed). Called in a
+// write transaction, whose view no other commit is ahead of, with fa.mu
+// held.
+func (fa *fileArchive) recount(bk *bolt.Bucket) {
+	if fa.count >= 0 {
+		return
+	}
+	fa.count = int64(bk.Stats().KeyN)
+	if k, _ := bk.Cursor().Last(); k != nil {
+		fa.lastID = event.IDFromKey(k)
+	}
 }
 
 // trim deletes, from the oldest, the events beyond maxEvents and those
@@ -303,13 +312,10 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 		k, _ := bk.Cursor().First()
 		expired = k != nil && event.IDFromKey(k).Less(cutoff)
 		if count < 0 {
-			fa.mu.Lock()
-			defer fa.mu.Unlock()
-			fa.count = int64(bk.Stats().KeyN)
-			if k, _ := bk.Cursor().Last(); k != nil {
-				fa.lastID = event.IDFromKey(k)
-			}
-			count = fa.count
+			// counted in this view only: an append may have committed
+			// since it began, so what it holds is not to be kept (the
+			// next write counts, in its own transaction)
+			count = int64(bk.Stats().KeyN)
 		}
 		return nil
 	})
@@ -325,9 +331,7 @@ func (b *fileBackend) size(ctx context.Context, cutoff event.ID) (int64, error) 
 		if bk == nil || bodies == nil {
 			return nil
 		}
-		if fa.count < 0 {
-			fa.count = int64(bk.Stats().KeyN)
-		}
+		fa.recount(bk)
 		err := b.trim(bk, bodies, cutoff, math.MaxInt64)
 		count = fa.count
 		return err
