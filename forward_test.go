@@ -158,6 +158,27 @@ func forwardedNow(t *testing.T, h *Handler, r *http.Request) (http.Header, []byt
 	return got, gotBody
 }
 
+// githubBlocked is a GitHub delivery with id, signed with gh-secret, whose
+// body (an org_block event) carries no id of its own, with the headers
+// given as name, value pairs: its signed bytes are the same under every id.
+func githubBlocked(t *testing.T, id string, headers ...string) *http.Request {
+	t.Helper()
+	signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
+	r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
+	if _, err := signer.Sign(r, body, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("X-GitHub-Delivery", id)
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	return r
+}
+
 // TestForwardEdgeDropsWebhookHeadersFromOutside: with `edge`, no webhook-*
 // header that came with the request reaches the application, not even
 // one named like a header the module sets (Webhook-Attempt,
@@ -171,22 +192,9 @@ func TestForwardEdgeDropsWebhookHeadersFromOutside(t *testing.T) {
 		StoreRaw: json.RawMessage(`{"module":"memory"}`),
 		Forward:  &ForwardConfig{Signature: "edge", EdgeSecrets: []string{edge}},
 	})
-	signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
 	delivery := func(id string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
-		if _, err := signer.Sign(r, body, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		r.Header.Set("X-GitHub-Delivery", id)
-		r.Header.Set("Webhook-Attempt", "99")
-		r.Header.Set("Webhook-Replay-Suspected", "forged")
-		r.Header.Set("Webhook-Order-Broken", "forged")
-		r.Header.Set("Webhook-Custom", "forged")
-		return r
+		return githubBlocked(t, id, "Webhook-Attempt", "99", "Webhook-Replay-Suspected", "forged",
+			"Webhook-Order-Broken", "forged", "Webhook-Custom", "forged")
 	}
 	got, _ := forwardedNow(t, h, delivery("d-1"))
 	for _, name := range []string{"Webhook-Attempt", "Webhook-Replay-Suspected", "Webhook-Order-Broken", "Webhook-Custom"} {
@@ -223,19 +231,8 @@ func TestForwardReplaySuspectedIsTheModules(t *testing.T) {
 				Provider: "github", Verify: &providers.VerifyConfig{Secrets: []string{"gh-secret"}},
 				StoreRaw: json.RawMessage(`{"module":"memory"}`), Forward: fc,
 			})
-			signer, err := providers.NewSigner("github", providers.SignConfig{Secret: "gh-secret"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			body := []byte(`{"action":"blocked","blocked_user":{"login":"octocat"}}`)
 			delivery := func(id string) *http.Request {
-				r := httptest.NewRequest(http.MethodPost, "/github", bytes.NewReader(body))
-				if _, err := signer.Sign(r, body, time.Now()); err != nil {
-					t.Fatal(err)
-				}
-				r.Header.Set("X-GitHub-Delivery", id)
-				r.Header.Set("Webhook-Replay-Suspected", "forged")
-				return r
+				return githubBlocked(t, id, "Webhook-Replay-Suspected", "forged")
 			}
 			first := delivery("d-1")
 			got, _ := forwardedNow(t, h, first)
