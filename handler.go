@@ -199,6 +199,7 @@ type Handler struct {
 	series       *series.Recorder               // counts and series kept in the store (internal/series)
 	seriesDone   func()                         // gives the use of series back
 	refusals     *refusals                      // the list of refused requests (refusals.go)
+	renewer      *renewer                       // renews the leases of claims in flight (lease.go)
 	reconciler   *reconcile.Reconciler
 	ownedStore   *filestore.Store          // the default store, when this handler provisioned it
 	verification *providers.Verification   // nil: nothing verified
@@ -268,6 +269,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.logger = ctx.Logger().With(zap.String("source", h.Source))
 	h.sourceValue = h.Source
+	h.renewer = new(renewer)
 	if h.metrics, err = registerMetrics(ctx, h.Source); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}

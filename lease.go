@@ -11,55 +11,119 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
-// renewal keeps a claim's lease alive while the request is handled: it
-// renews the lease every third of it, until stopped. A batch's renewal
-// renews every key it claimed (batch.go).
+// renewal keeps a claim's lease alive while the request is handled: once
+// a third of the lease has passed since it was taken or last renewed, it
+// is renewed, until stopped. A batch's renewal renews every key it claimed
+// (batch.go). A renewal is one entry of its handler's renewer; it is part
+// of the request's state, so taking a claim allocates nothing for it.
 type renewal struct {
-	h       *Handler
-	c       claimed // what is renewed (request.go)
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	held    time.Time // when the lease last started: the claim, or a renewal that succeeded
+	h          *Handler
+	c          claimed // what is renewed (request.go)
+	prev, next *renewal
+	renewing   bool      // a renewal of it is under way (under the renewer's lock)
+	lost       bool      // a renewal found the key no longer the request's: none follows
+	stopped    bool      // the request is done with it (under the renewer's lock)
+	held       time.Time // when the lease last started: the claim, or a renewal that succeeded
 }
 
-// startRenewal starts renewing c's lease.
-func (h *Handler) startRenewal(c claimed) *renewal {
-	rn := &renewal{h: h, c: c, held: time.Now()}
-	rn.mu.Lock()
-	rn.timer = time.AfterFunc(time.Duration(h.Lease)/3, rn.fire)
-	rn.mu.Unlock()
+// renewer renews the leases of a handler's claims in flight. One goroutine,
+// running while any claim is in flight, looks at them every sixth of the
+// lease and renews those held for a third of it or more, each in a
+// goroutine of its own: a lease is renewed before half of it has run, and
+// a request that takes a claim only joins a list (a timer per request cost
+// it three allocations and the runtime's timer heap twice).
+type renewer struct {
+	mu          sync.Mutex
+	first, last *renewal // the claims in flight
+	running     bool     // the goroutine runs
+}
+
+// startRenewal starts renewing c's lease through rn, the request's own.
+func (h *Handler) startRenewal(rn *renewal, c claimed) *renewal {
+	*rn = renewal{h: h, c: c, held: time.Now()}
+	rr := h.renewer
+	rr.mu.Lock()
+	rn.prev = rr.last
+	if rr.last != nil {
+		rr.last.next = rn
+	} else {
+		rr.first = rn
+	}
+	rr.last = rn
+	if !rr.running {
+		rr.running = true
+		go rr.run(time.Duration(h.Lease))
+	}
+	rr.mu.Unlock()
 	return rn
 }
 
-func (rn *renewal) fire() {
-	lease := time.Duration(rn.h.Lease)
-	start := time.Now()
-	err := rn.c.renew(context.Background(), lease)
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if err == nil {
-		rn.held = start
+// run renews what is due every sixth of the lease, until no claim is in
+// flight.
+func (rr *renewer) run(lease time.Duration) {
+	tick := time.NewTicker(max(lease/6, time.Millisecond))
+	defer tick.Stop()
+	for range tick.C {
+		now := time.Now()
+		rr.mu.Lock()
+		if rr.first == nil {
+			rr.running = false
+			rr.mu.Unlock()
+			return
+		}
+		for rn := rr.first; rn != nil; rn = rn.next {
+			if !rn.renewing && !rn.lost && now.Sub(rn.held) >= lease/3 {
+				rn.renewing = true
+				go rn.fire(lease)
+			}
+		}
+		rr.mu.Unlock()
 	}
-	if rn.stopped {
-		return
-	}
-	if errors.Is(err, store.ErrNotOwner) {
-		rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
-			zap.String("key", rn.c.name()))
-		return
-	}
-	if err != nil {
-		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.c.name()), zap.Error(err))
-	}
-	rn.timer.Reset(lease / 3)
 }
 
+// fire renews the lease once.
+func (rn *renewal) fire(lease time.Duration) {
+	start := time.Now()
+	err := rn.c.renew(context.Background(), lease)
+	rr := rn.h.renewer
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rn.renewing = false
+	switch {
+	case err == nil:
+		rn.held = start
+	case errors.Is(err, store.ErrNotOwner):
+		rn.lost = true
+		if !rn.stopped {
+			rn.h.logger.Warn("lease on idempotency key lost while the request was still being handled; a duplicate may be processed concurrently",
+				zap.String("key", rn.c.name()))
+		}
+	case !rn.stopped:
+		// tried again at the next look
+		rn.h.logger.Warn("renewing lease failed", zap.String("key", rn.c.name()), zap.Error(err))
+	}
+}
+
+// stop ends the renewal: the claim leaves the renewer's list. A renewal
+// under way finishes, and changes nothing but the time the lease was held.
 func (rn *renewal) stop() {
-	rn.mu.Lock()
-	rn.stopped = true
-	rn.timer.Stop()
-	rn.mu.Unlock()
+	rr := rn.h.renewer
+	rr.mu.Lock()
+	if !rn.stopped {
+		rn.stopped = true
+		if rn.prev != nil {
+			rn.prev.next = rn.next
+		} else {
+			rr.first = rn.next
+		}
+		if rn.next != nil {
+			rn.next.prev = rn.prev
+		} else {
+			rr.last = rn.prev
+		}
+		rn.prev, rn.next = nil, nil
+	}
+	rr.mu.Unlock()
 }
 
 // complete records the request's answer through complete once the
@@ -68,9 +132,9 @@ func (rn *renewal) stop() {
 // finally fails is counted; the caller logs it.
 func (rn *renewal) complete(complete func() error) error {
 	lease := time.Duration(rn.h.Lease)
-	rn.mu.Lock()
+	rn.h.renewer.mu.Lock()
 	held := rn.held
-	rn.mu.Unlock()
+	rn.h.renewer.mu.Unlock()
 	renew := func() error { return rn.c.renew(context.Background(), lease) }
 	calls, err := retryCompletion(complete, renew, lease, held)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
@@ -132,4 +134,130 @@ func counterValue(t testing.TB, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// renewCounter is a claim whose renewals are counted, at the (bubble's)
+// time each was made; renew answers what err says.
+type renewCounter struct {
+	mu  sync.Mutex
+	at  []time.Time
+	err error
+}
+
+func (c *renewCounter) name() string { return "counted" }
+func (c *renewCounter) renew(ctx context.Context, lease time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = append(c.at, time.Now())
+	return c.err
+}
+func (c *renewCounter) completes(int) bool         { return true }
+func (c *renewCounter) complete([]byte, int) error { return nil }
+func (c *renewCounter) release()                   {}
+
+func (c *renewCounter) renewals() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.at...)
+}
+
+// A claim in flight is renewed once a third of its lease has passed since
+// it was held, and before half of it has: over ten leases, every renewal
+// comes between lease/3 and lease/2 after the one before. Once stopped it
+// is renewed no more, and with no claim in flight the renewer's goroutine
+// ends.
+func TestRenewalKeepsTheLeaseAndStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		h := &Handler{Lease: caddy.Duration(lease), logger: zap.NewNop(), renewer: new(renewer)}
+		var c renewCounter
+		var rn renewal
+		start := time.Now()
+		h.startRenewal(&rn, &c)
+		time.Sleep(10 * lease)
+		synctest.Wait()
+		at := c.renewals()
+		if len(at) < 20 || len(at) > 30 {
+			t.Fatalf("%d renewals in ten leases, want 20 to 30 (one every lease/3 to lease/2)", len(at))
+		}
+		prev := start
+		for i, a := range at {
+			if gap := a.Sub(prev); gap < lease/3 || gap > lease/2 {
+				t.Fatalf("renewal %d came %v after the lease was held, want %v to %v", i, gap, lease/3, lease/2)
+			}
+			prev = a
+		}
+		rn.stop()
+		time.Sleep(10 * lease)
+		synctest.Wait()
+		if n := len(c.renewals()); n != len(at) {
+			t.Fatalf("%d renewals after the renewal stopped", n-len(at))
+		}
+		h.renewer.mu.Lock()
+		running, first := h.renewer.running, h.renewer.first
+		h.renewer.mu.Unlock()
+		if running || first != nil {
+			t.Fatalf("renewer still running (%v) or holding a claim (%v) with none in flight", running, first != nil)
+		}
+	})
+}
+
+// A renewal that finds the key no longer the request's is not tried again,
+// while the other claims in flight go on being renewed; one that fails is
+// tried again at the next look.
+func TestRenewalOfALostKeyEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		h := &Handler{Lease: caddy.Duration(lease), logger: zap.NewNop(), renewer: new(renewer)}
+		lost := &renewCounter{err: store.ErrNotOwner}
+		failing := &renewCounter{err: errStoreDown}
+		kept := &renewCounter{}
+		var r1, r2, r3 renewal
+		h.startRenewal(&r1, lost)
+		h.startRenewal(&r2, failing)
+		h.startRenewal(&r3, kept)
+		time.Sleep(10 * lease)
+		synctest.Wait()
+		if n := len(lost.renewals()); n != 1 {
+			t.Fatalf("a lost key was renewed %d times, want once", n)
+		}
+		if n := len(kept.renewals()); n < 20 {
+			t.Fatalf("a kept key was renewed %d times in ten leases beside a lost one, want 20 or more", n)
+		}
+		// a failing renewal is due again at once: tried every sixth of the lease
+		if n := len(failing.renewals()); n < 50 {
+			t.Fatalf("a failing renewal was tried %d times in ten leases, want every lease/6 from lease/3 on (55)", n)
+		}
+		r1.stop()
+		r2.stop()
+		r3.stop()
+		time.Sleep(lease) // the renewer's goroutine ends at its next look
+	})
+}
+
+// Claims taken and given back concurrently leave the renewer's list whole:
+// every one stopped leaves it, and the list is empty once all are.
+func TestRenewerListUnderConcurrency(t *testing.T) {
+	h := &Handler{Lease: caddy.Duration(time.Hour), logger: zap.NewNop(), renewer: new(renewer)}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			rns := make([]renewal, 200)
+			for i := range rns {
+				h.startRenewal(&rns[i], &renewCounter{})
+				if i%3 == 2 {
+					rns[i-1].stop()
+				}
+			}
+			for i := range rns {
+				rns[i].stop()
+			}
+		})
+	}
+	wg.Wait()
+	h.renewer.mu.Lock()
+	defer h.renewer.mu.Unlock()
+	if h.renewer.first != nil || h.renewer.last != nil {
+		t.Fatal("claims left in the renewer's list after every one stopped")
+	}
 }

@@ -59,6 +59,7 @@ type requestState struct {
 	attempt [1]event.Attempt
 
 	trace *requestTrace // nil unless the request is traced (tracing.go)
+	lease renewal       // the claim's renewal while the next handler works (lease.go)
 }
 
 // Placeholder names.
@@ -557,7 +558,7 @@ func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(s
 // when the answer must not be replayed.
 func (rs *requestState) serve(c claimed) error {
 	h := rs.h
-	rn := h.startRenewal(c)
+	rn := h.startRenewal(&rs.lease, c)
 	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
