@@ -61,10 +61,10 @@ func registerMetrics(ctx caddy.Context, source string) (*handlerMetrics, error) 
 	return m, nil
 }
 
-// countResult counts one request's result, in the metric and in the
-// store's counts.
-func (m *handlerMetrics) countResult(result string) {
-	if i := results.Index(result); i >= 0 {
+// countResult counts one request's result, by its index in results.All
+// (none for -1), in the metric and in the store's counts.
+func (m *handlerMetrics) countResult(i int) {
+	if i >= 0 {
 		m.requests[i].Inc()
 		m.series.Result(i)
 	}

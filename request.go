@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/event"
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/forward"
@@ -27,12 +28,11 @@ import (
 // requestState is one delivery on its way through the handler. Its steps
 // are below in the order ServeHTTP takes them.
 type requestState struct {
-	h     *Handler
-	w     http.ResponseWriter
-	r     *http.Request
-	next  caddyhttp.Handler
-	repl  *caddy.Replacer
-	extra *caddyhttp.ExtraLogFields
+	h    *Handler
+	w    http.ResponseWriter
+	r    *http.Request
+	next caddyhttp.Handler
+	repl *caddy.Replacer
 
 	body        *pooledBody // see body.go
 	reserved    int64       // what body counts against the body budget (body.go)
@@ -81,16 +81,44 @@ var completionCtx = context.Background()
 func (h *Handler) newRequest(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) *requestState {
 	rs := &requestState{h: h, w: w, r: r, next: next}
 	rs.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	rs.extra, _ = r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	logged := false // a webhook handler before this one logs the request's fields
 	if rs.repl != nil {
+		_, logged = rs.repl.Get(placeholderSource)
 		rs.repl.Set(placeholderSource, h.sourceValue)
 	}
-	if rs.extra != nil {
-		rs.extra.Set(zap.String(placeholderSource[len("http."):], h.Source))
+	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok && !logged {
+		extra.Add(zap.Inline((*logFields)(rs)))
 	}
 	rs.start = now()
 	rs.startTrace()
 	return rs
+}
+
+// logFields writes a request's placeholders into its access-log line,
+// under their names without "http.": one of Caddy's extra log fields,
+// read when the line is written, where a field set for each placeholder
+// as it is set cost the request three copies of the fields' list. The
+// values are the replacer's, so the line of a request that went through
+// two such handlers gives the last one's, once.
+type logFields requestState
+
+// MarshalLogObject implements zapcore.ObjectMarshaler.
+func (f *logFields) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	rs := (*requestState)(f)
+	source, key, result := rs.h.Source, rs.keyValue, rs.result
+	if rs.repl != nil {
+		source, _ = rs.repl.GetString(placeholderSource)
+		key, _ = rs.repl.GetString(placeholderKey)
+		result, _ = rs.repl.GetString(placeholderResult)
+	}
+	enc.AddString(placeholderSource[len("http."):], source)
+	if key != "" {
+		enc.AddString(placeholderKey[len("http."):], key)
+	}
+	if result != "" {
+		enc.AddString(placeholderResult[len("http."):], result)
+	}
+	return nil
 }
 
 // handled counts the handling time of a delivery, when the request was
@@ -117,22 +145,28 @@ func (rs *requestState) callNextSince(w http.ResponseWriter, start time.Time) er
 	return err
 }
 
-// set sets a placeholder and the access-log field of the same name.
-func (rs *requestState) set(name, value string) {
-	if rs.repl != nil {
-		rs.repl.Set(name, value)
+// resultValues are the results, boxed once for the replacer.
+var resultValues = func() (v [len(results.All)]any) {
+	for i, r := range results.All {
+		v[i] = r
 	}
-	if rs.extra != nil {
-		rs.extra.Set(zap.String(name[len("http."):], value))
-	}
-}
+	return v
+}()
 
-// setResult records the request's result: placeholder, log field, metric.
+// setResult records the request's result: placeholder (and so the
+// access-log field), trace, metric.
 func (rs *requestState) setResult(result string) {
 	rs.result = result
-	rs.set(placeholderResult, result)
+	i := results.Index(result)
+	if rs.repl != nil {
+		if i >= 0 {
+			rs.repl.Set(placeholderResult, resultValues[i])
+		} else {
+			rs.repl.Set(placeholderResult, result)
+		}
+	}
 	rs.traceResult(result)
-	rs.h.metrics.countResult(result)
+	rs.h.metrics.countResult(i)
 	if ce := rs.h.logger.Check(zap.DebugLevel, "handled delivery"); ce != nil {
 		ce.Write(zap.String("key", rs.claim.Key), zap.String("result", result))
 	}
@@ -262,7 +296,9 @@ func (rs *requestState) resolveKey() error {
 	rs.keyFromBody = from.kind == keyBody || isBodyKey(rs.keyValue)
 	rs.keyKind = from.kind
 	rs.traceKeyKind()
-	rs.set(placeholderKey, rs.keyValue)
+	if rs.repl != nil {
+		rs.repl.Set(placeholderKey, rs.keyValue)
+	}
 	rs.claim.Key = h.keyPrefix + rs.keyValue
 	if from.unsigned {
 		switch {

@@ -188,3 +188,65 @@ func TestLogsAccessFieldsAndNoSecrets(t *testing.T) {
 	example, _ := json.Marshal(line)
 	t.Logf("example access-log line: %s", example)
 }
+
+// A request that two handlers of the module see (one route, two sources)
+// has the fields once in its access-log line, with the last handler's
+// values; a request whose method is not processed has its source and
+// result, and no key.
+func TestLogsFieldsOncePerRequest(t *testing.T) {
+	dir := t.TempDir()
+	accessLog := filepath.Join(dir, "access.log")
+	up := testkit.NewUpstream(t, nil)
+	port := testkit.FreePort(t)
+	testkit.StartCaddy(t, "", fmt.Sprintf(`:%d {
+	log {
+		output file %s
+	}
+	route {
+		webhook_idempotency {
+			source logs_outer
+		}
+		webhook_idempotency {
+			source logs_inner
+		}
+		reverse_proxy %s
+	}
+}`, port, accessLog, up.Addr()))
+	base := testkit.SiteURL(port)
+	key := "evt_twice_" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if resp, b := testkit.Post(t, base+"/hook", []byte(`{}`), "Idempotency-Key", key, "X-Test-Id", "twice"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("delivery: %d %s", resp.StatusCode, b)
+	}
+	if r := testkit.Send(http.MethodGet, base+"/hook", nil, "X-Test-Id", "skipped"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("GET: %d %v", r.Status, r.Err)
+	}
+
+	raw := func(id string) string {
+		for _, l := range strings.Split(testkit.ReadFile(t, accessLog), "\n") {
+			if strings.Contains(l, `"X-Test-Id":["`+id+`"]`) {
+				return l
+			}
+		}
+		return ""
+	}
+	testkit.WaitFor(t, 30*time.Second, "both access-log lines", func() (bool, string) {
+		return raw("twice") != "" && raw("skipped") != "", testkit.ReadFile(t, accessLog)
+	})
+	for _, id := range []string{"twice", "skipped"} {
+		for _, field := range []string{"source", "result"} {
+			if n := strings.Count(raw(id), `"webhook_idempotency.`+field+`"`); n != 1 {
+				t.Fatalf("%s: webhook_idempotency.%s %d times in the line, want once: %s", id, field, n, raw(id))
+			}
+		}
+	}
+	access := testkit.ReadLogLines(t, accessLog)
+	twice, _ := accessLine(access, "twice")
+	if twice["webhook_idempotency.source"] != "logs_inner" || twice["webhook_idempotency.key"] != key || twice["webhook_idempotency.result"] != "new" {
+		t.Fatalf("the line of a request two handlers saw: source %v, key %v, result %v; want logs_inner, %s, new (the last handler's)",
+			twice["webhook_idempotency.source"], twice["webhook_idempotency.key"], twice["webhook_idempotency.result"], key)
+	}
+	skipped, _ := accessLine(access, "skipped")
+	if _, hasKey := skipped["webhook_idempotency.key"]; hasKey || skipped["webhook_idempotency.result"] != "skipped" || skipped["webhook_idempotency.source"] != "logs_inner" {
+		t.Fatalf("the line of a GET: %v; want source logs_inner, result skipped, no key", skipped)
+	}
+}
