@@ -24,11 +24,16 @@ var errBodyTooLarge = errors.New("request body too large")
 // when every reader handed to later handlers has been closed, because
 // http.Transport may still read a request body after RoundTrip returns.
 type pooledBody struct {
-	buf  []byte
-	open atomic.Int32
+	buf     []byte
+	open    atomic.Int32
+	getBody func() (io.ReadCloser, error) // a new reader: the request's GetBody
 }
 
-var bodyPool = sync.Pool{New: func() any { return new(pooledBody) }}
+var bodyPool = sync.Pool{New: func() any {
+	pb := new(pooledBody)
+	pb.getBody = func() (io.ReadCloser, error) { return pb.reader(new(bodyReader)), nil }
+	return pb
+}}
 
 // maxPooledBody keeps very large buffers out of the pool.
 const maxPooledBody = 4 << 20
@@ -213,7 +218,13 @@ func (rs *requestState) handOn() {
 	if pb == nil || rs.handOnReplaced() {
 		return
 	}
-	rs.r.Body = pb.reader()
+	var br *bodyReader
+	if s := rs.serving; s != nil && s.handed.pb == nil {
+		br = &s.handed // serve's, made with the rest of what it needs
+	} else {
+		br = new(bodyReader)
+	}
+	rs.r.Body = pb.reader(br)
 	rs.r.GetBody = pb.getBody
 }
 
@@ -232,11 +243,10 @@ func (rs *requestState) releaseBody() {
 	bodyPool.Put(pb)
 }
 
-func (pb *pooledBody) getBody() (io.ReadCloser, error) { return pb.reader(), nil }
-
-func (pb *pooledBody) reader() io.ReadCloser {
+// reader makes br, a new reader, read the body.
+func (pb *pooledBody) reader(br *bodyReader) io.ReadCloser {
 	pb.open.Add(1)
-	br := &bodyReader{pb: pb}
+	br.pb = pb
 	br.Reset(pb.buf)
 	return br
 }

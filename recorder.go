@@ -15,7 +15,7 @@ import (
 // completed or released (sendBuffered). A body that grows past max_response
 // is sent on at once and streamed from then on, and recorded without it.
 type recorder struct {
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper
 	maxBody   int64
 	bodyHash  *[32]byte
 	status    int
@@ -25,12 +25,14 @@ type recorder struct {
 	writeErr  error
 }
 
-func newRecorder(w http.ResponseWriter, maxBody int64, bodyHash *[32]byte) *recorder {
-	return &recorder{
-		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+// start makes rec, a request's own, the recorder of an answer to w.
+func (rec *recorder) start(w http.ResponseWriter, maxBody int64, bodyHash *[32]byte) *recorder {
+	*rec = recorder{
+		ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		maxBody:               maxBody,
 		bodyHash:              bodyHash,
 	}
+	return rec
 }
 
 func (rec *recorder) WriteHeader(status int) {

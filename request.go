@@ -58,8 +58,17 @@ type requestState struct {
 	// when the next handler has answered; Number 0 before)
 	attempt [1]event.Attempt
 
-	trace *requestTrace // nil unless the request is traced (tracing.go)
-	lease renewal       // the claim's renewal while the next handler works (lease.go)
+	trace   *requestTrace // nil unless the request is traced (tracing.go)
+	serving *serving      // what serve needs; nil before it
+}
+
+// serving is what a delivery handed to the next handler under its claim
+// needs besides the request's state, in one allocation that a replay does
+// not make.
+type serving struct {
+	lease  renewal    // the claim's renewal while the next handler works (lease.go)
+	rec    recorder   // records the next handler's answer (recorder.go)
+	handed bodyReader // the reader of the body handed on (body.go)
 }
 
 // Placeholder names.
@@ -594,8 +603,9 @@ func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(s
 // when the answer must not be replayed.
 func (rs *requestState) serve(c claimed) error {
 	h := rs.h
-	rn := h.startRenewal(&rs.lease, c)
-	rec := newRecorder(rs.w, h.MaxResponse, &rs.bodyHash)
+	rs.serving = new(serving)
+	rn := h.startRenewal(&rs.serving.lease, c)
+	rec := rs.serving.rec.start(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
 	// reverse_proxy panics with http.ErrAbortHandler when the upstream's
