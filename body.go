@@ -179,7 +179,8 @@ func (rs *requestState) answerTooLarge() error {
 	return nil
 }
 
-// bodyDeadline is when the body must have arrived: body_timeout from now,
+// bodyDeadline is when the body must have arrived: body_timeout from the
+// request's start,
 // or earlier when the server's own read timeout (Caddy's `read_body`) is
 // shorter. A handler belongs to one server, whose read timeout does not
 // change: the bound is looked up in the request's context once, on the
@@ -196,7 +197,7 @@ func (rs *requestState) bodyDeadline() time.Time {
 			h.bodyWait.Store(int64(d))
 		}
 	}
-	return time.Now().Add(d)
+	return rs.start.Add(d)
 }
 
 // growBody returns buf in a new buffer of capacity size.

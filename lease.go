@@ -38,9 +38,12 @@ type renewer struct {
 	running     bool     // the goroutine runs
 }
 
-// startRenewal starts renewing c's lease through rn, the request's own.
-func (h *Handler) startRenewal(rn *renewal, c claimed) *renewal {
-	*rn = renewal{h: h, c: c, held: time.Now()}
+// startRenewal starts renewing c's lease through rn, the request's own;
+// held is when the lease started, as near as the caller knows (the claim
+// has returned, and the request is about to be handed on: nothing between
+// waits for anything).
+func (h *Handler) startRenewal(rn *renewal, c claimed, held time.Time) *renewal {
+	*rn = renewal{h: h, c: c, held: held}
 	rr := h.renewer
 	rr.mu.Lock()
 	rn.prev = rr.last
@@ -157,7 +160,7 @@ var (
 // store.ErrNotOwner (the key is no longer the request's), or the lease has
 // run out: held is when it last started, and renew, called every third of
 // the lease meanwhile, starts it again. Retries end one lease after the
-// first call in any case (a store that renews but cannot record, such as a
+// first call failed in any case (a store that renews but cannot record, such as a
 // full disk, does not hold the request for ever). A store failover shorter
 // than the lease then loses no answer, and the duplicates that arrive
 // meanwhile get 409 (the key is in flight), not a second execution. It
@@ -166,11 +169,16 @@ var (
 func retryCompletion(complete, renew func() error, lease time.Duration, held time.Time) (int, error) {
 	pause := completionRetryFirst
 	nextRenew := held.Add(lease / 3)
-	until := time.Now().Add(lease)
+	var until time.Time
 	for calls := 1; ; calls++ {
 		err := complete()
 		if err == nil || errors.Is(err, store.ErrNotOwner) {
 			return calls, err
+		}
+		if calls == 1 {
+			// taken once a call has failed: the one that succeeds at
+			// once, nearly every one, reads no clock here
+			until = time.Now().Add(lease)
 		}
 		left := time.Until(held.Add(lease))
 		if left = min(left, time.Until(until)); left <= 0 {

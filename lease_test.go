@@ -173,7 +173,7 @@ func TestRenewalKeepsTheLeaseAndStops(t *testing.T) {
 		var c renewCounter
 		var rn renewal
 		start := time.Now()
-		h.startRenewal(&rn, &c)
+		h.startRenewal(&rn, &c, start)
 		time.Sleep(10 * lease)
 		synctest.Wait()
 		at := c.renewals()
@@ -213,9 +213,9 @@ func TestRenewalOfALostKeyEnds(t *testing.T) {
 		failing := &renewCounter{err: errStoreDown}
 		kept := &renewCounter{}
 		var r1, r2, r3 renewal
-		h.startRenewal(&r1, lost)
-		h.startRenewal(&r2, failing)
-		h.startRenewal(&r3, kept)
+		h.startRenewal(&r1, lost, time.Now())
+		h.startRenewal(&r2, failing, time.Now())
+		h.startRenewal(&r3, kept, time.Now())
 		time.Sleep(10 * lease)
 		synctest.Wait()
 		if n := len(lost.renewals()); n != 1 {
@@ -244,7 +244,7 @@ func TestRenewerListUnderConcurrency(t *testing.T) {
 		wg.Go(func() {
 			rns := make([]renewal, 200)
 			for i := range rns {
-				h.startRenewal(&rns[i], &renewCounter{})
+				h.startRenewal(&rns[i], &renewCounter{}, time.Now())
 				if i%3 == 2 {
 					rns[i-1].stop()
 				}

@@ -604,7 +604,8 @@ func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(s
 func (rs *requestState) serve(c claimed) error {
 	h := rs.h
 	rs.serving = new(serving)
-	rn := h.startRenewal(&rs.serving.lease, c)
+	handed := time.Now()
+	rn := h.startRenewal(&rs.serving.lease, c, handed)
 	rec := rs.serving.rec.start(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
@@ -618,7 +619,6 @@ func (rs *requestState) serve(c claimed) error {
 		}
 	}()
 	rs.handOn()
-	handed := time.Now()
 	err := rs.callNextSince(rec, handed)
 	returned = true
 	rn.stop()
