@@ -456,3 +456,51 @@ func BenchmarkBodyDeadline(b *testing.B) {
 		})
 	}
 }
+
+// The handler's own allocations per delivery on the memory store, the
+// request and the next handler's counted apart (BenchmarkServeHTTPBaseline):
+// a new delivery makes 7 (the request's state, what serve needs, the key's
+// placeholder value, the store key, the owner, the recorded answer and the
+// store's copy of it), a replay 6 (the state, the key's value, the store
+// key, the owner, the replayed headers' names and values). BENCHMARKS.md
+// ("Allocations and clock reads per request") gives the count before.
+func TestServeHTTPAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items: allocations are counted without it (make test's second pass)")
+	}
+	h := allocHandler(t)
+	br := newBenchRequest(1<<10, false)
+	w := &benchResponseWriter{h: make(http.Header)}
+	harness := testing.AllocsPerRun(500, func() {
+		w.reset()
+		_ = benchNext.ServeHTTP(w, br.reset("evt_harness"))
+	})
+	if err := h.ServeHTTP(w, br.reset("evt_allocs_replayed"), benchNext); err != nil || w.status != 200 {
+		t.Fatalf("first delivery: %d %v", w.status, err)
+	}
+	replay := testing.AllocsPerRun(500, func() {
+		w.reset()
+		if err := h.ServeHTTP(w, br.reset("evt_allocs_replayed"), benchNext); err != nil || w.h.Get(record.ReplayedHeader) != "true" {
+			t.Fatalf("not a replay: %v %v", w.h, err)
+		}
+	})
+	keys := make([]string, 501) // AllocsPerRun runs once more than asked
+	for i := range keys {
+		keys[i] = "evt_allocs_" + strconv.Itoa(i)
+	}
+	n := 0
+	fresh := testing.AllocsPerRun(500, func() {
+		w.reset()
+		if err := h.ServeHTTP(w, br.reset(keys[n]), benchNext); err != nil || w.status != 200 || w.h.Get(record.ReplayedHeader) != "" {
+			t.Fatalf("not a new delivery: %d %v %v", w.status, w.h, err)
+		}
+		n++
+	})
+	if got := fresh - harness; got > 7 {
+		t.Errorf("a new delivery allocates %.1f times in the handler, want at most 7", got)
+	}
+	// a replay does not call the next handler: its header is not made
+	if got := replay - (harness - 1); got > 6 {
+		t.Errorf("a replay allocates %.1f times in the handler, want at most 6", got)
+	}
+}
