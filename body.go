@@ -180,11 +180,10 @@ func (rs *requestState) answerTooLarge() error {
 }
 
 // bodyDeadline is when the body must have arrived: body_timeout from the
-// request's start,
-// or earlier when the server's own read timeout (Caddy's `read_body`) is
-// shorter. A handler belongs to one server, whose read timeout does not
-// change: the bound is looked up in the request's context once, on the
-// first request that carries the server, and kept.
+// request's start, or earlier when the server's own read timeout (Caddy's
+// `read_body`) is shorter. A handler belongs to one server, whose read
+// timeout does not change: the bound is looked up in the request's
+// context once, on the first request that carries the server, and kept.
 func (rs *requestState) bodyDeadline() time.Time {
 	h := rs.h
 	d := time.Duration(h.bodyWait.Load())
