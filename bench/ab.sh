@@ -23,8 +23,10 @@
 #      request (`go tool trace -pprof=sync`; the trace's `-pprof=syscall` shows the file
 #      store's fdatasync and write times).
 #
-# Knobs: AB_REPEAT (default 1), AB_SCENARIOS, AB_PPROF, AB_PERF, AB_TRACE, BENCH_DURATION,
-# BENCH_CONNS.
+# With AB_REPLAY=1 every request of a scenario is a replay: one delivery completes a key first,
+# and wrk sends that key again (bench/replay.lua): B is then D of bench/load.sh, C is E, F is G.
+# Knobs: AB_REPEAT (default 1), AB_SCENARIOS, AB_PPROF, AB_PERF, AB_TRACE, AB_REPLAY,
+# BENCH_DURATION, BENCH_CONNS.
 # Compare runs of the same binary before reading a difference between two: on a shared 2-core
 # machine one scenario's rate moves by several percent between runs.
 set -euo pipefail
@@ -40,6 +42,7 @@ SCENARIOS=${AB_SCENARIOS:-A B C F H}
 PPROF=${AB_PPROF:-0}
 PERF=${AB_PERF:-0}
 TRACE=${AB_TRACE:-0}
+REPLAY=${AB_REPLAY:-0}
 need "apt-get install wrk redis-server curl" wrk redis-server curl "$GO"
 [ "$PERF" = 0 ] || need "apt-get install linux-perf, or AB_PERF=0" perf
 mkdir -p "$OUT/ab"
@@ -120,8 +123,15 @@ run_binary() { # binary round
 			perf record -a -g -o "$f.perf" -- sleep "$DURATION" >/dev/null 2>&1 &
 			jobs+=($!)
 		fi
+		local script=unique.lua
+		if [ "$REPLAY" = 1 ]; then
+			script=replay.lua
+			export REPLAY_KEY="r$s-$round-$i-$$"
+			curl -fsS -o /dev/null -X POST -H "Idempotency-Key: $REPLAY_KEY" -H 'Content-Type: application/json' \
+				--data-binary "@$BODY" "http://127.0.0.1:$p/webhook" || die "completing the replayed key of $s failed"
+		fi
 		c0=$(cpu)
-		KEY_PREFIX="m$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/unique.lua" "http://127.0.0.1:$p/webhook" >"$f.wrk"
+		KEY_PREFIX="m$s-$round-$i-$$" wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/$script" "http://127.0.0.1:$p/webhook" >"$f.wrk"
 		c1=$(cpu)
 		for j in "${jobs[@]}"; do wait "$j" || say "a profile of $s failed"; done
 		rps=$(awk '/^Requests\/sec:/ { printf "%.0f", $2 }' "$f.wrk")
