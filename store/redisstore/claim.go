@@ -28,7 +28,7 @@ import (
 // Claim implements store: one round trip for an absent or a completed key.
 func (s *Store) Claim(ctx context.Context, key, owner string, lease time.Duration) (store.ClaimResult, error) {
 	if c := s.client; c != nil && !c.setGetUnsupported.Load() {
-		v, err := s.run(ctx, "claim", nil, nil, "set", key, inFlightMarker+owner, "px", redisMillis(lease), "nx", "get")
+		v, err := s.run(ctx, "claim", nil, nil, "set", key, inFlightMarker+owner, "px", redisMillisArg(lease), "nx", "get")
 		switch {
 		case err == nil && v == nil:
 			c.claims.Add(1)

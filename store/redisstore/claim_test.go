@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,30 @@ func TestRedisClaimWithoutSetGet(t *testing.T) {
 	for _, n := range log.take() {
 		if n == "set" {
 			t.Fatal("a SET went out although Redis rejects SET with NX and GET")
+		}
+	}
+}
+
+// A duration given to commands again is formatted and boxed once: the
+// argument is the one made the first time, and making it again allocates
+// nothing; durations that share a slot of the cache each get their own
+// value.
+func TestRedisMillisArgIsKept(t *testing.T) {
+	lease, ttl := 30*time.Second, 24*time.Hour
+	first := redisMillisArg(lease)
+	if first != "30000" || redisMillisArg(ttl) != "86400000" || redisMillisArg(time.Microsecond) != "1" {
+		t.Fatalf("arguments %v, %v, %v; want 30000, 86400000, 1", first, redisMillisArg(ttl), redisMillisArg(time.Microsecond))
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = redisMillisArg(lease) }); n != 0 {
+		t.Fatalf("an argument made again allocates %.1f times, want 0", n)
+	}
+	// every whole second up to 64 s: four for each slot on average
+	for round := range 2 {
+		for s := 1; s <= 64; s++ {
+			d := time.Duration(s) * time.Second
+			if got, want := redisMillisArg(d), strconv.Itoa(s*1000); got != want {
+				t.Fatalf("round %d: the argument of %v is %v, want %s", round, d, got, want)
+			}
 		}
 	}
 }

@@ -344,6 +344,30 @@ func redisMillis(d time.Duration) string {
 	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
+// millisArg is a duration formatted by redisMillis, boxed as a command's
+// argument.
+type millisArg struct {
+	d time.Duration
+	v any
+}
+
+// millisArgs keeps the durations that commands were given lately, by a hash
+// of the duration: a store is called with a few (its handlers' leases and
+// ttls), each formatted and boxed once rather than for every call (two
+// allocations each).
+var millisArgs [16]atomic.Pointer[millisArg]
+
+// redisMillisArg is redisMillis(d) as a command's argument.
+func redisMillisArg(d time.Duration) any {
+	slot := &millisArgs[(uint64(d)*0x9E3779B97F4A7C15)>>60]
+	if p := slot.Load(); p != nil && p.d == d {
+		return p.v
+	}
+	p := &millisArg{d: d, v: redisMillis(d)}
+	slot.Store(p)
+	return p.v
+}
+
 // redisRedactURL hides the password of a URL for error messages.
 func redisRedactURL(u string) string {
 	if at := strings.LastIndexByte(u, '@'); at >= 0 {

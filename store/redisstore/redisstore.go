@@ -225,7 +225,7 @@ func (s *Store) completeThen(ctx context.Context, key, guard, owner string, reco
 	if s.ReplicasCompletions {
 		err = s.completeReplicated(ctx, key, guard, owner, record, ttl, then)
 	} else {
-		err = s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillis(ttl))
+		err = s.ownerOpGuarded(ctx, "complete", redisCompleteScript, then, key, guard, owner, record, redisMillisArg(ttl))
 	}
 	s.keepRecent(err, record, ttl, key, guard)
 	return err
@@ -239,7 +239,7 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, key, owner string, lease time.Duration) error {
-	return s.ownerOp(ctx, "renew", redisRenewScript, nil, []string{key}, owner, redisMillis(lease))
+	return s.ownerOp(ctx, "renew", redisRenewScript, nil, []string{key}, owner, redisMillisArg(lease))
 }
 
 // ownerOp runs an owner-checked script that answers 1 or 0 for keys[0],
