@@ -42,7 +42,7 @@ type renewer struct {
 // held is when the lease started, as near as the caller knows (the claim
 // has returned, and the request is about to be handed on: nothing between
 // waits for anything).
-func (h *Handler) startRenewal(rn *renewal, c claimed, held time.Time) *renewal {
+func (h *Handler) startRenewal(rn *renewal, c claimed, held time.Time) {
 	*rn = renewal{h: h, c: c, held: held}
 	rr := h.renewer
 	rr.mu.Lock()
@@ -58,7 +58,6 @@ func (h *Handler) startRenewal(rn *renewal, c claimed, held time.Time) *renewal 
 		go rr.run(time.Duration(h.Lease))
 	}
 	rr.mu.Unlock()
-	return rn
 }
 
 // run renews what is due every sixth of the lease, until no claim is in

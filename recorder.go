@@ -26,13 +26,12 @@ type recorder struct {
 }
 
 // start makes rec, a request's own, the recorder of an answer to w.
-func (rec *recorder) start(w http.ResponseWriter, maxBody int64, bodyHash *[32]byte) *recorder {
+func (rec *recorder) start(w http.ResponseWriter, maxBody int64, bodyHash *[32]byte) {
 	*rec = recorder{
 		ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		maxBody:               maxBody,
 		bodyHash:              bodyHash,
 	}
-	return rec
 }
 
 func (rec *recorder) WriteHeader(status int) {

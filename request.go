@@ -604,9 +604,10 @@ func (rs *requestState) completes(status int) bool { return rs.h.cacheable.has(s
 func (rs *requestState) serve(c claimed) error {
 	h := rs.h
 	rs.serving = new(serving)
+	rn, rec := &rs.serving.lease, &rs.serving.rec
 	handed := time.Now()
-	rn := h.startRenewal(&rs.serving.lease, c, handed)
-	rec := rs.serving.rec.start(rs.w, h.MaxResponse, &rs.bodyHash)
+	h.startRenewal(rn, c, handed)
+	rec.start(rs.w, h.MaxResponse, &rs.bodyHash)
 	// A panic in next must still stop the renewal and release the key, or
 	// the key stays in flight, renewed for ever, and every retry gets 409:
 	// reverse_proxy panics with http.ErrAbortHandler when the upstream's
