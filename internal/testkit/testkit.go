@@ -109,8 +109,11 @@ func NewUpstream(t testing.TB, fn func(w http.ResponseWriter, r *http.Request, c
 	u := &Upstream{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		call := u.Calls.Add(1)
+		// The count and the record are taken together, so that
+		// Requests()[call-1] is this request's even when others arrive
+		// at the same time.
 		u.mu.Lock()
+		call := u.Calls.Add(1)
 		u.received = append(u.received, Received{
 			Method: r.Method, URI: r.RequestURI, Header: r.Header.Clone(), Body: body,
 			ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
