@@ -465,7 +465,7 @@ func BenchmarkBodyDeadline(b *testing.B) {
 // key, the owner, the replayed headers' names and values). BENCHMARKS.md
 // ("Allocations and clock reads per request") gives the count before.
 func TestServeHTTPAllocations(t *testing.T) {
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items: allocations are counted without it (make test's second pass)")
 	}
 	h := allocHandler(t)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -321,7 +322,7 @@ func TestVerifyAsymmetricConstructorErrors(t *testing.T) {
 // arithmetic in crypto/rsa allocates, and JWT (golang-jwt decodes the
 // token's JSON). make test runs it without the race detector.
 func TestVerifyAllocations(t *testing.T) {
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items: make test measures allocations in a run without it")
 	}
 	most := map[string]float64{"twilio": 9, "mercadopago": 2, "woovi": 12, "rsa": 16, "evolution": 60, "jwt": 60}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -204,7 +205,7 @@ func TestHook0Malformed(t *testing.T) {
 // TestHook0Allocations: a v1 delivery is verified without allocating,
 // headers of any case in `h` included.
 func TestHook0Allocations(t *testing.T) {
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items: make test measures allocations in a run without it")
 	}
 	signature.SetClock(t, time.Unix(hook0At, 0))

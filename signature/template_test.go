@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/webhookguard/caddy-webhook-idempotency/internal/sigtest"
+	"github.com/webhookguard/caddy-webhook-idempotency/internal/testkit"
 	"github.com/webhookguard/caddy-webhook-idempotency/signature"
 )
 
@@ -657,7 +658,7 @@ func TestTemplateConfigErrors(t *testing.T) {
 // allocates nothing for an HMAC over headers and the body, nor over JSON
 // fields (escaped strings included), nor per item.
 func TestTemplateAllocations(t *testing.T) {
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items: make test measures allocations in a run without it")
 	}
 	signature.SetClock(t, templateNow)

@@ -50,7 +50,7 @@ func largeAnswer(key string) []byte {
 // answer, read from the file.
 func TestLargeAnswersKeepMemoryBounded(t *testing.T) {
 	deliveries, workers := 1500, 4
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		// 3,000 answers of 900 KB take about seven minutes with the
 		// race detector, which multiplies what Caddy's heap costs:
 		// 150 of them still fail the bound below without the cache's

@@ -1,5 +1,0 @@
-//go:build !race
-
-package restart
-
-const raceEnabled = false

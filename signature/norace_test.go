@@ -1,7 +1,0 @@
-//go:build !race
-
-package signature_test
-
-// raceEnabled is set when the race detector is on: it makes sync.Pool
-// drop items at random, so allocation counts are not measured then.
-const raceEnabled = false
