@@ -160,11 +160,11 @@ var (
 // run out: held is when it last started, and renew, called every third of
 // the lease meanwhile, starts it again. Retries end one lease after the
 // first call failed in any case (a store that renews but cannot record,
-// such as a full disk, does not hold the request for ever). A store failover shorter
-// than the lease then loses no answer, and the duplicates that arrive
-// meanwhile get 409 (the key is in flight), not a second execution. It
-// returns the number of calls and complete's last error (renew's when it
-// found the key no longer owned).
+// such as a full disk, does not hold the request for ever). A store
+// failover shorter than the lease then loses no answer, and the duplicates
+// that arrive meanwhile get 409 (the key is in flight), not a second
+// execution. It returns the number of calls and complete's last error
+// (renew's when it found the key no longer owned).
 func retryCompletion(complete, renew func() error, lease time.Duration, held time.Time) (int, error) {
 	pause := completionRetryFirst
 	nextRenew := held.Add(lease / 3)
