@@ -246,7 +246,7 @@ func openDB(path string, logger *zap.Logger) (_ *db, err error) {
 	if err := d.watch(); err != nil {
 		_ = b.Close()
 		if log != nil {
-			_ = log.f.Close()
+			_ = log.close()
 		}
 		return nil, fmt.Errorf("file store: %s: %v", path, err)
 	}
@@ -290,7 +290,7 @@ func (d *db) Destruct() error {
 		if d.log.dirty.Load() {
 			_ = d.log.sync()
 		}
-		_ = d.log.f.Close()
+		_ = d.log.close()
 	}
 	d.health.close()
 	metrics.StoreFileHealthy.DeleteLabelValues(d.path)

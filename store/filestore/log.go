@@ -91,6 +91,7 @@ type wal struct {
 	buf     []byte
 	// syncData is fdatasync; a test's model of a power loss replaces it
 	syncData func(*os.File) error
+	aio      *aioSyncer // nil where the kernel has no asynchronous fdatasync
 }
 
 // logPath is the path of the log of the store file at path.
@@ -142,7 +143,29 @@ func openLog(path string, applied uint64) (*wal, []logRecord, error) {
 		}
 	}
 	l.f = f
+	if s, err := newAIOSyncer(); err == nil {
+		l.aio = s
+		l.syncData = l.aioSync
+	}
 	return l, recs, nil
+}
+
+// aioSync is the log's fdatasync through the aio syncer (aio_linux.go),
+// or fdatasync(2) where the kernel does not take it.
+func (l *wal) aioSync(f *os.File) error {
+	err := l.aio.fdatasync(f)
+	if err == errNoAIO {
+		return fdatasync(f)
+	}
+	return err
+}
+
+// close closes the log's file.
+func (l *wal) close() error {
+	if l.aio != nil {
+		l.aio.close()
+	}
+	return l.f.Close()
 }
 
 // fillLog writes zeros from `from` to logSize and syncs the file, and its

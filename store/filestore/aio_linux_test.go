@@ -1,0 +1,111 @@
+//go:build linux
+
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/webhookguard/caddy-webhook-idempotency/store"
+)
+
+// TestAIOSyncerSyncsThroughTheKernel: the kernel takes the log's
+// fdatasyncs as asynchronous requests and answers each; once closed, the
+// syncer takes none, and the log syncs with fdatasync(2).
+func TestAIOSyncerSyncsThroughTheKernel(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := newAIOSyncer()
+	if err != nil {
+		t.Fatalf("this machine's kernel takes no aio: %v", err)
+	}
+	for i := range 3 {
+		if _, err := f.WriteAt([]byte(fmt.Sprintf("record %d\n", i)), int64(i*9)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.fdatasync(f); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if s.synced != 3 {
+		t.Fatalf("%d fdatasyncs answered through aio, want 3", s.synced)
+	}
+	s.close()
+	s.close() // twice is harmless
+	if err := s.fdatasync(f); !errors.Is(err, errNoAIO) {
+		t.Fatalf("a closed syncer answered %v, want errNoAIO", err)
+	}
+	l := &wal{f: f, aio: s, syncData: fdatasync}
+	l.syncData = l.aioSync
+	if err := l.sync(); err != nil {
+		t.Fatalf("the log's sync with its syncer closed: %v, want fdatasync(2)'s nil", err)
+	}
+}
+
+// TestAIOSyncerNeverHidesARefusal: a file the kernel cannot sync (a
+// character device has no fsync) is refused, and the log's sync returns
+// fdatasync(2)'s error, not a success; the syncer then leaves every sync
+// to fdatasync(2), as on a kernel without asynchronous fdatasync.
+func TestAIOSyncerNeverHidesARefusal(t *testing.T) {
+	f, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := newAIOSyncer()
+	if err != nil {
+		t.Fatalf("this machine's kernel takes no aio: %v", err)
+	}
+	defer s.close()
+	l := &wal{f: f, aio: s, path: "/dev/null"}
+	l.syncData = l.aioSync
+	err = l.sync()
+	if err == nil {
+		t.Fatal("the sync of /dev/null succeeded, want the kernel's refusal")
+	}
+	if want := fdatasync(f); want == nil || !errors.Is(err, want) {
+		t.Fatalf("the sync of /dev/null: %v, want fdatasync(2)'s error %v", err, want)
+	}
+	if !s.off || s.synced != 0 {
+		t.Fatalf("after the refusal: off %v, synced %d, want the syncer off and nothing synced", s.off, s.synced)
+	}
+}
+
+// TestCompletionsAreSyncedThroughAIO: with `sync always`, the store's
+// log is synced through the aio syncer, and what it answered is in the
+// file after a reopen.
+func TestCompletionsAreSyncedThroughAIO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	d := openTest(t, path)
+	if d.log == nil || d.log.aio == nil {
+		t.Fatal("the log has no aio syncer on Linux")
+	}
+	answered := map[string]string{}
+	for i := range 20 {
+		key := fmt.Sprintf("aio:%02d", i)
+		owner := store.NewOwner()
+		if res, _, err := d.claim(key, "", owner, time.Minute, 0, claimPlain, nil); err != nil || res.State != store.StateClaimed {
+			t.Fatalf("claim %s: %s %v", key, res.State, err)
+		}
+		rec := "\x01" + key
+		if err := d.complete(context.Background(), key, "", owner, []byte(rec), time.Hour, nil); err != nil {
+			t.Fatalf("complete %s: %v", key, err)
+		}
+		answered[key] = rec
+	}
+	d.log.aio.mu.Lock()
+	synced := d.log.aio.synced
+	d.log.aio.mu.Unlock()
+	if synced == 0 {
+		t.Fatal("no completion was synced through aio")
+	}
+	checkCompleted(t, openTest(t, copyFiles(t, d)), answered)
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package filestore
+
+import (
+	"errors"
+	"os"
+)
+
+// aioSyncer is the asynchronous fdatasync of Linux (aio_linux.go); other
+// systems sync the log with fdatasync(2) (or fsync) itself.
+type aioSyncer struct{}
+
+// errNoAIO is the answer of an aioSyncer that cannot sync.
+var errNoAIO = errors.New("no asynchronous fdatasync")
+
+func newAIOSyncer() (*aioSyncer, error) { return nil, errNoAIO }
+
+func (s *aioSyncer) fdatasync(f *os.File) error { return errNoAIO }
+
+func (s *aioSyncer) close() {}
