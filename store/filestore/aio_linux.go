@@ -65,6 +65,7 @@ type aioSyncer struct {
 	mu     sync.Mutex
 	ctx    uintptr  // aio_context_t
 	done   *os.File // an eventfd in Go's poller, signalled by each completion
+	efd    int      // its descriptor
 	buf    [8]byte
 	off    bool   // closed, or the kernel refused an fdatasync: fdatasync(2) from then on
 	synced uint64 // fdatasyncs made through aio (tests)
@@ -82,7 +83,7 @@ func newAIOSyncer() (*aioSyncer, error) {
 		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	return &aioSyncer{ctx: ctx, done: os.NewFile(uintptr(efd), "aio-eventfd")}, nil
+	return &aioSyncer{ctx: ctx, done: os.NewFile(uintptr(efd), "aio-eventfd"), efd: efd}, nil
 }
 
 // errNoAIO is the answer of an aioSyncer that cannot sync: the caller
@@ -104,7 +105,7 @@ func (s *aioSyncer) fdatasync(f *os.File) error {
 	}
 	var submitErr unix.Errno
 	if err := rc.Control(func(fd uintptr) {
-		cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(fd), flags: iocbFlagResfd, resfd: uint32(s.done.Fd())}
+		cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(fd), flags: iocbFlagResfd, resfd: uint32(s.efd)}
 		p := &cb
 		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, s.ctx, 1, uintptr(unsafe.Pointer(&p)))
 		runtime.KeepAlive(p)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
@@ -37,6 +39,13 @@ func TestAIOSyncerSyncsThroughTheKernel(t *testing.T) {
 	}
 	if s.synced != 3 {
 		t.Fatalf("%d fdatasyncs answered through aio, want 3", s.synced)
+	}
+	// the wait is in Go's poller only while the eventfd stays non-blocking
+	// (a read of a blocking one holds a processor as fdatasync(2) does; and
+	// os.File.Fd makes blocking a descriptor that os.NewFile made
+	// non-blocking itself)
+	if flags, err := unix.FcntlInt(uintptr(s.efd), unix.F_GETFL, 0); err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("the eventfd's flags after three syncs: %#x %v, want O_NONBLOCK", flags, err)
 	}
 	s.close()
 	s.close() // twice is harmless
