@@ -30,7 +30,7 @@
 #      Redis's CPU per request (INFO cpu);
 #   5. counts system calls in one more run of A B C E F G H after the rounds (not in the
 #      measured runs, so that counting never touches the ratios): Caddy's per request, Redis's
-#      per request for C and E, and fdatasync/fsync/pwrite64 per 1,000 deliveries for F and H,
+#      per request for C and E, and fdatasync/io_submit/fsync/pwrite64 per 1,000 deliveries for F and H,
 #      with `perf stat` on the syscalls tracepoints (little overhead), else `strace -c -f`
 #      (slows the process it traces: the counts are right, the batching may be larger);
 #   6. runs the same comparison in front of a slow application, bench/app/app.js: one
@@ -379,7 +379,7 @@ if [ "$COUNT" != 0 ]; then
 		say "neither perf nor strace works here: the system calls are not counted (apt-get install linux-perf or strace)"
 	fi
 fi
-COUNTED=(read write recvfrom epoll_pwait epoll_wait futex pwrite64 fdatasync fsync)
+COUNTED=(read write recvfrom epoll_pwait epoll_wait futex pwrite64 fdatasync fsync io_submit)
 count_start() { # counts the system calls of COUNT_PIDS (name:pid ...) for DURATION, into $OUT/COUNT_NAME.<name>.calls
 	local np name pid f ev c
 	COUNT_JOBS=()
@@ -657,8 +657,10 @@ table_head() { # width of the scenario column, then the names of the columns aft
 		done
 		for s in F H; do
 			n=$s.count
-			awk -v s="$s" -v d="${SYS[$n.caddy.fdatasync]}" -v f="${SYS[$n.caddy.fsync]}" -v w="${SYS[$n.caddy.pwrite64]}" 'BEGIN {
-				printf "  %s, per 1,000 deliveries: %.0f fdatasync, %.1f fsync (the file grown), %.0f pwrite64 (pages written); %.1f deliveries per commit of two fdatasyncs\n", s, d * 1000, f * 1000, w * 1000, (d > 0 ? 2 / d : 0) }'
+			# on Linux the log syncs through aio (io_submit); fdatasync is then the
+			# file's commits alone, else the log's syncs and the file's together
+			awk -v s="$s" -v d="${SYS[$n.caddy.fdatasync]}" -v a="${SYS[$n.caddy.io_submit]}" -v f="${SYS[$n.caddy.fsync]}" -v w="${SYS[$n.caddy.pwrite64]}" 'BEGIN {
+				printf "  %s, per 1,000 deliveries: %.0f fdatasync, %.0f io_submit (the log'"'"'s syncs through aio), %.1f fsync (the file grown), %.0f pwrite64 (pages written); %.1f deliveries per sync of the log\n", s, d * 1000, a * 1000, f * 1000, w * 1000, (a > 0 ? 1 / a : (d > 0 ? 2 / d : 0)) }'
 		done
 	fi
 	if [ "$APP" != 0 ]; then
