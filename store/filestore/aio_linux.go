@@ -35,29 +35,28 @@ const (
 	iocbFlagResfd = 1 // IOCB_FLAG_RESFD
 )
 
-// iocb is struct iocb; aio_key and aio_rw_flags, whose order depends on
-// the byte order, are both zero here.
+// iocb is struct iocb, its fields in the kernel's order; those an
+// fdatasync leaves zero are blank (aio_data; aio_key and aio_rw_flags,
+// whose order depends on the byte order; aio_reqprio; aio_buf,
+// aio_nbytes, aio_offset and aio_reserved2).
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   int32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	_      uint64
+	_      uint32
+	_      int32
+	opcode uint16
+	_      int16
+	fildes uint32
+	_      [4]uint64
+	flags  uint32
+	resfd  uint32
 }
 
-// ioEvent is struct io_event.
+// ioEvent is struct io_event: aio_data and the iocb's address, then the
+// result (a negative errno on failure) and a second one.
 type ioEvent struct {
-	data uint64
-	obj  uint64
-	res  int64
-	res2 int64
+	_   [2]uint64
+	res int64
+	_   int64
 }
 
 // aioSyncer makes fdatasyncs one at a time through one aio context.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -117,4 +118,28 @@ func TestCompletionsAreSyncedThroughAIO(t *testing.T) {
 		t.Fatal("no completion was synced through aio")
 	}
 	checkCompleted(t, openTest(t, copyFiles(t, d)), answered)
+}
+
+// TestAIOStructsMatchTheKernelsABI: struct iocb and struct io_event as
+// include/uapi/linux/aio_abi.h lays them out (the same on every Linux
+// architecture: the fields are of fixed size).
+func TestAIOStructsMatchTheKernelsABI(t *testing.T) {
+	var cb iocb
+	var ev ioEvent
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(struct iocb)", unsafe.Sizeof(cb), 64},
+		{"offsetof(aio_lio_opcode)", unsafe.Offsetof(cb.opcode), 16},
+		{"offsetof(aio_fildes)", unsafe.Offsetof(cb.fildes), 20},
+		{"offsetof(aio_flags)", unsafe.Offsetof(cb.flags), 56},
+		{"offsetof(aio_resfd)", unsafe.Offsetof(cb.resfd), 60},
+		{"sizeof(struct io_event)", unsafe.Sizeof(ev), 32},
+		{"offsetof(res)", unsafe.Offsetof(ev.res), 16},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
 }
