@@ -3,7 +3,6 @@
 package filestore
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -84,10 +83,6 @@ func newAIOSyncer() (*aioSyncer, error) {
 	}
 	return &aioSyncer{ctx: ctx, done: os.NewFile(uintptr(efd), "aio-eventfd"), efd: efd}, nil
 }
-
-// errNoAIO is the answer of an aioSyncer that cannot sync: the caller
-// syncs with fdatasync(2).
-var errNoAIO = errors.New("no asynchronous fdatasync")
 
 // fdatasync flushes f's data as fdatasync(2) does, waiting in the poller.
 // It returns errNoAIO when the kernel would not take the request, f

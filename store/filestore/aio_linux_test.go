@@ -17,6 +17,19 @@ import (
 	"github.com/webhookguard/caddy-webhook-idempotency/store"
 )
 
+// testSyncer returns an aio syncer, closed when the test ends; a kernel
+// that takes no aio fails the test (the machines this project runs on
+// have it).
+func testSyncer(t *testing.T) *aioSyncer {
+	t.Helper()
+	s, err := newAIOSyncer()
+	if err != nil {
+		t.Fatalf("this machine's kernel takes no aio: %v", err)
+	}
+	t.Cleanup(s.close)
+	return s
+}
+
 // TestAIOSyncerSyncsThroughTheKernel: the kernel takes the log's
 // fdatasyncs as asynchronous requests and answers each; once closed, the
 // syncer takes none, and the log syncs with fdatasync(2).
@@ -26,10 +39,7 @@ func TestAIOSyncerSyncsThroughTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s, err := newAIOSyncer()
-	if err != nil {
-		t.Fatalf("this machine's kernel takes no aio: %v", err)
-	}
+	s := testSyncer(t)
 	for i := range 3 {
 		if _, err := f.WriteAt([]byte(fmt.Sprintf("record %d\n", i)), int64(i*9)); err != nil {
 			t.Fatal(err)
@@ -53,7 +63,7 @@ func TestAIOSyncerSyncsThroughTheKernel(t *testing.T) {
 	if err := s.fdatasync(f); !errors.Is(err, errNoAIO) {
 		t.Fatalf("a closed syncer answered %v, want errNoAIO", err)
 	}
-	l := &wal{f: f, aio: s, syncData: fdatasync}
+	l := &wal{f: f, aio: s}
 	l.syncData = l.aioSync
 	if err := l.sync(); err != nil {
 		t.Fatalf("the log's sync with its syncer closed: %v, want fdatasync(2)'s nil", err)
@@ -70,11 +80,7 @@ func TestAIOSyncerNeverHidesARefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s, err := newAIOSyncer()
-	if err != nil {
-		t.Fatalf("this machine's kernel takes no aio: %v", err)
-	}
-	defer s.close()
+	s := testSyncer(t)
 	l := &wal{f: f, aio: s, path: "/dev/null"}
 	l.syncData = l.aioSync
 	err = l.sync()

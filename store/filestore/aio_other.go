@@ -2,17 +2,11 @@
 
 package filestore
 
-import (
-	"errors"
-	"os"
-)
+import "os"
 
 // aioSyncer is the asynchronous fdatasync of Linux (aio_linux.go); other
 // systems sync the log with fdatasync(2) (or fsync) itself.
 type aioSyncer struct{}
-
-// errNoAIO is the answer of an aioSyncer that cannot sync.
-var errNoAIO = errors.New("no asynchronous fdatasync")
 
 func newAIOSyncer() (*aioSyncer, error) { return nil, errNoAIO }
 

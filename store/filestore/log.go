@@ -150,6 +150,10 @@ func openLog(path string, applied uint64) (*wal, []logRecord, error) {
 	return l, recs, nil
 }
 
+// errNoAIO is the answer of an aioSyncer that cannot sync (closed, or
+// refused by the kernel): the log syncs with fdatasync(2).
+var errNoAIO = errors.New("no asynchronous fdatasync")
+
 // aioSync is the log's fdatasync through the aio syncer (aio_linux.go),
 // or fdatasync(2) where the kernel does not take it.
 func (l *wal) aioSync(f *os.File) error {
